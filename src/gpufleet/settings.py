@@ -1,0 +1,199 @@
+"""Every gpufleet setting, declared once.
+
+Each field's description is its documentation: `gpufleet config show` prints the effective
+value of each with where it came from, `gpufleet config docs` writes docs/settings.md, and a
+test fails when a field has no description or the docs are stale.
+
+Where a value comes from, highest priority first:
+  1. command-line flags (passed to `load_settings(overrides=...)`),
+  2. `GPUFLEET_<NAME>` environment variables,
+  3. the TOML file named by `GPUFLEET_CONFIG_FILE` (default `<config dir>/config.toml`),
+  4. the login file written by `gpufleet login` (server URL and token only),
+  5. the defaults below.
+Nothing is read at import time: settings are loaded by the entry points and passed down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ENV_PREFIX = "GPUFLEET_"
+
+
+def config_dir() -> Path:
+    """Where the CLI keeps its config and login files (XDG, overridable for tests)."""
+    explicit = os.environ.get("GPUFLEET_CONFIG_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "gpufleet"
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpufleet"
+
+
+def config_file_path() -> Path:
+    explicit = os.environ.get(f"{ENV_PREFIX}CONFIG_FILE")
+    return Path(explicit) if explicit else config_dir() / "config.toml"
+
+
+def login_file_path() -> Path:
+    return config_dir() / "login.json"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid",
+                                      validate_default=True)
+
+    # --- server -------------------------------------------------------------------------
+    data_dir: Path = Field(default_factory=default_data_dir, description=(
+        "Directory for the server's files: the SQLite state store, the admin token, the "
+        "embedded telemetry store."))
+    database_url: str | None = Field(default=None, description=(
+        "State store URL. Empty: SQLite in the data dir. Production: "
+        "`postgresql+psycopg://user@host:5432/gpufleet`."))
+    host: str = Field(default="127.0.0.1", description="Address `gpufleet serve` listens on.")
+    port: int = Field(default=8080, ge=1, le=65535,
+                      description="TCP port `gpufleet serve` listens on.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Server log level.")
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(default="FULL", description=(
+        "SQLite `synchronous` pragma. FULL: an acknowledged write survives power loss; "
+        "NORMAL: survives a crash of the process, not of the machine."))
+    max_request_body_bytes: int = Field(default=1_048_576, ge=1024, description=(
+        "Largest request body the API accepts; larger ones get 413."))
+    page_size_default: int = Field(default=100, ge=1, le=10_000,
+                                   description="Items per page when a listing names no limit.")
+    page_size_max: int = Field(default=1000, ge=1, le=100_000,
+                               description="Largest page a listing may ask for.")
+
+    # --- fleet and agents ----------------------------------------------------------------
+    heartbeat_interval_s: float = Field(default=30.0, gt=0, le=3600, description=(
+        "How often agents heartbeat; told to every agent in its registration reply."))
+    unreachable_after_missed_heartbeats: int = Field(default=3, ge=1, le=1000, description=(
+        "A node silent for this many heartbeat intervals becomes `unreachable`."))
+    join_token_ttl_s: int = Field(default=86_400, ge=60, description=(
+        "How long a join token stays valid when its creator names no expiry."))
+    api_token_ttl_days: int = Field(default=90, ge=1, description=(
+        "Lifetime of API tokens (including the bootstrap admin token) when none is named."))
+
+    # --- CLI client ----------------------------------------------------------------------
+    url: str = Field(default="http://127.0.0.1:8080", description=(
+        "Server URL the CLI talks to (`gpufleet login` stores it; `GPUFLEET_URL` overrides)."))
+    token: SecretStr | None = Field(default=None, description=(
+        "Bearer token the CLI sends (`gpufleet login` stores it; `GPUFLEET_TOKEN` overrides)."))
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'gpufleet.db'}"
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
+                                   dotenv_settings, file_secret_settings):
+        return tuple(_sources(settings_cls, init_settings.init_kwargs))
+
+
+class LoginFileSource(PydanticBaseSettingsSource):
+    """The server URL and token stored by `gpufleet login` (JSON, mode 600)."""
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - unused by __call__
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = login_file_path()
+        if not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {k: v for k, v in data.items() if k in ("url", "token") and v}
+
+
+def _sources(settings_cls: type[BaseSettings], init_kwargs: dict[str, Any]) -> list:
+    toml_path = config_file_path()
+    return [
+        InitSettingsSource(settings_cls, init_kwargs=init_kwargs),
+        EnvSettingsSource(settings_cls, env_prefix=ENV_PREFIX),
+        TomlConfigSettingsSource(settings_cls, toml_file=toml_path if toml_path.is_file() else None),
+        LoginFileSource(settings_cls),
+    ]
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from flags (`overrides`, None values ignored), env, TOML, login file, defaults."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class SettingView:
+    name: str
+    value: Any
+    source: str
+    description: str
+
+
+def describe_settings(**overrides: Any) -> list[SettingView]:
+    """The effective value of every setting and the source it came from (secrets masked)."""
+    settings = load_settings(**overrides)
+    flags = {k for k, v in overrides.items() if v is not None}
+    sources = _sources(Settings, {})
+    labels = [f"environment ({ENV_PREFIX}*)", f"file {config_file_path()}",
+              f"login {login_file_path()}"]
+    provided = [src() for src in sources[1:]]
+    views = []
+    for name, field in Settings.model_fields.items():
+        if name in flags:
+            source = "command line"
+        else:
+            source = next((label for label, values in zip(labels, provided, strict=True)
+                           if name in values), "default")
+        value = getattr(settings, name)
+        if isinstance(value, SecretStr):
+            value = "********" if value.get_secret_value() else None
+        views.append(SettingView(name, value, source, field.description or ""))
+    return views
+
+
+def settings_markdown() -> str:
+    """docs/settings.md, generated from the declarations above."""
+    lines = [
+        "# Settings",
+        "",
+        "Generated by `gpufleet config docs` from `src/gpufleet/settings.py`; do not edit.",
+        "",
+        "Each setting is read from, highest priority first: command-line flags, the",
+        f"`{ENV_PREFIX}<NAME>` environment variable, the TOML file named by",
+        f"`{ENV_PREFIX}CONFIG_FILE` (default `~/.config/gpufleet/config.toml`), the login",
+        "file written by `gpufleet login` (url and token only), and the default.",
+        "",
+        "| setting | environment variable | default | description |",
+        "|---|---|---|---|",
+    ]
+    for name, field in Settings.model_fields.items():
+        if field.default_factory is not None:
+            default = "`~/.local/share/gpufleet`" if name == "data_dir" else "(computed)"
+        elif field.default is None:
+            default = "(empty)"
+        else:
+            default = f"`{field.default}`"
+        env = f"`{ENV_PREFIX}{name.upper()}`"
+        lines.append(f"| `{name}` | {env} | {default} | {field.description} |")
+    lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The state store: SQLAlchemy tables, Alembic migrations, and the SQLite/PostgreSQL seam."""

@@ -1,0 +1,152 @@
+"""The state store and its one seam between SQLite and PostgreSQL.
+
+Everything that differs between the two databases lives in this module:
+
+* SQLite: WAL journal, foreign keys on, and **one writer**. Every write transaction goes
+  through a single connection (a pool of one) and starts with `BEGIN IMMEDIATE`, so two
+  writers never race for the lock and "database is locked" cannot happen; readers use
+  their own connections and see a consistent snapshot (WAL lets them run beside the
+  writer).
+* PostgreSQL (psycopg 3): an ordinary pool; concurrent writers are serialised by
+  row locks and unique constraints.
+* Errors: a database that cannot answer becomes `Unavailable` (503); a unique or foreign
+  key violation that slipped past the services' own checks becomes `Conflict` (409).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.domain.errors import Conflict, Unavailable
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+class StateStore:
+    def __init__(self, url: str, *, sqlite_synchronous: str = "FULL", pool_size: int = 10):
+        self.url = make_url(url)
+        self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            self._prepare_sqlite_file()
+            self._write_engine = self._sqlite_engine("BEGIN IMMEDIATE", sqlite_synchronous, 1)
+            self._read_engine = self._sqlite_engine("BEGIN", sqlite_synchronous, pool_size)
+        else:
+            self._write_engine = create_engine(self.url, pool_size=pool_size, max_overflow=pool_size,
+                                               pool_pre_ping=True)
+            self._read_engine = self._write_engine
+        self._writes = sessionmaker(self._write_engine, expire_on_commit=False)
+        self._reads = sessionmaker(self._read_engine, expire_on_commit=False)
+        # The pool of one already serialises SQLite writers; the lock makes the wait explicit
+        # and keeps a writer from holding a pooled connection while queueing.
+        self._write_lock = threading.Lock() if self.is_sqlite else None
+
+    # --- engines -------------------------------------------------------------------------
+    def _prepare_sqlite_file(self) -> None:
+        database = self.url.database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+    def _sqlite_engine(self, begin: str, synchronous: str, pool_size: int) -> Engine:
+        engine = create_engine(self.url, pool_size=pool_size, max_overflow=0, pool_timeout=60,
+                               connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection, _record):
+            # Take transaction control from the driver so BEGIN is ours to issue.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(connection):
+            connection.exec_driver_sql(begin)
+
+        return engine
+
+    # --- sessions ------------------------------------------------------------------------
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """One write transaction: committed on success, rolled back on any error."""
+        if self._write_lock is not None:
+            with self._write_lock, self._session(self._writes) as session:
+                yield session
+        else:
+            with self._session(self._writes) as session:
+                yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read-only snapshot; nothing written through it is kept."""
+        with self._session(self._reads, commit=False) as session:
+            yield session
+
+    @contextmanager
+    def _session(self, factory: sessionmaker, commit: bool = True) -> Iterator[Session]:
+        session = factory()
+        try:
+            yield session
+            if commit:
+                session.commit()
+            else:
+                session.rollback()
+        except IntegrityError as exc:
+            session.rollback()
+            raise Conflict("the change conflicts with existing records",
+                           code="integrity_conflict",
+                           details={"database": str(exc.orig).splitlines()[0]}) from exc
+        except (OperationalError, PoolTimeout) as exc:
+            session.rollback()
+            raise Unavailable("the state store cannot answer right now; retry shortly",
+                              code="database_unavailable") from exc
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    # --- operations ----------------------------------------------------------------------
+    def migrate(self) -> None:
+        """Bring the schema to the newest Alembic revision (idempotent)."""
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        with self._write_engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def ping(self) -> None:
+        """Raise `Unavailable` unless the database answers a trivial query."""
+        with self.read() as session:
+            session.execute(text("SELECT 1"))
+
+    def try_leader_lock(self, session: Session, name: str) -> bool:
+        """Whether this process leads the background loop `name` for this transaction.
+
+        SQLite means one server process, so it always leads. On PostgreSQL every replica runs
+        the loops and a transaction-scoped advisory lock picks one; it is released with the
+        transaction, so a paused former leader cannot act on a lease it no longer holds.
+        """
+        if self.is_sqlite:
+            return True
+        key = int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "big", signed=True)
+        return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"),
+                                    {"k": key}).scalar())
+
+    def dispose(self) -> None:
+        self._write_engine.dispose()
+        if self._read_engine is not self._write_engine:
+            self._read_engine.dispose()

@@ -1,0 +1,273 @@
+"""The state store's tables (SQLAlchemy 2 declarative). Migrations live in `migrations/`.
+
+Status columns that the domain derives (`nodes.status`, `gpus.status`) are cached here so
+that grouping 100,000 GPUs by environment × model × status reads one covering index; the
+services recompute them through `gpufleet.domain.inventory` whenever an input changes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from gpufleet.store.types import Id, UtcDateTime
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Environment(Base):
+    __tablename__ = "environments"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    provider: Mapped[str | None] = mapped_column(String(63))
+    region: Mapped[str | None] = mapped_column(String(63))
+    default_sharing_mode: Mapped[str] = mapped_column(String(16))
+    description: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(253), unique=True)
+    machine_id: Mapped[str] = mapped_column(String(128), unique=True)
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"), index=True)
+    cpu_cores: Mapped[int] = mapped_column(Integer)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    admin_state: Mapped[str] = mapped_column(String(16))
+    reachable: Mapped[bool] = mapped_column(Boolean)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    agent_version: Mapped[str | None] = mapped_column(String(63))
+    os_name: Mapped[str | None] = mapped_column(String(127))
+    driver_version: Mapped[str | None] = mapped_column(String(63))
+    cuda_version: Mapped[str | None] = mapped_column(String(31))
+    registered_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    last_seen_at: Mapped[datetime | None] = mapped_column(UtcDateTime, index=True)
+    desired_state_version: Mapped[int] = mapped_column(BigInteger, default=1)
+    status_reason: Mapped[str | None] = mapped_column(Text)
+
+    environment: Mapped[Environment] = relationship(lazy="joined")
+    labels: Mapped[list[NodeLabel]] = relationship(cascade="all, delete-orphan",
+                                                   lazy="selectin")
+
+
+class NodeLabel(Base):
+    __tablename__ = "node_labels"
+
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"),
+                                         primary_key=True)
+    key: Mapped[str] = mapped_column(String(63), primary_key=True)
+    value: Mapped[str] = mapped_column(String(255))
+
+    __table_args__ = (Index("ix_node_labels_key_value", "key", "value"),)
+
+
+class Gpu(Base):
+    __tablename__ = "gpus"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(64), unique=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"))
+    index: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(String(127))
+    model_known: Mapped[bool] = mapped_column(Boolean)
+    reported_name: Mapped[str] = mapped_column(String(127))
+    pci_device_id: Mapped[int | None] = mapped_column(BigInteger)
+    pci_bus_id: Mapped[str | None] = mapped_column(String(32))
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    driver_version: Mapped[str | None] = mapped_column(String(63))
+    sharing_mode: Mapped[str] = mapped_column(String(16))
+    nvlink_peers: Mapped[list[str] | None] = mapped_column(JSON)
+    health: Mapped[str] = mapped_column(String(16))
+    health_reason: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    allocated: Mapped[bool] = mapped_column(Boolean, default=False)
+    first_seen_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    node: Mapped[Node] = relationship(lazy="raise")
+    labels: Mapped[list[GpuLabel]] = relationship(cascade="all, delete-orphan",
+                                                  lazy="selectin")
+    mig_instances: Mapped[list[MigInstance]] = relationship(
+        cascade="all, delete-orphan", lazy="selectin", order_by="MigInstance.placement_start")
+
+    __table_args__ = (
+        # fleet summary: environment × model × status straight from the index
+        Index("ix_gpus_summary", "environment_id", "model", "status"),
+        Index("ix_gpus_node_index", "node_id", "index"),
+        Index("ix_gpus_model_uuid", "model", "uuid"),
+        Index("ix_gpus_status_uuid", "status", "uuid"),
+    )
+
+
+class GpuLabel(Base):
+    __tablename__ = "gpu_labels"
+
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    key: Mapped[str] = mapped_column(String(63), primary_key=True)
+    value: Mapped[str] = mapped_column(String(255))
+
+    __table_args__ = (Index("ix_gpu_labels_key_value", "key", "value"),)
+
+
+class MigInstance(Base):
+    """A GPU instance, keyed by (parent GPU, profile id, placement start) — DESIGN.md §2.
+
+    The MIG device UUID and the driver's instance ids change when instances are recreated,
+    so they are attributes. A source without placements (dcgm-exporter) leaves the start
+    empty; such rows are identified by their driver instance id until a richer source
+    reports.
+    """
+
+    __tablename__ = "mig_instances"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"))
+    profile_id: Mapped[int] = mapped_column(Integer)
+    placement_start: Mapped[int | None] = mapped_column(Integer)
+    placement_size: Mapped[int | None] = mapped_column(Integer)
+    profile_name: Mapped[str] = mapped_column(String(63))
+    mig_uuid: Mapped[str | None] = mapped_column(String(80))
+    gpu_instance_id: Mapped[int | None] = mapped_column(Integer)
+    compute_instance_id: Mapped[int | None] = mapped_column(Integer)
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+    __table_args__ = (UniqueConstraint("gpu_id", "profile_id", "placement_start",
+                                       name="uq_mig_instances_key"),)
+
+
+class GpuMoveApproval(Base):
+    """An operator's consent for a GPU UUID to move to a node that is not its current one."""
+
+    __tablename__ = "gpu_move_approvals"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    gpu_uuid: Mapped[str] = mapped_column(String(64), index=True)
+    to_node_name: Mapped[str] = mapped_column(String(253))
+    approved_by: Mapped[str] = mapped_column(String(127))
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    display_name: Mapped[str | None] = mapped_column(String(127))
+    email: Mapped[str | None] = mapped_column(String(254))
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    organisation: Mapped[str] = mapped_column(String(127))
+    department: Mapped[str | None] = mapped_column(String(127))
+    cost_centre: Mapped[str | None] = mapped_column(String(63))
+    description: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    members: Mapped[list[ProjectMember]] = relationship(cascade="all, delete-orphan",
+                                                        lazy="selectin")
+
+
+class ProjectMember(Base):
+    __tablename__ = "project_members"
+
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"),
+                                            primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"),
+                                         primary_key=True, index=True)
+    added_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    user: Mapped[User] = relationship(lazy="joined")
+
+
+class ApiToken(Base):
+    """A bearer token. Only its SHA-256 is stored; `prefix` lets people tell tokens apart."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(127))
+    role: Mapped[str] = mapped_column(String(16))
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), index=True)
+    node_id: Mapped[int | None] = mapped_column(ForeignKey("nodes.id"), index=True)
+    created_by: Mapped[str] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    user: Mapped[User | None] = relationship(lazy="joined")
+
+
+class JoinToken(Base):
+    """Single-use, expiring permission for one agent to register one node."""
+
+    __tablename__ = "join_tokens"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"))
+    description: Mapped[str | None] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    used_by_node_id: Mapped[int | None] = mapped_column(ForeignKey("nodes.id"))
+
+    environment: Mapped[Environment] = relationship(lazy="joined")
+
+
+class AuditEvent(Base):
+    """Append-only record of every state change: who, when, what, why."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    actor: Mapped[str] = mapped_column(String(127))
+    action: Mapped[str] = mapped_column(String(63), index=True)
+    subject_kind: Mapped[str] = mapped_column(String(31))
+    subject: Mapped[str] = mapped_column(String(253))
+    reason: Mapped[str | None] = mapped_column(Text)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    __table_args__ = (Index("ix_audit_events_subject", "subject_kind", "subject"),)
