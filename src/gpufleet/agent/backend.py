@@ -1,0 +1,23 @@
+"""The one interface every GPU backend of the agent implements.
+
+`sim` (the simulator, `gpufleet.sim`) implements it now; `nvml` (nvidia-ml-py) and
+`dcgm-exporter` come with the telemetry work. The agent never knows which one it runs.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gpufleet.wire.agent import DesiredState, NodeRegistration
+
+
+class GpuBackend(Protocol):
+    name: str
+
+    def discover(self) -> NodeRegistration:
+        """The node's full hardware inventory, as registration sends it."""
+        ...
+
+    def apply_desired_state(self, state: DesiredState) -> None:
+        """Bring the node to the desired state (e.g. apply MIG plans); idempotent."""
+        ...
