@@ -96,3 +96,8 @@ def is_silent(last_seen: datetime | None, now: datetime, heartbeat_interval_s: f
     if last_seen is None:
         return True
     return now - last_seen > timedelta(seconds=heartbeat_interval_s * missed_intervals)
+
+
+def canonical_gpu_uuid(uuid: str) -> str:
+    """NVML prints GPU UUIDs as `GPU-` + lowercase hex; compare and store them that way."""
+    return "GPU-" + uuid[4:].lower() if uuid[:4].upper() == "GPU-" else uuid

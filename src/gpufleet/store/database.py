@@ -102,8 +102,8 @@ class StateStore:
             yield session
             if commit:
                 session.commit()
-            else:
-                session.rollback()
+            # A read session is simply closed: its snapshot ends, and loaded objects keep
+            # their values for the caller (a rollback would expire them).
         except IntegrityError as exc:
             session.rollback()
             raise Conflict("the change conflicts with existing records",

@@ -1,0 +1,68 @@
+"""The FastAPI application: routes, error mapping, body limits and background loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from gpufleet import __version__
+from gpufleet.api import errors
+from gpufleet.api.limits import BodySizeLimit
+from gpufleet.api.routes import agent, identity, inventory
+from gpufleet.domain.errors import GpufleetError
+from gpufleet.services.app import Gpufleet
+
+log = logging.getLogger(__name__)
+
+
+async def _silent_node_loop(gf: Gpufleet) -> None:
+    """Mark nodes unreachable once they miss heartbeats; runs for the server's lifetime."""
+    interval_s = max(1.0, gf.settings.heartbeat_interval_s)
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            silent = await run_in_threadpool(gf.mark_silent_nodes_unreachable)
+            if silent:
+                log.warning("%d node(s) became unreachable: %s", len(silent),
+                            ", ".join(silent[:10]))
+        except GpufleetError as exc:
+            log.warning("silent-node sweep skipped: %s", exc.message)
+
+
+def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        task = asyncio.create_task(_silent_node_loop(gf)) if background_loops else None
+        yield
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = FastAPI(title="gpufleet", version=__version__, lifespan=lifespan,
+                  description="GPU fleet operations: who is using how many GPUs, where, "
+                              "and how well. Every /api/v1 endpoint needs a bearer token.")
+    app.state.gpufleet = gf
+    errors.install(app)
+    app.add_middleware(BodySizeLimit, max_bytes=gf.settings.max_request_body_bytes)
+    app.include_router(inventory.router)
+    app.include_router(identity.router)
+    app.include_router(agent.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz():
+        """Liveness: the process answers. Unauthenticated, reveals nothing."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    def readyz():
+        """Readiness: the state store answers (503 otherwise). Unauthenticated."""
+        gf.store.ping()
+        return {"status": "ready"}
+
+    return app

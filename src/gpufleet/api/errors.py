@@ -1,0 +1,70 @@
+"""One error body everywhere: `{"error": {"code", "message", "details"}}`.
+
+Every failure the API can produce is mapped here, at the edge: the domain's error tree,
+request validation, unknown routes and methods, oversized bodies, and — last resort — any
+unexpected exception, which is logged with its traceback and answered with a bare 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gpufleet.domain.errors import GpufleetError
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
+               405: "method_not_allowed", 406: "not_acceptable", 413: "payload_too_large",
+               415: "unsupported_media_type"}
+
+
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def error_response(status: int, code: str, message: str,
+                   details: dict[str, Any] | None = None, headers=None) -> JSONResponse:
+    return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
+
+
+def _location(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+async def _gpufleet_error(_request: Request, exc: GpufleetError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+    return error_response(exc.http_status, exc.code, exc.message, exc.details, headers)
+
+
+async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = [{"field": _location(e.get("loc", ())), "problem": e.get("msg", "invalid"),
+               "type": e.get("type", "")} for e in exc.errors()]
+    first = errors[0] if errors else {"field": "request", "problem": "invalid"}
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return error_response(422, "validation_failed",
+                          f"{first['field']}: {first['problem']}{more}", {"errors": errors})
+
+
+async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error serving %s %s", request.method, request.url.path)
+    return error_response(500, "internal_error",
+                          "internal error; the server log has the details")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(GpufleetError, _gpufleet_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,105 @@
+"""Identity and ownership: tokens, join tokens, users, projects, the audit log."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+
+from gpufleet.api.deps import page_limit, principal, services
+from gpufleet.services.app import Gpufleet
+from gpufleet.services.principal import Principal
+from gpufleet.wire.base import Page
+from gpufleet.wire.inventory import (
+    AuditEventView,
+    JoinTokenCreate,
+    JoinTokensIssued,
+    NodeAction,
+    ProjectCreate,
+    ProjectMemberAdd,
+    ProjectView,
+    TokenCreate,
+    TokenIssued,
+    TokenView,
+    UserCreate,
+    UserView,
+    WhoAmI,
+)
+
+router = APIRouter(prefix="/api/v1")
+
+
+@router.get("/whoami", response_model=WhoAmI, tags=["identity"])
+def whoami(p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
+    return gf.whoami(p)
+
+
+@router.post("/tokens", response_model=TokenIssued, status_code=201, tags=["identity"])
+def create_token(body: TokenCreate, p: Principal = Depends(principal),
+                 gf: Gpufleet = Depends(services)):
+    """Issue an API token; the secret is in this reply only."""
+    return gf.create_token(p, body)
+
+
+@router.get("/tokens", response_model=list[TokenView], tags=["identity"])
+def list_tokens(include_revoked: bool = False, p: Principal = Depends(principal),
+                gf: Gpufleet = Depends(services)):
+    return gf.list_tokens(p, include_revoked)
+
+
+@router.post("/tokens/{token_id}/revoke", response_model=TokenView, tags=["identity"])
+def revoke_token(token_id: int, body: NodeAction | None = None,
+                 p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
+    return gf.revoke_token(p, token_id, body.reason if body else None)
+
+
+@router.post("/join-tokens", response_model=JoinTokensIssued, status_code=201,
+             tags=["identity"])
+def create_join_tokens(body: JoinTokenCreate, p: Principal = Depends(principal),
+                       gf: Gpufleet = Depends(services)):
+    """Single-use, expiring tokens that each let one agent register one node."""
+    return gf.create_join_tokens(p, body)
+
+
+@router.get("/users", response_model=list[UserView], tags=["identity"])
+def list_users(p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
+    return gf.list_users(p)
+
+
+@router.post("/users", response_model=UserView, status_code=201, tags=["identity"])
+def create_user(body: UserCreate, p: Principal = Depends(principal),
+                gf: Gpufleet = Depends(services)):
+    return gf.create_user(p, body)
+
+
+@router.get("/projects", response_model=list[ProjectView], tags=["projects"])
+def list_projects(p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
+    """All projects; members see only their own."""
+    return gf.list_projects(p)
+
+
+@router.post("/projects", response_model=ProjectView, status_code=201, tags=["projects"])
+def create_project(body: ProjectCreate, p: Principal = Depends(principal),
+                   gf: Gpufleet = Depends(services)):
+    return gf.create_project(p, body)
+
+
+@router.get("/projects/{name}", response_model=ProjectView, tags=["projects"])
+def show_project(name: str, p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
+    return gf.show_project(p, name)
+
+
+@router.post("/projects/{name}/members", response_model=ProjectView, status_code=201,
+             tags=["projects"])
+def add_project_member(name: str, body: ProjectMemberAdd, p: Principal = Depends(principal),
+                       gf: Gpufleet = Depends(services)):
+    return gf.add_project_member(p, name, body)
+
+
+@router.get("/audit-events", response_model=Page[AuditEventView], tags=["audit"])
+def audit_events(subject_kind: str | None = None, subject: str | None = None,
+                 action: str | None = None,
+                 cursor: int | None = Query(default=None, description="id to page before"),
+                 limit: int | None = None, p: Principal = Depends(principal),
+                 gf: Gpufleet = Depends(services)):
+    """The append-only audit log, newest first."""
+    return gf.audit_events(p, subject_kind=subject_kind, subject=subject, action=action,
+                           before_id=cursor, limit=page_limit(limit, gf))

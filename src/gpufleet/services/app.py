@@ -1,0 +1,229 @@
+"""The services' one front door: each method is one use case in one transaction.
+
+`Gpufleet` holds the state store, the clock and the settings; the API, the background loops
+and the demo call its methods and nothing else. Reads run on a read snapshot, writes
+through the store's single write path.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+from gpufleet.clock import Clock, SystemClock
+from gpufleet.domain.access import Role
+from gpufleet.domain.errors import Unauthenticated
+from gpufleet.services import (
+    audit,
+    environments,
+    fleet,
+    gpus,
+    nodes,
+    people,
+    registration,
+    tokens,
+)
+from gpufleet.services.principal import Principal
+from gpufleet.settings import Settings
+from gpufleet.store.database import StateStore
+from gpufleet.store.tables import User
+from gpufleet.wire import inventory as wi
+from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
+from gpufleet.wire.base import Page
+
+log = logging.getLogger(__name__)
+
+
+class Gpufleet:
+    def __init__(self, store: StateStore, settings: Settings, clock: Clock | None = None):
+        self.store = store
+        self.settings = settings
+        self.clock = clock or SystemClock()
+
+    # --- identity ------------------------------------------------------------------------
+    def authenticate(self, raw_token: str) -> Principal:
+        now = self.clock.now()
+        with self.store.read() as session:
+            token = tokens.find_api_token(session, raw_token, now)
+            principal = tokens.principal_for(session, token)
+            stale = tokens.needs_last_used_update(token, now)
+        if stale:
+            with self.store.write() as session:
+                tokens.touch(session, token.id, now)
+        return principal
+
+    def bootstrap_admin_token(self, token_file: Path) -> str:
+        """The admin token written to `token_file` (mode 600), created on first start.
+
+        A token already in the file is kept while it is valid, so restarts do not churn it;
+        an expired or revoked one is replaced.
+        """
+        if token_file.is_file():
+            existing = token_file.read_text().strip()
+            try:
+                self.authenticate(existing)
+                return existing
+            except Unauthenticated:
+                log.warning("the admin token in %s is no longer valid; issuing a new one",
+                            token_file)
+        now = self.clock.now()
+        with self.store.write() as session:
+            user = session.query(User).filter_by(name="admin").one_or_none()
+            if user is None:
+                user = User(name="admin", role=Role.ADMIN.value, display_name="Administrator",
+                            created_at=now)
+                session.add(user)
+                session.flush()
+            raw, token = tokens.issue_api_token(
+                session, name="bootstrap admin", role=Role.ADMIN, created_by="system", now=now,
+                ttl=timedelta(days=self.settings.api_token_ttl_days), user=user)
+            audit.record(session, at=now, actor="system", action="token.created",
+                         subject_kind="token", subject=str(token.id), role="admin",
+                         name="bootstrap admin")
+        token_file.parent.mkdir(parents=True, exist_ok=True)
+        token_file.touch(mode=0o600)
+        token_file.chmod(0o600)
+        token_file.write_text(raw + "\n")
+        return raw
+
+    def whoami(self, principal: Principal) -> wi.WhoAmI:
+        return wi.WhoAmI(role=principal.role, actor=principal.actor, user=principal.user_name,
+                         node=principal.node_name, projects=sorted(principal.project_names))
+
+    def create_token(self, principal: Principal, body: wi.TokenCreate) -> wi.TokenIssued:
+        with self.store.write() as session:
+            return tokens.create_token(session, principal, body, self.clock.now(),
+                                       self.settings.api_token_ttl_days)
+
+    def list_tokens(self, principal: Principal, include_revoked: bool) -> list[wi.TokenView]:
+        with self.store.read() as session:
+            return tokens.list_tokens(session, principal, include_revoked)
+
+    def revoke_token(self, principal: Principal, token_id: int,
+                     reason: str | None) -> wi.TokenView:
+        with self.store.write() as session:
+            return tokens.revoke_token(session, principal, token_id, self.clock.now(), reason)
+
+    # --- people and projects -------------------------------------------------------------
+    def create_user(self, principal: Principal, body: wi.UserCreate) -> wi.UserView:
+        with self.store.write() as session:
+            return people.create_user(session, principal, body, self.clock.now())
+
+    def list_users(self, principal: Principal) -> list[wi.UserView]:
+        with self.store.read() as session:
+            return people.list_users(session, principal)
+
+    def create_project(self, principal: Principal, body: wi.ProjectCreate) -> wi.ProjectView:
+        with self.store.write() as session:
+            return people.create_project(session, principal, body, self.clock.now())
+
+    def list_projects(self, principal: Principal) -> list[wi.ProjectView]:
+        with self.store.read() as session:
+            return people.list_projects(session, principal)
+
+    def show_project(self, principal: Principal, name: str) -> wi.ProjectView:
+        with self.store.read() as session:
+            return people.show_project(session, principal, name)
+
+    def add_project_member(self, principal: Principal, project: str,
+                           body: wi.ProjectMemberAdd) -> wi.ProjectView:
+        with self.store.write() as session:
+            return people.add_member(session, principal, project, body, self.clock.now())
+
+    # --- environments and join tokens ----------------------------------------------------
+    def create_environment(self, principal: Principal,
+                           body: wi.EnvironmentCreate) -> wi.EnvironmentView:
+        with self.store.write() as session:
+            return environments.create_environment(session, principal, body, self.clock.now())
+
+    def list_environments(self, principal: Principal) -> list[wi.EnvironmentView]:
+        with self.store.read() as session:
+            return environments.list_environments(session, principal)
+
+    def create_join_tokens(self, principal: Principal,
+                           body: wi.JoinTokenCreate) -> wi.JoinTokensIssued:
+        with self.store.write() as session:
+            return environments.create_join_tokens(session, principal, body, self.clock.now(),
+                                                   self.settings.join_token_ttl_s)
+
+    # --- agents --------------------------------------------------------------------------
+    def register_node(self, raw_token: str, body: NodeRegistration) -> RegistrationReply:
+        now = self.clock.now()
+        try:
+            with self.store.write() as session:
+                caller = registration.identify_caller(session, raw_token, now)
+                return registration.register(
+                    session, caller, body, now,
+                    token_ttl=None, heartbeat_interval_s=self.settings.heartbeat_interval_s)
+        except registration.GpuClaimConflict as conflict:
+            with self.store.write() as session:
+                registration.mark_claims_suspect(session, conflict, body.machine_id, now)
+            raise registration.claim_conflict_error(conflict) from None
+
+    def heartbeat(self, principal: Principal, body: Heartbeat) -> HeartbeatReply:
+        with self.store.write() as session:
+            return registration.heartbeat(session, principal, body, self.clock.now(),
+                                          self.settings.heartbeat_interval_s)
+
+    def mark_silent_nodes_unreachable(self) -> list[str]:
+        with self.store.write() as session:
+            if not self.store.try_leader_lock(session, "silent-nodes"):
+                return []
+            return nodes.mark_silent_nodes_unreachable(
+                session, self.clock.now(), self.settings.heartbeat_interval_s,
+                self.settings.unreachable_after_missed_heartbeats)
+
+    # --- inventory -----------------------------------------------------------------------
+    def fleet_summary(self, principal: Principal) -> wi.FleetSummary:
+        with self.store.read() as session:
+            return fleet.summary(session, principal)
+
+    def list_gpus(self, principal: Principal, f: fleet.GpuFilter, sort: str,
+                  cursor: str | None, limit: int) -> Page[wi.GpuView]:
+        with self.store.read() as session:
+            return fleet.list_gpus(session, principal, f, sort, cursor, limit)
+
+    def get_gpu(self, principal: Principal, uuid: str) -> wi.GpuView:
+        with self.store.read() as session:
+            return fleet.get_gpu(session, principal, uuid)
+
+    def set_gpu_health(self, principal: Principal, uuid: str,
+                       body: wi.GpuHealthChange) -> wi.GpuView:
+        with self.store.write() as session:
+            canonical = gpus.set_health(session, principal, uuid, body, self.clock.now())
+        return self.get_gpu(principal, canonical)
+
+    def approve_gpu_move(self, principal: Principal, uuid: str,
+                         body: wi.GpuMoveApprovalCreate) -> wi.GpuMoveApprovalView:
+        with self.store.write() as session:
+            return gpus.approve_move(session, principal, uuid, body, self.clock.now())
+
+    def list_nodes(self, principal: Principal, f: fleet.NodeFilter, sort: str,
+                   cursor: str | None, limit: int) -> Page[wi.NodeView]:
+        with self.store.read() as session:
+            return fleet.list_nodes(session, principal, f, sort, cursor, limit)
+
+    def get_node(self, principal: Principal, name: str) -> wi.NodeDetail:
+        with self.store.read() as session:
+            return fleet.get_node_detail(session, principal, name)
+
+    def change_node(self, principal: Principal, name: str, action: str,
+                    reason: str | None) -> wi.NodeDetail:
+        change = {"cordon": nodes.cordon, "uncordon": nodes.uncordon, "retire": nodes.retire}
+        with self.store.write() as session:
+            change[action](session, principal, name, self.clock.now(), reason)
+        return self.get_node(principal, name)
+
+    def audit_events(self, principal: Principal, *, subject_kind: str | None,
+                     subject: str | None, action: str | None, before_id: int | None,
+                     limit: int) -> Page[wi.AuditEventView]:
+        from gpufleet.domain.access import Action
+
+        principal.require(Action.READ_AUDIT)
+        with self.store.read() as session:
+            events = audit.list_events(session, subject_kind=subject_kind, subject=subject,
+                                       action=action, before_id=before_id, limit=limit + 1)
+            items = [wi.AuditEventView.model_validate(e) for e in events[:limit]]
+        next_cursor = str(items[-1].id) if len(events) > limit else None
+        return Page[wi.AuditEventView](items=items, next_cursor=next_cursor)

@@ -1,0 +1,54 @@
+"""Operator actions on single GPUs: health (quarantine) and approving a move between nodes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.access import Action
+from gpufleet.domain.errors import NotFound
+from gpufleet.domain.inventory import canonical_gpu_uuid
+from gpufleet.services import audit
+from gpufleet.services.nodes import refresh_status
+from gpufleet.services.principal import Principal
+from gpufleet.store.tables import Gpu, GpuMoveApproval, Node
+from gpufleet.wire.inventory import GpuHealthChange, GpuMoveApprovalCreate, GpuMoveApprovalView
+
+
+def _get_gpu(session: Session, uuid: str) -> Gpu:
+    gpu = session.scalar(select(Gpu).where(Gpu.uuid == canonical_gpu_uuid(uuid)))
+    if gpu is None:
+        raise NotFound(f"GPU '{uuid}' does not exist", code="gpu_not_found",
+                       details={"gpu": uuid})
+    return gpu
+
+
+def set_health(session: Session, principal: Principal, uuid: str, body: GpuHealthChange,
+               now: datetime) -> str:
+    """Quarantine a GPU (placement skips it) or return it to service; audited."""
+    principal.require(Action.MANAGE_INVENTORY)
+    gpu = _get_gpu(session, uuid)
+    previous = gpu.health
+    gpu.health = body.health.value
+    gpu.health_reason = body.reason
+    refresh_status(session, session.get(Node, gpu.node_id))
+    audit.record(session, at=now, actor=principal.actor, action="gpu.health_changed",
+                 subject_kind="gpu", subject=gpu.uuid, reason=body.reason,
+                 previous=previous, health=body.health.value)
+    return gpu.uuid
+
+
+def approve_move(session: Session, principal: Principal, uuid: str, body: GpuMoveApprovalCreate,
+                 now: datetime) -> GpuMoveApprovalView:
+    """Allow the next registration of `to_node` to take this GPU from its current node."""
+    principal.require(Action.MANAGE_INVENTORY)
+    gpu = _get_gpu(session, uuid)
+    approval = GpuMoveApproval(gpu_uuid=gpu.uuid, to_node_name=body.to_node,
+                               approved_by=principal.actor, reason=body.reason, created_at=now)
+    session.add(approval)
+    audit.record(session, at=now, actor=principal.actor, action="gpu.move_approved",
+                 subject_kind="gpu", subject=gpu.uuid, reason=body.reason, to_node=body.to_node)
+    session.flush()
+    return GpuMoveApprovalView.model_validate(approval)

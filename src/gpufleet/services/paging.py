@@ -1,0 +1,73 @@
+"""Keyset pagination: stable pages over large, changing tables.
+
+A cursor is the sort key of the last row served, so the next page starts strictly after it
+whatever was inserted meanwhile, and every page is an index range scan (no OFFSET over
+100,000 rows). Cursors are opaque to clients: base64 of the JSON of that key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, tuple_
+from sqlalchemy.sql.elements import ColumnElement
+
+from gpufleet.domain.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class SortSpec:
+    """The columns a named sort orders by; the last one must make rows unique."""
+
+    columns: tuple[ColumnElement, ...]
+    descending: bool = False
+
+
+def parse_sort(sort: str, options: dict[str, tuple[ColumnElement, ...]]) -> SortSpec:
+    descending = sort.startswith("-")
+    name = sort.removeprefix("-")
+    if name not in options:
+        raise InvalidInput(f"cannot sort by '{name}'; choose one of: {', '.join(options)}",
+                           code="invalid_sort", details={"sort": sort, "allowed": list(options)})
+    return SortSpec(options[name], descending)
+
+
+def encode_cursor(values: Sequence[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(values)).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, width: int) -> list[Any]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        values = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise InvalidInput("the cursor is not one this server issued", code="invalid_cursor",
+                           details={"cursor": cursor}) from exc
+    if not isinstance(values, list) or len(values) != width:
+        raise InvalidInput("the cursor does not match this listing's sort", code="invalid_cursor",
+                           details={"cursor": cursor})
+    return values
+
+
+def apply_page(query: Select, sort: SortSpec, cursor: str | None, limit: int) -> Select:
+    """Order by the sort, start after the cursor, and fetch one row more than the page."""
+    columns = sort.columns
+    if cursor is not None:
+        after = decode_cursor(cursor, len(columns))
+        key = tuple_(*columns)
+        query = query.where(key < tuple_(*after) if sort.descending else key > tuple_(*after))
+    order = [c.desc() if sort.descending else c.asc() for c in columns]
+    return query.order_by(*order).limit(limit + 1)
+
+
+def split_page(rows: list, limit: int, key_of) -> tuple[list, str | None]:
+    """The page's rows and the cursor for the next page (None on the last page)."""
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, encode_cursor(key_of(rows[-1]))

@@ -1,0 +1,127 @@
+"""Users, projects and membership: who owns GPUs and who may see which allocations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.access import Action, sees_all_projects
+from gpufleet.domain.errors import Conflict, NotFound
+from gpufleet.services import audit
+from gpufleet.services.principal import Principal
+from gpufleet.store.tables import Project, ProjectMember, User
+from gpufleet.wire.inventory import (
+    ProjectCreate,
+    ProjectMemberAdd,
+    ProjectView,
+    UserCreate,
+    UserView,
+)
+
+
+def get_user(session: Session, name: str) -> User:
+    user = session.scalar(select(User).where(User.name == name))
+    if user is None:
+        raise NotFound(f"user '{name}' does not exist", code="user_not_found",
+                       details={"user": name})
+    return user
+
+
+def _user_view(session: Session, user: User) -> UserView:
+    projects = session.scalars(select(Project.name).join(ProjectMember)
+                               .where(ProjectMember.user_id == user.id)
+                               .order_by(Project.name)).all()
+    return UserView(name=user.name, role=user.role, display_name=user.display_name,
+                    email=user.email, created_at=user.created_at, projects=list(projects))
+
+
+def create_user(session: Session, principal: Principal, body: UserCreate,
+                now: datetime) -> UserView:
+    principal.require(Action.MANAGE_USERS)
+    if session.scalar(select(User.id).where(User.name == body.name)) is not None:
+        raise Conflict(f"user '{body.name}' already exists", code="user_exists",
+                       details={"user": body.name})
+    user = User(name=body.name, role=body.role.value, display_name=body.display_name,
+                email=body.email, created_at=now)
+    session.add(user)
+    session.flush()
+    audit.record(session, at=now, actor=principal.actor, action="user.created",
+                 subject_kind="user", subject=body.name, role=body.role.value)
+    return _user_view(session, user)
+
+
+def list_users(session: Session, principal: Principal) -> list[UserView]:
+    principal.require(Action.READ_USERS)
+    return [_user_view(session, u) for u in session.scalars(select(User).order_by(User.name))]
+
+
+def get_project(session: Session, name: str) -> Project:
+    project = session.scalar(select(Project).where(Project.name == name))
+    if project is None:
+        raise NotFound(f"project '{name}' does not exist", code="project_not_found",
+                       details={"project": name})
+    return project
+
+
+def _project_view(project: Project) -> ProjectView:
+    return ProjectView(name=project.name, organisation=project.organisation,
+                       department=project.department, cost_centre=project.cost_centre,
+                       description=project.description, created_at=project.created_at,
+                       members=sorted(m.user.name for m in project.members))
+
+
+def _visible(principal: Principal, project_name: str) -> bool:
+    return sees_all_projects(principal.role) or project_name in principal.project_names
+
+
+def create_project(session: Session, principal: Principal, body: ProjectCreate,
+                   now: datetime) -> ProjectView:
+    principal.require(Action.MANAGE_PROJECTS)
+    if session.scalar(select(Project.id).where(Project.name == body.name)) is not None:
+        raise Conflict(f"project '{body.name}' already exists", code="project_exists",
+                       details={"project": body.name})
+    project = Project(name=body.name, organisation=body.organisation,
+                      department=body.department, cost_centre=body.cost_centre,
+                      description=body.description, created_at=now)
+    session.add(project)
+    session.flush()
+    audit.record(session, at=now, actor=principal.actor, action="project.created",
+                 subject_kind="project", subject=body.name, organisation=body.organisation,
+                 cost_centre=body.cost_centre)
+    return _project_view(project)
+
+
+def list_projects(session: Session, principal: Principal) -> list[ProjectView]:
+    """Every project for operators and viewers; a member's own projects for members."""
+    principal.require(Action.READ_PROJECTS)
+    projects = session.scalars(select(Project).order_by(Project.name))
+    return [_project_view(p) for p in projects if _visible(principal, p.name)]
+
+
+def show_project(session: Session, principal: Principal, name: str) -> ProjectView:
+    principal.require(Action.READ_PROJECTS)
+    if not _visible(principal, name):
+        # Same answer as for a project that does not exist: members learn nothing of others.
+        raise NotFound(f"project '{name}' does not exist", code="project_not_found",
+                       details={"project": name})
+    return _project_view(get_project(session, name))
+
+
+def add_member(session: Session, principal: Principal, project_name: str,
+               body: ProjectMemberAdd, now: datetime) -> ProjectView:
+    principal.require(Action.MANAGE_PROJECTS)
+    project = get_project(session, project_name)
+    user = get_user(session, body.user)
+    if any(m.user_id == user.id for m in project.members):
+        raise Conflict(f"user '{user.name}' is already a member of '{project.name}'",
+                       code="already_member", details={"user": user.name,
+                                                       "project": project.name})
+    member = ProjectMember(project_id=project.id, user_id=user.id, added_at=now)
+    member.user = user
+    project.members.append(member)
+    audit.record(session, at=now, actor=principal.actor, action="project.member_added",
+                 subject_kind="project", subject=project.name, user=user.name)
+    session.flush()
+    return _project_view(project)

@@ -1,0 +1,7 @@
+"""The fleet simulator (DESIGN.md §5, layer 7): simulated nodes for the agent and load.
+
+`SimBackend` is a GPU backend for the agent that reports real hardware shapes (`shapes.py`)
+deterministically from a seed; fleet specs (`fleet_spec.py`, the shipped
+`default_fleet.yaml`) describe many nodes; `run_simulated_fleet` (`fleet_runner.py`) runs
+a whole fleet of agents in one process against a server.
+"""
