@@ -71,7 +71,8 @@ def _search(wanted: list[MigProfile], occupied: set[int],
     return None
 
 
-def resolve_layout(geometry: MigGeometry, entries: Sequence[LayoutEntry]) -> tuple[MigInstanceSpec, ...]:
+def resolve_layout(geometry: MigGeometry,
+                   entries: Sequence[LayoutEntry]) -> tuple[MigInstanceSpec, ...]:
     """Explicit, valid placements for a layout, sorted by start; MigLayoutError otherwise.
 
     Deterministic: the largest and most constrained profiles are placed first, each at the
