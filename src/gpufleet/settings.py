@@ -131,7 +131,8 @@ def _sources(settings_cls: type[BaseSettings], init_kwargs: dict[str, Any]) -> l
     return [
         InitSettingsSource(settings_cls, init_kwargs=init_kwargs),
         EnvSettingsSource(settings_cls, env_prefix=ENV_PREFIX),
-        TomlConfigSettingsSource(settings_cls, toml_file=toml_path if toml_path.is_file() else None),
+        TomlConfigSettingsSource(settings_cls,
+                                 toml_file=toml_path if toml_path.is_file() else None),
         LoginFileSource(settings_cls),
     ]
 

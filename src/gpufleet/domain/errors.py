@@ -22,7 +22,8 @@ class GpufleetError(Exception):
     http_status: ClassVar[int] = 500
     default_code: ClassVar[str] = "internal_error"
 
-    def __init__(self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None):
+    def __init__(self, message: str, *, code: str | None = None,
+                 details: dict[str, Any] | None = None):
         super().__init__(message)
         self.message = message
         self.code = code or self.default_code

@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from gpufleet.clock import Clock, SystemClock
-from gpufleet.domain.access import Role
+from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import Unauthenticated
 from gpufleet.services import (
     audit,
@@ -218,8 +218,6 @@ class Gpufleet:
     def audit_events(self, principal: Principal, *, subject_kind: str | None,
                      subject: str | None, action: str | None, before_id: int | None,
                      limit: int) -> Page[wi.AuditEventView]:
-        from gpufleet.domain.access import Action
-
         principal.require(Action.READ_AUDIT)
         with self.store.read() as session:
             events = audit.list_events(session, subject_kind=subject_kind, subject=subject,

@@ -35,7 +35,6 @@ from gpufleet.store.tables import (
     ApiToken,
     Environment,
     Gpu,
-    GpuLabel,
     GpuMoveApproval,
     JoinToken,
     MigInstance,
@@ -266,7 +265,8 @@ def _replace_mig_instances(gpu: Gpu, report: GpuReport) -> None:
         profile = geometry.profile(m.profile_id) if geometry else None
         row.placement_size = m.placement_size or (
             profile.memory_slices if profile and m.placement_start is not None else None)
-        row.profile_name = m.profile_name or (profile.name if profile else f"profile-{m.profile_id}")
+        fallback_name = profile.name if profile else f"profile-{m.profile_id}"
+        row.profile_name = m.profile_name or fallback_name
         row.mig_uuid = m.mig_uuid
         row.gpu_instance_id = m.gpu_instance_id
         row.compute_instance_id = m.compute_instance_id

@@ -42,8 +42,8 @@ class StateStore:
             self._write_engine = self._sqlite_engine("BEGIN IMMEDIATE", sqlite_synchronous, 1)
             self._read_engine = self._sqlite_engine("BEGIN", sqlite_synchronous, pool_size)
         else:
-            self._write_engine = create_engine(self.url, pool_size=pool_size, max_overflow=pool_size,
-                                               pool_pre_ping=True)
+            self._write_engine = create_engine(self.url, pool_size=pool_size,
+                                               max_overflow=pool_size, pool_pre_ping=True)
             self._read_engine = self._write_engine
         self._writes = sessionmaker(self._write_engine, expire_on_commit=False)
         self._reads = sessionmaker(self._read_engine, expire_on_commit=False)

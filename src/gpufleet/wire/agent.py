@@ -47,7 +47,8 @@ class GpuReport(StrictModel):
 
     uuid: GpuUuid
     index: int = Field(ge=0, le=63)
-    name: ShortText = Field(min_length=1, description="NVML device name, e.g. `NVIDIA H100 80GB HBM3`")
+    name: ShortText = Field(min_length=1,
+                            description="NVML device name, e.g. `NVIDIA H100 80GB HBM3`")
     pci_device_id: int | None = Field(default=None, ge=0, le=0xFFFFFFFF,
                                       description="NVML pciDeviceId, e.g. 0x233010DE")
     pci_bus_id: ShortText | None = None

@@ -56,7 +56,8 @@ class GpuView(View):
     environment: str
     index: int
     model: str
-    model_known: bool = Field(description="false: the model is kept as reported, not in the catalogue")
+    model_known: bool = Field(
+        description="false: the model is kept as reported, not in the catalogue")
     reported_name: str
     pci_device_id: int | None
     pci_bus_id: str | None

@@ -1,0 +1,64 @@
+"""Start a gpufleet server: open the state store, migrate, bootstrap the admin token, serve.
+
+The composition root: the only place (with `demo`) that wires settings, store, services and
+the web app together.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import uvicorn
+
+from gpufleet.api.app import create_app
+from gpufleet.clock import Clock
+from gpufleet.services.app import Gpufleet
+from gpufleet.settings import Settings
+from gpufleet.store.database import StateStore
+
+log = logging.getLogger(__name__)
+
+
+def admin_token_path(settings: Settings) -> Path:
+    return settings.data_dir / "admin-token"
+
+
+def build_gpufleet(settings: Settings, clock: Clock | None = None) -> Gpufleet:
+    """The services over a migrated state store; the data dir is created when needed."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = StateStore(settings.effective_database_url,
+                       sqlite_synchronous=settings.sqlite_synchronous)
+    store.migrate()
+    return Gpufleet(store, settings, clock)
+
+
+def configure_logging(settings: Settings) -> None:
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def uvicorn_config(app, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(app, host=settings.host, port=settings.port,
+                          log_level=settings.log_level, access_log=False,
+                          timeout_graceful_shutdown=5)
+
+
+def run_server(settings: Settings) -> int:
+    """`gpufleet serve`: run until interrupted; returns the process exit code."""
+    configure_logging(settings)
+    gf = build_gpufleet(settings)
+    token_file = admin_token_path(settings)
+    first_start = not token_file.exists()
+    gf.bootstrap_admin_token(token_file)
+    url = f"http://{settings.host}:{settings.port}"
+    log.info("gpufleet serving %s (API docs %s/docs); state store %s", url, url,
+             gf.store.url.render_as_string(hide_password=True))
+    if first_start:
+        log.info("admin token written to %s (mode 600)", token_file)
+    server = uvicorn.Server(uvicorn_config(create_app(gf), settings))
+    try:
+        server.run()
+    finally:
+        gf.store.dispose()
+    return 0
