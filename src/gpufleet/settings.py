@@ -198,3 +198,21 @@ def settings_markdown() -> str:
         lines.append(f"| `{name}` | {env} | {default} | {field.description} |")
     lines.append("")
     return "\n".join(lines)
+
+
+def store_login(url: str, token: str) -> Path:
+    """Write the CLI's login file (mode 600 in a 700 directory); returns its path."""
+    path = login_file_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(json.dumps({"url": url, "token": token}, indent=2) + "\n")
+    return path
+
+
+def stored_login_url() -> str | None:
+    """The server URL of the stored login, if there is a readable one."""
+    try:
+        return json.loads(login_file_path().read_text()).get("url")
+    except (OSError, ValueError, AttributeError):
+        return None

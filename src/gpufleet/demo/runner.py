@@ -1,0 +1,194 @@
+"""`gpufleet demo`: one process running a real server and a simulated fleet against it.
+
+The server is the same one `gpufleet serve` runs (uvicorn, HTTP on loopback); the agents
+are simulated (`gpufleet.sim`) but speak the real agent protocol over HTTP, so the demo
+exercises join tokens, registration and heartbeats exactly as a real fleet would. The data
+dir is kept between runs: the second start reuses the state store, the admin token and the
+agents' credentials (`--reset` starts over).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import signal
+import socket
+import time
+from pathlib import Path
+
+import uvicorn
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gpufleet.api.app import create_app
+from gpufleet.demo.seed import seed_people
+from gpufleet.server import admin_token_path, build_gpufleet, uvicorn_config
+from gpufleet.settings import (
+    Settings,
+    default_data_dir,
+    load_settings,
+    store_login,
+    stored_login_url,
+)
+from gpufleet.sim.fleet_runner import FleetProgress, run_simulated_fleet
+from gpufleet.sim.fleet_spec import load_default_spec
+
+log = logging.getLogger(__name__)
+console = Console(stderr=True)
+
+DEMO_MARKERS = ("gpufleet.db", "admin-token", "agents")
+
+
+class DemoError(Exception):
+    """A problem the person running the demo can fix; shown as one line."""
+
+
+def default_demo_dir() -> Path:
+    return default_data_dir() / "demo"
+
+
+def reset_data_dir(data_dir: Path) -> None:
+    """Remove a previous demo's files — only from a directory that holds one."""
+    if not data_dir.exists():
+        return
+    entries = list(data_dir.iterdir())
+    if entries and not any((data_dir / marker).exists() for marker in DEMO_MARKERS):
+        raise DemoError(f"refusing to reset {data_dir}: it does not look like a gpufleet "
+                        "data dir")
+    shutil.rmtree(data_dir)
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As uvicorn binds: connections of a previous run in TIME_WAIT do not count.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise DemoError(f"port {port} on {host} is in use ({exc.strerror}); choose "
+                            "another with --port") from None
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the demo stops server and fleet together."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def run_demo(data_dir: Path | None = None, port: int = 8080, reset: bool = False,
+             seed: int | None = None) -> int:
+    """Run the demo until Ctrl-C; returns the exit code (1 with one line on a problem)."""
+    settings = load_settings(data_dir=data_dir or default_demo_dir(), port=port,
+                             host="127.0.0.1")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if reset:
+            reset_data_dir(settings.data_dir)
+        ensure_port_free(settings.host, settings.port)
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_demo(settings, seed))
+    except DemoError as exc:
+        console.print(f"error: {exc}", style="red", highlight=False)
+        return 1
+    return 0
+
+
+async def _demo(settings: Settings, seed: int | None) -> None:
+    started_s = time.monotonic()
+    gf = build_gpufleet(settings)
+    token = gf.bootstrap_admin_token(admin_token_path(settings))
+    spec = load_default_spec()
+    if seed is not None:
+        spec = spec.model_copy(update={"seed": seed})
+    seeded = seed_people(gf, spec.seed)
+    url = f"http://{settings.host}:{settings.port}"
+
+    server = _QuietServer(uvicorn_config(create_app(gf), settings.model_copy(
+        update={"log_level": "warning"})))
+    server_task = asyncio.create_task(server.serve())
+    while not server.started:
+        if server_task.done():
+            server_task.result()
+            raise DemoError(f"the server could not start on {url}")
+        await asyncio.sleep(0.02)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    registered = asyncio.Event()
+    progress_bar = _ProgressBar(registered)
+    fleet_task = asyncio.create_task(run_simulated_fleet(
+        url, token, spec, settings.data_dir / "agents", stop, concurrency=16,
+        on_progress=progress_bar.update))
+    with progress_bar:
+        done, _ = await asyncio.wait({fleet_task, asyncio.create_task(registered.wait())},
+                                     return_when=asyncio.FIRST_COMPLETED)
+    if fleet_task in done:
+        server.should_exit = True
+        await server_task
+        fleet_task.result()
+        raise DemoError("the simulated fleet stopped before it registered")
+    _banner(url, token, settings, progress_bar.last, time.monotonic() - started_s, seeded)
+    await stop.wait()
+    console.print("stopping: agents, then server …")
+    with contextlib.suppress(asyncio.CancelledError):
+        await fleet_task
+    server.should_exit = True
+    await server_task
+    gf.store.dispose()
+
+
+class _ProgressBar:
+    """A Rich progress bar fed by the fleet runner's progress callback."""
+
+    def __init__(self, registered: asyncio.Event):
+        self.registered = registered
+        self.last: FleetProgress | None = None
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("GPUs"), TimeElapsedColumn(),
+                                 console=console, transient=False)
+        self.task = self.progress.add_task("registering simulated nodes", total=None)
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+    def update(self, progress: FleetProgress) -> None:
+        self.last = progress
+        self.progress.update(self.task, total=progress.gpus_total,
+                             completed=progress.gpus_registered)
+        if progress.phase == "running":
+            self.registered.set()
+
+
+def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | None,
+            elapsed_s: float, seeded) -> None:
+    login_note = "(GPUFLEET_URL / GPUFLEET_TOKEN below)"
+    current = stored_login_url()
+    if current is None or current.startswith(("http://127.0.0.1", "http://localhost")):
+        store_login(url, token)
+        login_note = "(stored as your CLI login)"
+    gpus = progress.gpus_registered if progress else 0
+    nodes = progress.nodes_registered if progress else 0
+    out = Console(soft_wrap=True)
+    out.print(f"\n[bold green]gpufleet demo[/] is up: {gpus} GPUs on {nodes} nodes "
+              f"registered {elapsed_s:.1f} s after start")
+    if seeded:
+        out.print(f"seeded {seeded.projects} projects, {seeded.users} users")
+    out.print(f"  server      {url}   (API docs {url}/docs)")
+    out.print(f"  admin token {token}   {login_note}")
+    out.print(f"  token file  {admin_token_path(settings)}")
+    out.print(f"  data dir    {settings.data_dir}")
+    out.print("\ntry, in another terminal:")
+    out.print(f"  export GPUFLEET_URL={url} GPUFLEET_TOKEN={token}")
+    out.print("  gpufleet fleet summary")
+    out.print("  gpufleet fleet ls --environment onprem-hpc --model H100-80GB")
+    out.print("\nCtrl-C stops the server and the simulated agents.")
