@@ -65,6 +65,7 @@ def _mig_geometry(entry: dict) -> MigGeometry:
             max_instances=p["max_instances"],
             placements=tuple(Placement(x["start"], x["size"]) for x in p["placements"]),
             memory_gib=p.get("memory_gib_nvidia_smi"),
+            nvml_profile_enum=p.get("nvml_profile_enum"),
         )
         for p in entry["profiles"]
     )

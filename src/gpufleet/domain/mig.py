@@ -34,6 +34,16 @@ class MigProfile:
     max_instances: int
     placements: tuple[Placement, ...]
     memory_gib: float | None
+    nvml_profile_enum: str | None = None  # e.g. `1_SLICE_ALL_ME`; says which media it holds
+
+    @property
+    def takes_all_media(self) -> bool:
+        """`+me.all` (RTX PRO 6000): beside it only `-me` profiles may exist (mig.md §2.4)."""
+        return (self.nvml_profile_enum or "").endswith("_ALL_ME")
+
+    @property
+    def has_no_media(self) -> bool:
+        return (self.nvml_profile_enum or "").endswith("_NO_ME")
 
     def placement_at(self, start: int) -> Placement | None:
         return next((p for p in self.placements if p.start == start), None)
@@ -71,7 +81,8 @@ def layout_problems(geometry: MigGeometry, instances: Iterable[MigInstanceSpec])
     """Every reason a set of GPU instances could not coexist on one GPU; empty when valid.
 
     The rules (mig.md §2): each placement is one the profile allows, memory ranges are
-    pairwise disjoint, and no profile exceeds its instance cap.
+    pairwise disjoint, no profile exceeds its instance cap, and beside a `+me.all` instance
+    (which takes every media engine) only `-me` instances exist.
     """
     problems: list[str] = []
     occupied: dict[int, MigInstanceSpec] = {}
@@ -105,4 +116,20 @@ def layout_problems(geometry: MigGeometry, instances: Iterable[MigInstanceSpec])
     if len(instances) > geometry.max_gpu_instances:
         problems.append(f"{len(instances)} instances exceed the GPU's cap of "
                         f"{geometry.max_gpu_instances}")
+    problems.extend(_media_problems(geometry, instances))
+    return problems
+
+
+def _media_problems(geometry: MigGeometry, instances: list[MigInstanceSpec]) -> list[str]:
+    placed = [(spec, geometry.profile(spec.profile_id)) for spec in instances]
+    placed = [(spec, profile) for spec, profile in placed if profile is not None]
+    problems = []
+    for spec, profile in placed:
+        if not profile.takes_all_media:
+            continue
+        for other_spec, other in placed:
+            if other_spec is not spec and not other.has_no_media:
+                problems.append(f"{profile.name} at {spec.start} takes every media engine; "
+                                f"beside it only -me profiles fit, not {other.name} at "
+                                f"{other_spec.start}")
     return problems
