@@ -1,0 +1,121 @@
+"""HTTP client for the agent endpoints of the server (DESIGN.md §5).
+
+Failures are translated at this boundary into one small tree, so callers decide by kind
+(retry, stop, report) and never by httpx exception or status code:
+
+    AgentError
+    ├── ServerUnavailable   no answer, a timeout, 5xx or 429: try again later, with backoff
+    └── ApiError            the server refused the request (4xx): code, message, details
+        └── TokenRejected   the token cannot do this — retrying cannot help
+            ├── Unauthorized   401: the join token is unknown, expired or used, or the
+            │                  node credential was revoked
+            └── Forbidden      403: e.g. the credential belongs to another machine
+
+The server's error body is `{"error": {"code", "message", "details"}}` (DESIGN.md §7).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
+
+REGISTER_PATH = "/api/v1/agent/register"
+HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
+
+ReplyT = TypeVar("ReplyT", bound=BaseModel)
+
+
+class AgentError(Exception):
+    pass
+
+
+class ServerUnavailable(AgentError):
+    """The server could not be reached or could not answer now."""
+
+
+class ApiError(AgentError):
+    def __init__(self, status_code: int, code: str, message: str,
+                 details: dict[str, Any] | None = None):
+        super().__init__(f"{code}: {message} (HTTP {status_code})")
+        self.status_code = status_code
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+
+class TokenRejected(ApiError):
+    pass
+
+
+class Unauthorized(TokenRejected):
+    pass
+
+
+class Forbidden(TokenRejected):
+    pass
+
+
+def error_from_response(response: httpx.Response) -> AgentError:
+    """The AgentError for a non-2xx response, read from the canonical error body if any."""
+    status = response.status_code
+    if status >= 500 or status in (408, 429):
+        return ServerUnavailable(f"{response.request.url} answered HTTP {status}")
+    code, message, details = f"http_{status}", response.reason_phrase or "request refused", {}
+    try:
+        error = response.json()["error"]
+        code = str(error.get("code") or code)
+        message = str(error.get("message") or message)
+        details = error.get("details") if isinstance(error.get("details"), dict) else {}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        text = response.text.strip()
+        message = text[:200] if text else message
+    cls = {401: Unauthorized, 403: Forbidden}.get(status, ApiError)
+    return cls(status, code, message, details)
+
+
+async def post(http: httpx.AsyncClient, url: str, bearer: str,
+               body: BaseModel | dict) -> httpx.Response:
+    """POST JSON with a bearer token; the 2xx response, or the AgentError for anything else."""
+    headers = {"Authorization": f"Bearer {bearer}"}
+    try:
+        if isinstance(body, BaseModel):
+            headers["Content-Type"] = "application/json"
+            response = await http.post(url, content=body.model_dump_json(exclude_none=True),
+                                       headers=headers)
+        else:
+            response = await http.post(url, json=body, headers=headers)
+    except httpx.TransportError as exc:
+        raise ServerUnavailable(f"{url}: {type(exc).__name__}: {exc}") from exc
+    if not response.is_success:
+        raise error_from_response(response)
+    return response
+
+
+def parse_reply(response: httpx.Response, model: type[ReplyT]) -> ReplyT:
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        raise ApiError(response.status_code, "invalid_reply",
+                       f"the server's reply is not a {model.__name__}: {exc}") from exc
+
+
+class AgentClient:
+    """The two agent endpoints. The httpx client is the caller's, so many agents in one
+    process can share one connection pool."""
+
+    def __init__(self, server_url: str, http: httpx.AsyncClient):
+        self.server_url = server_url.rstrip("/")
+        self.http = http
+
+    async def register(self, bearer: str, registration: NodeRegistration) -> RegistrationReply:
+        """Register (or re-register) the node with a join token or its node credential."""
+        response = await post(self.http, self.server_url + REGISTER_PATH, bearer, registration)
+        return parse_reply(response, RegistrationReply)
+
+    async def heartbeat(self, credential: str, heartbeat: Heartbeat) -> HeartbeatReply:
+        response = await post(self.http, self.server_url + HEARTBEAT_PATH, credential, heartbeat)
+        return parse_reply(response, HeartbeatReply)

@@ -1,0 +1,106 @@
+"""A stand-in for the server's agent and operator endpoints, for tests of the clients.
+
+It is not the server: it implements just enough of the documented protocol (DESIGN.md §5,
+the agent wire schemas) to drive the agent runner and the simulated fleet through
+`httpx.MockTransport`, with switches for the failures the clients must survive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+
+import httpx
+
+from gpufleet.wire.agent import Heartbeat, NodeRegistration
+
+
+def _error(status: int, code: str, message: str) -> httpx.Response:
+    return httpx.Response(status, json={"error": {"code": code, "message": message,
+                                                  "details": {}}})
+
+
+@dataclass
+class FakeServer:
+    operator_token: str = "operator-token"
+    heartbeat_interval_s: float = 30.0
+    desired_version: int = 0
+    mig_plans: list = field(default_factory=list)
+    environments: set[str] = field(default_factory=set)
+    join_tokens: dict[str, str] = field(default_factory=dict)  # token -> environment
+    credentials: dict[str, str] = field(default_factory=dict)  # credential -> machine id
+    nodes: dict[str, NodeRegistration] = field(default_factory=dict)  # machine id -> last
+    heartbeats: list[tuple[str, Heartbeat]] = field(default_factory=list)
+    fail_next: int = 0  # answer this many requests with 503 first
+    requests: list[str] = field(default_factory=list)
+    _ids: itertools.count = field(default_factory=itertools.count)
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    def desired_state(self) -> dict:
+        return {"version": self.desired_version, "bindings": [], "mig_plans": self.mig_plans}
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request.url.path)
+        if self.fail_next:
+            self.fail_next -= 1
+            return _error(503, "unavailable", "try later")
+        bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
+        body = json.loads(request.content or b"{}")
+        route = {"/api/v1/environments": self._environment,
+                 "/api/v1/join-tokens": self._join_tokens,
+                 "/api/v1/agent/register": self._register,
+                 "/api/v1/agent/heartbeat": self._heartbeat}.get(request.url.path)
+        if route is None:
+            return _error(404, "not_found", "no such route")
+        return route(bearer, body)
+
+    def _environment(self, bearer: str, body: dict) -> httpx.Response:
+        if bearer != self.operator_token:
+            return _error(401, "unauthenticated", "bad token")
+        if body["name"] in self.environments:
+            return _error(409, "environment_exists", "exists")
+        self.environments.add(body["name"])
+        return httpx.Response(201, json=body)
+
+    def _join_tokens(self, bearer: str, body: dict) -> httpx.Response:
+        if bearer != self.operator_token:
+            return _error(401, "unauthenticated", "bad token")
+        if body["environment"] not in self.environments or not 1 <= body["count"] <= 1000:
+            return _error(400, "invalid_input", "bad join token request")
+        tokens = []
+        for _ in range(body["count"]):
+            token = f"join-{next(self._ids)}"
+            self.join_tokens[token] = body["environment"]
+            tokens.append({"token": token, "environment": body["environment"],
+                           "expires_at": "2030-01-01T00:00:00Z"})
+        return httpx.Response(201, json={"tokens": tokens})
+
+    def _register(self, bearer: str, body: dict) -> httpx.Response:
+        registration = NodeRegistration.model_validate(body)
+        credential = None
+        if bearer in self.join_tokens:
+            environment = self.join_tokens.pop(bearer)
+            credential = f"cred-{next(self._ids)}"
+            self.credentials[credential] = registration.machine_id
+        elif self.credentials.get(bearer) == registration.machine_id:
+            environment = "known"
+        else:
+            return _error(401, "unauthenticated", "unknown, expired or used token")
+        self.nodes[registration.machine_id] = registration
+        return httpx.Response(201 if credential else 200, json={
+            "node": registration.hostname, "node_status": "ready", "environment": environment,
+            "credential": credential, "heartbeat_interval_s": self.heartbeat_interval_s,
+            "desired_state": self.desired_state(), "gpus_registered": len(registration.gpus)})
+
+    def _heartbeat(self, bearer: str, body: dict) -> httpx.Response:
+        machine_id = self.credentials.get(bearer)
+        if machine_id is None:
+            return _error(401, "unauthenticated", "revoked")
+        self.heartbeats.append((machine_id, Heartbeat.model_validate(body)))
+        return httpx.Response(200, json={
+            "node": self.nodes[machine_id].hostname, "node_status": "ready",
+            "heartbeat_interval_s": self.heartbeat_interval_s,
+            "desired_state": self.desired_state()})
