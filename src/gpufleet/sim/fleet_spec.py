@@ -27,14 +27,13 @@ from pydantic import (
 
 from gpufleet.domain.inventory import EnvironmentKind, SharingMode
 from gpufleet.domain.mig import MigInstanceSpec
-from gpufleet.wire.base import LabelKey, LabelValue, Name
+from gpufleet.wire.base import LabelKey, LabelValue, Name, Text
 
 from .mig_layouts import LayoutEntry, MigLayoutError, resolve_layout
 from .shapes import Shape, shape_named
 
 HostnamePrefix = Annotated[str, StringConstraints(
     min_length=1, max_length=48, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
-ShortText = Annotated[str, StringConstraints(max_length=127)]
 
 
 class FleetSpecError(ValueError):
@@ -48,10 +47,10 @@ class _Spec(BaseModel):
 class EnvironmentSpec(_Spec):
     name: Name
     kind: EnvironmentKind
-    provider: ShortText | None = None
-    region: ShortText | None = None
+    provider: Name | None = None
+    region: Name | None = None
     default_sharing_mode: SharingMode = SharingMode.EXCLUSIVE
-    description: Annotated[str, StringConstraints(max_length=2000)] = ""
+    description: Text | None = None
 
 
 class NodeGroupSpec(_Spec):

@@ -1,0 +1,114 @@
+"""Many simulated agents in one process, against a stand-in for the server's endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import stat
+
+import httpx
+import pytest
+
+from gpufleet.sim.fleet_runner import FleetProgress, run_simulated_fleet
+from gpufleet.sim.fleet_spec import parse_spec_text
+from gpufleet.sim.operator_api import OperatorApi, OperatorApiError
+from tests.fake_agent_server import FakeServer
+
+SPEC = parse_spec_text("""
+seed: 11
+environments:
+  - {name: lab, kind: onprem}
+  - {name: cloud, kind: cloud, provider: azure, region: koreacentral}
+node_groups:
+  - {environment: lab, shape: dgx-h100, count: 5, hostname_prefix: dgx}
+  - {environment: lab, shape: mig-a100, count: 2, hostname_prefix: mig}
+  - {environment: cloud, shape: azure-nc-a100-v4, count: 6, hostname_prefix: nc}
+""")
+NODES = 13
+GPUS = 5 * 8 + 2 * 8 + 6 * 4
+
+
+def run_fleet(server: FakeServer, state_dir, heartbeats: int = 30, token="operator-token",
+              spec=SPEC, progress: list | None = None) -> FleetProgress:
+    """Run until the server saw `heartbeats` more heartbeats; sleeps are instant."""
+    target = len(server.heartbeats) + heartbeats
+    stop = asyncio.Event()
+
+    async def sleep(_delay_s: float) -> None:
+        await asyncio.sleep(0)
+        if len(server.heartbeats) >= target:
+            stop.set()
+
+    async def go():
+        async with httpx.AsyncClient(transport=server.transport()) as http:
+            return await run_simulated_fleet(
+                "http://gpufleet.test", token, spec, state_dir, stop, concurrency=4,
+                on_progress=progress.append if progress is not None else None, http=http,
+                sleep=sleep, rng=random.Random(0))
+
+    return asyncio.run(go())
+
+
+def test_registers_every_node_and_keeps_them_heart_beating(tmp_path):
+    server = FakeServer()
+    progress: list[FleetProgress] = []
+    final = run_fleet(server, tmp_path, progress=progress)
+    assert server.environments == {"lab", "cloud"}
+    assert len(server.nodes) == NODES
+    assert (final.nodes_registered, final.gpus_registered, final.gpus_total) == (NODES, GPUS,
+                                                                                 GPUS)
+    assert final.nodes_failed == 0 and final.heartbeats_sent >= 30
+    assert final.phase == "stopped"
+    registering = [p.gpus_registered for p in progress if p.phase == "registering"]
+    assert registering == sorted(registering) and registering[-1] == GPUS
+    assert {machine for machine, _ in server.heartbeats} == set(server.nodes)
+
+
+def test_credentials_are_stored_privately_and_reused_on_restart(tmp_path):
+    server = FakeServer()
+    run_fleet(server, tmp_path)
+    path = tmp_path / "credentials.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    stored = json.loads(path.read_text())["nodes"]
+    assert set(stored) == set(server.nodes)
+    issued = len(server.credentials)
+    final = run_fleet(server, tmp_path)  # environments exist now (409) and nodes re-register
+    assert final.nodes_registered == NODES
+    assert len(server.credentials) == issued  # no new join tokens were spent
+    assert server.join_tokens == {}
+
+
+def test_rejected_stored_credentials_join_again_with_new_tokens(tmp_path, caplog):
+    run_fleet(FakeServer(), tmp_path)
+    fresh_server = FakeServer()  # e.g. the server's database was reset
+    final = run_fleet(fresh_server, tmp_path)
+    assert final.nodes_registered == NODES and final.nodes_failed == 0
+    assert "13 stored node credentials were rejected" in caplog.text
+    stored = json.loads((tmp_path / "credentials.json").read_text())["nodes"]
+    assert {e["credential"] for e in stored.values()} == set(fresh_server.credentials)
+
+
+def test_an_unavailable_server_is_waited_for(tmp_path):
+    server = FakeServer(fail_next=25)
+    final = run_fleet(server, tmp_path)
+    assert final.nodes_registered == NODES
+
+
+def test_a_bad_operator_token_is_a_clear_error(tmp_path):
+    with pytest.raises(OperatorApiError, match="environments refused: unauthenticated"):
+        run_fleet(FakeServer(), tmp_path, token="wrong")
+
+
+def test_join_tokens_are_minted_in_batches_of_at_most_1000():
+    server = FakeServer(environments={"lab"})
+
+    async def go():
+        async with httpx.AsyncClient(transport=server.transport()) as http:
+            api = OperatorApi("http://gpufleet.test", "operator-token", http, asyncio.sleep,
+                              random.Random(0))
+            return await api.mint_join_tokens("lab", 1001)
+
+    tokens = asyncio.run(go())
+    assert len(set(tokens)) == 1001
+    assert server.requests == ["/api/v1/join-tokens"] * 2
