@@ -10,7 +10,10 @@ Everything that differs between the two databases lives in this module:
 * PostgreSQL (psycopg 3): an ordinary pool; concurrent writers are serialised by
   row locks and unique constraints.
 * Errors: a database that cannot answer becomes `Unavailable` (503); a unique or foreign
-  key violation that slipped past the services' own checks becomes `Conflict` (409).
+  key violation that slipped past the services' own checks becomes `Conflict` (409); a
+  value the database cannot hold (an integer beyond 64 bits, a NUL character in text on
+  PostgreSQL) becomes `InvalidInput` (400) — SQLite says so with `OverflowError`,
+  PostgreSQL with a `DataError`.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.domain.errors import Conflict, Unavailable
+from gpufleet.domain.errors import Conflict, InvalidInput, Unavailable
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -108,7 +111,13 @@ class StateStore:
             session.rollback()
             raise Conflict("the change conflicts with existing records",
                            code="integrity_conflict",
-                           details={"database": str(exc.orig).splitlines()[0]}) from exc
+                           details={"database": _first_line(exc.orig)}) from exc
+        except (DataError, OverflowError) as exc:
+            session.rollback()
+            raise InvalidInput("a value is out of the range or form the state store accepts",
+                               code="invalid_value",
+                               details={"database": _first_line(getattr(exc, "orig", exc))}
+                               ) from exc
         except (OperationalError, PoolTimeout) as exc:
             session.rollback()
             raise Unavailable("the state store cannot answer right now; retry shortly",
@@ -150,3 +159,7 @@ class StateStore:
         self._write_engine.dispose()
         if self._read_engine is not self._write_engine:
             self._read_engine.dispose()
+
+
+def _first_line(exc: BaseException) -> str:
+    return next(iter(str(exc).splitlines()), type(exc).__name__)
