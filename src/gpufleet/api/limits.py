@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 from gpufleet.api.errors import error_body
@@ -22,6 +23,7 @@ class BodySizeLimit:
             return
         received = 0
         refused = False
+        started = False
 
         async def limited_receive():
             nonlocal received, refused
@@ -33,9 +35,19 @@ class BodySizeLimit:
                     raise _TooLarge
             return message
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
+        async def guarded_send(message):
+            # The framework may catch `_TooLarge` while reading the body and answer with its
+            # own error (FastAPI: 400 "error parsing the body"); once the body was refused,
+            # the answer is ours.
+            nonlocal started
+            if refused and not started:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        with contextlib.suppress(_TooLarge):
+            await self.app(scope, limited_receive, guarded_send)
+        if refused and not started:
             await self._refuse(send)
 
     async def _refuse(self, send) -> None:

@@ -54,11 +54,29 @@ def decode_cursor(cursor: str, width: int) -> list[Any]:
     return values
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
+def _fits(value: Any, column: ColumnElement) -> bool:
+    """Whether a cursor value can be compared with its sort column in SQL.
+
+    A forged cursor must be a 400, not a database type error (PostgreSQL refuses to compare
+    bigint with text) or an out-of-range bind.
+    """
+    expected = column.type.python_type
+    if expected is int:
+        return type(value) is int and value in _INT64
+    return isinstance(value, expected) and not isinstance(value, bool)
+
+
 def apply_page(query: Select, sort: SortSpec, cursor: str | None, limit: int) -> Select:
     """Order by the sort, start after the cursor, and fetch one row more than the page."""
     columns = sort.columns
     if cursor is not None:
         after = decode_cursor(cursor, len(columns))
+        if not all(_fits(value, column) for value, column in zip(after, columns, strict=True)):
+            raise InvalidInput("the cursor does not match this listing's sort",
+                               code="invalid_cursor", details={"cursor": cursor})
         key = tuple_(*columns)
         query = query.where(key < tuple_(*after) if sort.descending else key > tuple_(*after))
     order = [c.desc() if sort.descending else c.asc() for c in columns]

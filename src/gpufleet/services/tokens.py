@@ -117,7 +117,8 @@ def create_token(session: Session, principal: Principal, body: TokenCreate, now:
     if body.user is not None:
         user = session.scalar(select(User).where(User.name == body.user))
         if user is None:
-            raise NotFound(f"user '{body.user}' does not exist", code="user_not_found")
+            raise NotFound(f"user '{body.user}' does not exist", code="user_not_found",
+                           details={"user": body.user})
         if body.role is not None and body.role.value != user.role:
             raise InvalidInput(f"a token for user '{user.name}' carries the user's role "
                                f"'{user.role}', not '{body.role}'", code="role_mismatch")
@@ -154,7 +155,8 @@ def revoke_token(session: Session, principal: Principal, token_id: int, now: dat
     principal.require(Action.MANAGE_TOKENS)
     token = session.get(ApiToken, token_id)
     if token is None:
-        raise NotFound(f"token {token_id} does not exist", code="token_not_found")
+        raise NotFound(f"token {token_id} does not exist", code="token_not_found",
+                       details={"token": token_id})
     if token.revoked_at is None:
         token.revoked_at = now
         audit.record(session, at=now, actor=principal.actor, action="token.revoked",
