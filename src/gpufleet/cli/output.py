@@ -1,0 +1,125 @@
+"""How the CLI prints: Rich tables for people, the API's own JSON for scripts.
+
+With `--json` a command writes exactly `json.dumps(<API reply>, indent=2)` to stdout and
+nothing else there; hints and warnings go to stderr so they never corrupt a pipe.
+Timestamps are shown in UTC as `2026-11-02 09:00Z` and sizes in GiB, whatever the
+machine's locale or time zone, so two operators reading the same table see the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich import box
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+GIB = 1024**3
+PIPE_WIDTH_COLUMNS = 200  # piped tables are not wrapped at 80 columns
+EMPTY = "-"
+
+
+def _console(*, stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    wide = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(file=stream, width=PIPE_WIDTH_COLUMNS if wide else None, soft_wrap=False)
+
+
+def show(*renderables: RenderableType) -> None:
+    console = _console()
+    for renderable in renderables:
+        console.print(renderable)
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2))
+
+
+def emit(data: Any, as_json: bool, render: Callable[[Any], RenderableType]) -> None:
+    """The raw API JSON with `--json`, otherwise its table."""
+    if as_json:
+        print_json(data)
+    else:
+        show(render(data))
+
+
+def done(message: str) -> None:
+    """Say what a command changed (stdout: it is the command's result)."""
+    typer.echo(message)
+
+
+def note(message: str) -> None:
+    """A hint beside the result (stderr: keeps stdout clean for pipes)."""
+    typer.echo(message, err=True)
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *,
+          title: str | None = None, caption: str | None = None) -> Table:
+    """A listing: a header rule and no vertical bars, so `awk` / `grep` read it as well."""
+    result = Table(*columns, title=title, caption=caption, title_justify="left",
+                   caption_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                   pad_edge=False)
+    for row in rows:
+        result.add_row(*(Text(cell_text(value)) for value in row))
+    return result
+
+
+def fields(pairs: Mapping[str, Any], *, title: str | None = None) -> Table:
+    """A two-column `field  value` table for one object.
+
+    Cells are plain `Text`, never Rich markup: a label or reason such as `[red]` is data.
+    """
+    result = Table.grid(padding=(0, 2))
+    result.title = title
+    result.title_justify = "left"
+    result.add_column(style="bold")
+    result.add_column()
+    for name, value in pairs.items():
+        result.add_row(name, Text(cell_text(value)))
+    return result
+
+
+def cell_text(value: Any) -> str:
+    if value is None or value == "":
+        return EMPTY
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def gib(memory_bytes: int | None) -> str:
+    """Bytes as GiB: whole numbers bare (`80`), others to one decimal (`79.6`)."""
+    if memory_bytes is None:
+        return EMPTY
+    value = memory_bytes / GIB
+    return f"{value:.0f}" if value == round(value) else f"{value:.1f}"
+
+
+def when(timestamp: str | None) -> str:
+    """An API timestamp as `2026-11-02 09:00Z` (naive ones are taken as UTC)."""
+    if not timestamp:
+        return EMPTY
+    try:
+        moment = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return timestamp
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def labels_text(labels: Mapping[str, str] | None) -> str:
+    if not labels:
+        return EMPTY
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
