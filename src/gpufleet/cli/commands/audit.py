@@ -1,0 +1,39 @@
+"""`gpufleet audit ls`: the append-only log of who changed what, when and why."""
+
+
+import json
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli.client import api_path, connect
+from gpufleet.cli.commands.common import AllPages, JsonFlag, Limit, more_hint, query
+from gpufleet.cli.output import emit, table, when
+
+app = typer.Typer(help="The audit log.", no_args_is_help=True)
+
+
+@app.command("ls")
+def list_events(
+    subject_kind: Annotated[str | None, typer.Option(
+        "--subject-kind", help="e.g. node, gpu, token, project.")] = None,
+    subject: Annotated[str | None, typer.Option(
+        "--subject", help="The subject's name or id.")] = None,
+    action: Annotated[str | None, typer.Option(
+        "--action", help="e.g. node.cordoned, token.created.")] = None,
+    limit: Limit = None,
+    all_pages: AllPages = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """List audit events, newest first."""
+    params = query(subject_kind=subject_kind, subject=subject, action=action, limit=limit)
+    with connect() as api:
+        page = api.pages(api_path("audit-events"), params, follow=all_pages)
+    emit(page, as_json, lambda p: table(
+        ["id", "at", "actor", "action", "subject", "reason", "details"],
+        [[e["id"], when(e["at"]), e["actor"], e["action"],
+          f"{e['subject_kind']} {e['subject']}", e["reason"],
+          json.dumps(e["details"], sort_keys=True) if e["details"] else None]
+         for e in p["items"]]))
+    if not as_json:
+        more_hint(page, "events")

@@ -1,0 +1,56 @@
+"""Options several command groups share, and the query-string builder.
+
+Option types are declared once so `--environment` or `--json` reads the same in
+`fleet ls` and `node ls`. Choices come from the domain vocabulary (`GpuStatus`, …), so the
+CLI offers exactly the words the API accepts.
+"""
+
+
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+
+from gpufleet.cli.client import Params
+from gpufleet.cli.output import note
+from gpufleet.domain.inventory import GpuHealth
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON reply instead.")]
+AllPages = Annotated[bool, typer.Option("--all", help="Follow every page, not just the first.")]
+Limit = Annotated[int | None, typer.Option("--limit", min=1, help="Items per page.")]
+Reason = Annotated[str | None, typer.Option("--reason", help="Why; kept in the audit log.")]
+Environments = Annotated[list[str] | None, typer.Option(
+    "--environment", "-e", help="Only this environment; repeat for several.")]
+Models = Annotated[list[str] | None, typer.Option(
+    "--model", "-m", help="Only this GPU model key (e.g. H100-80GB); repeat for several.")]
+Healths = Annotated[list[GpuHealth] | None, typer.Option(
+    "--health", help="Only this GPU health; repeat for several.")]
+Labels = Annotated[list[str] | None, typer.Option(
+    "--label", "-l", help="Only with label key=value; repeat to require several.")]
+
+
+def query(**values: Any) -> Params:
+    """Query parameters from keyword values: lists repeat, None and empty lists vanish."""
+    params: Params = []
+    for name, value in values.items():
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if item is None:
+                continue
+            if isinstance(item, Enum):
+                item = item.value
+            elif isinstance(item, bool):
+                item = "true" if item else "false"
+            params.append((name, str(item)))
+    return params
+
+
+def body(**values: Any) -> dict[str, Any]:
+    """A request body without the options that were not given (the server's defaults win)."""
+    return {name: value.value if isinstance(value, Enum) else value
+            for name, value in values.items() if value is not None}
+
+
+def more_hint(page: dict[str, Any], what: str) -> None:
+    """Tell a person (on stderr) that a listing stopped at a page boundary."""
+    if page.get("next_cursor"):
+        note(f"more {what} exist: add --all to list them all, or narrow the filters")

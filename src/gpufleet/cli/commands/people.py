@@ -1,0 +1,106 @@
+"""`gpufleet user …` and `gpufleet project …`: who may use GPUs, and the unit of ownership."""
+
+
+from typing import Annotated, Any
+
+import typer
+
+from gpufleet.cli.client import api_path, connect
+from gpufleet.cli.commands.common import JsonFlag, body
+from gpufleet.cli.output import done, emit, fields, print_json, table, when
+from gpufleet.domain.access import Role
+
+users = typer.Typer(help="Users: people who hold tokens and belong to projects.",
+                    no_args_is_help=True)
+projects = typer.Typer(help="Projects: the unit of ownership, quota and billing.",
+                       no_args_is_help=True)
+
+ProjectName = Annotated[str, typer.Argument(help="The project's name.")]
+
+
+@users.command("create")
+def create_user(
+    name: Annotated[str, typer.Argument(help="Login-style name, e.g. alice.")],
+    role: Annotated[Role, typer.Option("--role", help="What the user may do.")],
+    email: Annotated[str | None, typer.Option("--email")] = None,
+    display_name: Annotated[str | None, typer.Option("--display-name")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a user (give them a token with `gpufleet token create --user`)."""
+    with connect() as api:
+        user = api.post(api_path("users"), body(name=name, role=role, email=email,
+                                                display_name=display_name))
+    if as_json:
+        print_json(user)
+        return
+    done(f"created user {user['name']} (role {user['role']})")
+
+
+@users.command("ls")
+def list_users(as_json: JsonFlag = False) -> None:
+    """List users and their projects."""
+    with connect() as api:
+        rows = api.get(api_path("users"))
+    emit(rows, as_json, lambda us: table(
+        ["name", "role", "display name", "email", "projects", "created"],
+        [[u["name"], u["role"], u["display_name"], u["email"], ", ".join(u["projects"]),
+          when(u["created_at"])] for u in us]))
+
+
+@projects.command("create")
+def create_project(
+    name: ProjectName,
+    organisation: Annotated[str, typer.Option("--organisation", help="Owning organisation.")],
+    department: Annotated[str | None, typer.Option("--department")] = None,
+    cost_centre: Annotated[str | None, typer.Option(
+        "--cost-centre", help="Where chargeback is booked.")] = None,
+    description: Annotated[str | None, typer.Option("--description")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a project."""
+    with connect() as api:
+        project = api.post(api_path("projects"), body(
+            name=name, organisation=organisation, department=department,
+            cost_centre=cost_centre, description=description))
+    if as_json:
+        print_json(project)
+        return
+    done(f"created project {project['name']} (organisation {project['organisation']})")
+
+
+@projects.command("ls")
+def list_projects(as_json: JsonFlag = False) -> None:
+    """List projects (members see their own only)."""
+    with connect() as api:
+        rows = api.get(api_path("projects"))
+    emit(rows, as_json, lambda ps: table(
+        ["name", "organisation", "department", "cost centre", "members", "created"],
+        [[p["name"], p["organisation"], p["department"], p["cost_centre"], len(p["members"]),
+          when(p["created_at"])] for p in ps]))
+
+
+def _project_fields(project: dict[str, Any]) -> Any:
+    return fields({
+        "name": project["name"], "organisation": project["organisation"],
+        "department": project["department"], "cost centre": project["cost_centre"],
+        "description": project["description"], "created": when(project["created_at"]),
+        "members": ", ".join(project["members"]),
+    }, title=f"project {project['name']}")
+
+
+@projects.command("show")
+def show_project(name: ProjectName, as_json: JsonFlag = False) -> None:
+    """One project and its members."""
+    with connect() as api:
+        project = api.get(api_path("projects", name))
+    emit(project, as_json, _project_fields)
+
+
+@projects.command("add-member")
+def add_member(project: ProjectName,
+               user: Annotated[str, typer.Argument(help="The user to add.")]) -> None:
+    """Add a user to a project."""
+    with connect() as api:
+        updated = api.post(api_path("projects", project, "members"), body(user=user))
+    done(f"added {user} to project {updated['name']} "
+         f"(members: {', '.join(updated['members'])})")
