@@ -1,0 +1,356 @@
+"""The `gpufleet` CLI against a real server: every HTTP call goes through the ASGI app.
+
+`cli.client.http_factory` is pointed at the conftest's TestClient, so these tests run the
+real commands, the real API and a real database (SQLite and PostgreSQL) in-process. The
+factory records the base URL each command asked for, which is how the tests see whether a
+URL came from the login file or from `GPUFLEET_URL`.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from contextlib import contextmanager
+
+import pytest
+from typer.testing import CliRunner
+
+from gpufleet.cli import client as cli_client
+from gpufleet.cli.main import app
+from gpufleet.settings import login_file_path
+from tests.helpers import create_environment, gpu, join_token, register, registration
+
+runner = CliRunner()
+LOGIN_URL = "http://gpufleet.example:8080"
+
+
+def invoke(*args: object, input: str | None = None):
+    return runner.invoke(app, [str(a) for a in args], input=input)
+
+
+def ok(*args: object, input: str | None = None):
+    result = invoke(*args, input=input)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def json_of(*args: object):
+    return json.loads(ok(*args, "--json").stdout)
+
+
+def rows(text: str, first: str) -> list[list[str]]:
+    """The table rows (as words) whose first cell starts with `first`."""
+    return [words for words in (line.split() for line in text.splitlines())
+            if words and words[0].startswith(first)]
+
+
+def assert_one_error_line(result, *fragments: str) -> str:
+    """Exit 1, nothing on stdout, exactly one `error: …` line on stderr, no traceback."""
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def urls(client, monkeypatch) -> list[str]:
+    """Route the CLI's HTTP through the test app; the list collects the URLs it asked for."""
+    seen: list[str] = []
+
+    @contextmanager
+    def through_test_app(base_url: str):
+        seen.append(base_url)
+        yield client
+
+    monkeypatch.setattr(cli_client, "http_factory", through_test_app)
+    return seen
+
+
+@pytest.fixture
+def cli(urls, admin_token, monkeypatch) -> list[str]:
+    """The CLI as the bootstrap admin, by `GPUFLEET_TOKEN`."""
+    monkeypatch.setenv("GPUFLEET_TOKEN", admin_token)
+    return urls
+
+
+def register_a100s(api, node: int, environment: str, count: int = 4) -> dict:
+    body = registration(node, gpus=0)
+    body["gpus"] = [gpu(node, i, name="NVIDIA A100-SXM4-80GB", pci_device_id=None)
+                    for i in range(count)]
+    response = api.as_(join_token(api, environment)).post("/api/v1/agent/register", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.fixture
+def fleet(api) -> dict[str, int]:
+    """Two on-prem nodes of 8 × H100 and one cloud node of 4 × A100: 20 GPUs."""
+    create_environment(api, "onprem-hpc")
+    create_environment(api, "azure-koreacentral", kind="cloud", provider="azure",
+                       region="koreacentral")
+    register(api, 1)
+    register(api, 2)
+    register_a100s(api, 3, "azure-koreacentral")
+    return {"onprem-hpc": 16, "azure-koreacentral": 4}
+
+
+# --- login, logout and where the URL and token come from -------------------------------------
+
+def test_login_writes_a_private_file_that_later_commands_use(urls, admin_token):
+    result = ok("login", "--url", LOGIN_URL + "/", "--token", admin_token)
+    assert f"logged in to {LOGIN_URL} as admin (role admin)" in result.stdout
+
+    path = login_file_path()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert json.loads(path.read_text()) == {"url": LOGIN_URL, "token": admin_token}
+
+    assert json_of("whoami")["role"] == "admin"
+    assert urls == [LOGIN_URL, LOGIN_URL]
+
+
+def test_login_asks_for_the_token_without_echoing_it(urls, admin_token):
+    result = ok("login", "--url", LOGIN_URL, input=admin_token + "\n")
+    assert admin_token not in result.output
+    assert json.loads(login_file_path().read_text())["token"] == admin_token
+
+
+def test_login_with_a_bad_token_stores_nothing(urls, admin_token):
+    result = invoke("login", "--url", LOGIN_URL, "--token", "gfa_not-a-token")
+    assert_one_error_line(result, f"{LOGIN_URL} refused this token: unknown token (invalid_token)")
+    assert not login_file_path().exists()
+
+
+def test_environment_overrides_the_stored_login(urls, api, admin_token, monkeypatch):
+    ok("login", "--url", LOGIN_URL, "--token", admin_token)
+    viewer = api.post("/api/v1/tokens", json={"name": "dash", "role": "viewer"}).json()
+    monkeypatch.setenv("GPUFLEET_TOKEN", viewer["token"])
+    monkeypatch.setenv("GPUFLEET_URL", "http://other.example:9000")
+
+    assert json_of("whoami")["role"] == "viewer"
+    assert urls[-1] == "http://other.example:9000"
+
+
+def test_logout_forgets_the_login(urls, admin_token):
+    ok("login", "--url", LOGIN_URL, "--token", admin_token)
+    assert "logged out" in ok("logout").stdout
+    assert not login_file_path().exists()
+    assert_one_error_line(invoke("whoami"), "no API token", "gpufleet login")
+    assert "not logged in" in ok("logout").stdout
+
+
+# --- the fleet ---------------------------------------------------------------------------------
+
+def test_fleet_summary_json_has_one_entry_per_environment(cli, fleet):
+    summary = json_of("fleet", "summary")
+    assert summary["total_gpus"] == 20
+    assert {e["environment"]: e["total_gpus"] for e in summary["by_environment"]} == fleet
+
+
+def test_fleet_summary_table_counts_by_environment_and_model(cli, fleet):
+    text = ok("fleet", "summary").stdout
+    assert "20 GPUs on 3 nodes" in text
+    by_model = {words[1]: words for words in rows(text, "onprem-hpc")
+                + rows(text, "azure-koreacentral")}
+    assert by_model["H100-80GB"][-2:] == ["16", "16"]  # free, total
+    assert by_model["A100-80GB"][-2:] == ["4", "4"]
+    assert rows(text, "all") == [["all", "20", "20"]]
+    assert "cordoned" not in text  # only the statuses that occur get a column
+
+
+def test_fleet_ls_filters_by_environment_and_model(cli, fleet):
+    page = json_of("fleet", "ls", "--environment", "onprem-hpc", "--model", "H100-80GB")
+    assert len(page["items"]) == 16
+    assert {(g["environment"], g["model"]) for g in page["items"]} == {("onprem-hpc",
+                                                                         "H100-80GB")}
+    assert json_of("fleet", "ls", "-e", "azure-koreacentral", "-m", "H100-80GB")["items"] == []
+    both = json_of("fleet", "ls", "-m", "H100-80GB", "-m", "A100-80GB", "--node", "node-3")
+    assert [g["index"] for g in both["items"]] == [0, 1, 2, 3]
+
+
+def test_fleet_ls_table_shows_each_gpu(cli, fleet):
+    text = ok("fleet", "ls", "--environment", "azure-koreacentral").stdout
+    lines = rows(text, "GPU-")
+    assert len(lines) == 4
+    assert lines[0][:6] == [gpu(3, 0)["uuid"], "node-3", "azure-koreacentral", "0",
+                            "A100-80GB", "80"]
+
+
+def test_fleet_ls_pages_and_follows_every_page_with_all(cli, fleet):
+    first = invoke("fleet", "ls", "--limit", "5")
+    assert first.exit_code == 0
+    assert len(rows(first.stdout, "GPU-")) == 5
+    assert "--all" in first.stderr
+    page = json_of("fleet", "ls", "--limit", "5")
+    assert len(page["items"]) == 5 and page["next_cursor"]
+    everything = json_of("fleet", "ls", "--limit", "5", "--all", "--sort", "-model")
+    assert len(everything["items"]) == 20 and everything["next_cursor"] is None
+    assert everything["items"][0]["model"] == "H100-80GB"
+    assert len({g["uuid"] for g in everything["items"]}) == 20
+
+
+def test_fleet_ls_node_label_filter(cli, fleet):
+    page = json_of("fleet", "ls", "--node-label", "rack=r2", "--all")
+    assert {g["node"] for g in page["items"]} == {"node-2"}
+
+
+def test_allocation_and_project_filter_by_the_lifecycle_labels(cli, fleet):
+    assert len(json_of("fleet", "ls", "--all")["items"]) == 20
+    assert json_of("fleet", "ls", "--project", "vision")["items"] == []
+    assert json_of("fleet", "ls", "--allocation", "GR-1042")["items"] == []
+
+
+def test_fleet_show_one_gpu(cli, fleet):
+    uuid = gpu(1, 3)["uuid"]
+    assert json_of("fleet", "show", uuid)["index"] == 3
+    text = ok("fleet", "show", uuid).stdout
+    assert uuid in text and "H100-80GB" in text and "node-1" in text
+
+
+def test_a_bad_filter_value_is_a_usage_error(cli, fleet):
+    result = invoke("fleet", "ls", "--status", "sleeping")
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+# --- errors are one line -----------------------------------------------------------------------
+
+def test_api_error_is_one_line_with_exit_1(cli, fleet):
+    assert_one_error_line(invoke("node", "show", "nope"),
+                          "node 'nope' does not exist", "node_not_found")
+
+
+def test_unauthenticated_error_says_how_to_log_in(urls, monkeypatch):
+    monkeypatch.setenv("GPUFLEET_TOKEN", "gfa_wrong")
+    assert_one_error_line(invoke("fleet", "summary"), "unknown token", "gpufleet login")
+
+
+def test_validation_error_is_one_line(cli):
+    assert_one_error_line(invoke("token", "create", "--name", "x"), "role_required")
+
+
+# --- nodes and GPUs ----------------------------------------------------------------------------
+
+def test_node_cordon_and_uncordon(cli, fleet):
+    result = ok("node", "cordon", "node-1", "--reason", "firmware update")
+    assert result.stdout.strip() == "cordoned node node-1 (status cordoned)"
+    assert [n["name"] for n in json_of("node", "ls", "--status", "cordoned")["items"]] == [
+        "node-1"]
+    assert len(json_of("fleet", "ls", "--status", "cordoned")["items"]) == 8
+    assert "cordoned" in ok("fleet", "summary").stdout
+    events = json_of("audit", "ls", "--subject-kind", "node", "--subject", "node-1")
+    assert events["items"][0]["action"] == "node.cordoned"
+    assert events["items"][0]["reason"] == "firmware update"
+
+    assert "status ready" in ok("node", "uncordon", "node-1").stdout
+
+
+def test_node_retire_asks_first(cli, fleet):
+    refused = invoke("node", "retire", "node-2", input="n\n")
+    assert refused.exit_code == 1
+    assert json_of("node", "show", "node-2")["status"] == "ready"
+    assert "status retired" in ok("node", "retire", "node-2", "--yes").stdout
+    assert "status retired" in ok("node", "retire", "node-1", input="y\n").stdout
+
+
+def test_node_ls_and_show(cli, fleet):
+    text = ok("node", "ls", "--environment", "onprem-hpc").stdout
+    assert "node-1" in text and "node-2" in text and "node-3" not in text
+    assert [n["name"] for n in json_of("node", "ls", "--model", "A100-80GB")["items"]] == [
+        "node-3"]
+    detail = json_of("node", "show", "node-3")
+    assert len(detail["gpu_list"]) == 4
+    text = ok("node", "show", "node-3").stdout
+    assert "azure-koreacentral" in text and gpu(3, 3)["uuid"] in text
+
+
+def test_gpu_quarantine_and_unquarantine(cli, fleet):
+    uuid = gpu(2, 5)["uuid"]
+    assert "status quarantined" in ok("gpu", "quarantine", uuid, "--reason", "XID 79").stdout
+    shown = json_of("fleet", "show", uuid)
+    assert (shown["health"], shown["health_reason"]) == ("quarantined", "XID 79")
+    assert "status free" in ok("gpu", "unquarantine", uuid, "--reason", "reseated").stdout
+    assert invoke("gpu", "quarantine", uuid).exit_code == 2  # --reason is required
+
+
+def test_gpu_approve_move(cli, fleet):
+    uuid = gpu(1, 0)["uuid"]
+    result = ok("gpu", "approve-move", uuid, "--to-node", "node-9", "--reason", "swap")
+    assert f"GPU {uuid} may move to node node-9" in result.stdout
+
+
+# --- tokens, users, projects, environments -----------------------------------------------------
+
+def test_token_create_list_and_revoke(cli):
+    created = ok("token", "create", "--name", "grafana", "--role", "viewer")
+    secret = created.stdout.strip().splitlines()[-1]
+    assert secret.startswith("gfa_")
+    assert "not shown again" in created.stderr
+
+    listed = json_of("token", "ls")
+    token_id = next(t["id"] for t in listed if t["name"] == "grafana")
+    assert "grafana" in ok("token", "ls").stdout
+
+    assert f"revoked token {token_id} 'grafana'" in ok(
+        "token", "revoke", token_id, "--reason", "rotated").stdout
+    assert all(t["id"] != token_id for t in json_of("token", "ls"))
+    assert any(t["id"] == token_id for t in json_of("token", "ls", "--include-revoked"))
+
+
+def test_a_revoked_token_is_refused(cli, monkeypatch):
+    issued = json_of("token", "create", "--name", "short", "--role", "operator")
+    ok("token", "revoke", issued["id"])
+    monkeypatch.setenv("GPUFLEET_TOKEN", issued["token"])
+    assert_one_error_line(invoke("whoami"), "revoked")
+
+
+def test_join_tokens(cli, fleet):
+    issued = json_of("token", "join", "--environment", "onprem-hpc", "--count", "2")
+    assert [t["token"][:4] for t in issued["tokens"]] == ["gfj_", "gfj_"]
+    text = ok("token", "join", "-e", "onprem-hpc").stdout
+    assert "gfj_" in text
+
+
+def test_users_and_projects(cli):
+    assert "created user alice (role member)" in ok(
+        "user", "create", "alice", "--role", "member", "--email", "alice@example.org").stdout
+    assert "created project vision" in ok(
+        "project", "create", "vision", "--organisation", "research",
+        "--cost-centre", "CC-7").stdout
+    assert "added alice to project vision" in ok("project", "add-member", "vision",
+                                                 "alice").stdout
+
+    project = json_of("project", "show", "vision")
+    assert (project["members"], project["cost_centre"]) == (["alice"], "CC-7")
+    assert "alice" in ok("project", "show", "vision").stdout
+    assert [p["name"] for p in json_of("project", "ls")] == ["vision"]
+    assert "vision" in ok("project", "ls").stdout
+    users = {u["name"]: u for u in json_of("user", "ls")}
+    assert users["alice"]["projects"] == ["vision"]
+    assert "alice@example.org" in ok("user", "ls").stdout
+
+    token = json_of("token", "create", "--name", "alice-laptop", "--user", "alice")
+    assert token["role"] == "member"
+    assert_one_error_line(invoke("project", "add-member", "vision", "alice"), "already")
+
+
+def test_environments(cli):
+    assert "created environment onprem-slicing (onprem, default sharing mode shared)" in ok(
+        "environment", "create", "onprem-slicing", "--kind", "onprem",
+        "--default-sharing-mode", "shared").stdout
+    environments = json_of("environment", "ls")
+    assert [(e["name"], e["default_sharing_mode"]) for e in environments] == [
+        ("onprem-slicing", "shared")]
+    assert "onprem-slicing" in ok("environment", "ls").stdout
+    assert "0 GPUs on 0 nodes" in ok("fleet", "summary").stdout
+
+
+def test_audit_ls_table(cli, fleet):
+    text = ok("audit", "ls", "--limit", "3").stdout
+    assert "environment.created" in text or "node" in text
+    assert len(json_of("audit", "ls", "--limit", "2", "--all")["items"]) >= 4
