@@ -1,6 +1,6 @@
 """The `gpufleet` command line: talks to a server over HTTP (plus `serve`, `agent`, `demo`).
 
-Modules: `client` (HTTP and the error tree), `output` (tables and `--json`), `views`
+Modules: `errors` (the error tree), `client` (HTTP), `output` (tables and `--json`), `views`
 (how inventory objects look as tables), `commands/` (one module per command group) and
 `main` (the Typer app and the one place errors become `error: …` lines).
 """

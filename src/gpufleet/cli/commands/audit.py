@@ -1,6 +1,5 @@
 """`gpufleet audit ls`: the append-only log of who changed what, when and why."""
 
-
 import json
 from typing import Annotated
 

@@ -1,16 +1,15 @@
 """`gpufleet login`, `logout` and `whoami`: who the CLI talks to, and as whom."""
 
-
 import os
 from typing import Annotated, Any
 
 import typer
 
-from gpufleet.cli import credentials
 from gpufleet.cli.client import api_path, cli_settings, connect, connect_to
 from gpufleet.cli.commands.common import JsonFlag
 from gpufleet.cli.errors import ApiError, CliError
 from gpufleet.cli.output import done, emit, fields, note
+from gpufleet.settings import login_file_path, store_login
 
 OVERRIDING_ENV = ("GPUFLEET_URL", "GPUFLEET_TOKEN")
 
@@ -40,7 +39,7 @@ def login(
             if exc.status != 401:
                 raise
             raise CliError(f"{api.url} refused this token: {exc.message} ({exc.code})") from None
-        path = credentials.save_login(api.url, token)
+        path = store_login(api.url, token)
     done(f"logged in to {api.url} as {_identity(who)}; saved to {path}")
     overriding = [name for name in OVERRIDING_ENV if os.environ.get(name)]
     if overriding:
@@ -49,8 +48,13 @@ def login(
 
 def logout() -> None:
     """Forget the stored login. The token stays valid until revoked (`gpufleet token revoke`)."""
-    path = credentials.remove_login()
-    done(f"logged out: removed {path}" if path else "not logged in: no stored login to remove")
+    path = login_file_path()
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        done("not logged in: no stored login to remove")
+        return
+    done(f"logged out: removed {path}")
 
 
 def whoami(as_json: JsonFlag = False) -> None:

@@ -5,7 +5,6 @@ Option types are declared once so `--environment` or `--json` reads the same in
 CLI offers exactly the words the API accepts.
 """
 
-
 from enum import Enum
 from typing import Annotated, Any
 

@@ -1,6 +1,5 @@
 """`gpufleet config show` and `config docs`: the settings, declared once, seen two ways."""
 
-
 from pathlib import Path
 from typing import Annotated, Any
 

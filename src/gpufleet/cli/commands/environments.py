@@ -1,6 +1,5 @@
 """`gpufleet environment create | ls`: where GPUs live."""
 
-
 from typing import Annotated
 
 import typer

@@ -1,6 +1,5 @@
 """`gpufleet fleet summary | ls | show`: the GPUs, by count and one by one."""
 
-
 from typing import Annotated
 
 import typer

@@ -1,6 +1,5 @@
 """`gpufleet gpu quarantine | unquarantine | approve-move`: operator decisions on one GPU."""
 
-
 from typing import Annotated
 
 import typer

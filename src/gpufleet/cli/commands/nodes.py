@@ -1,6 +1,5 @@
 """`gpufleet node ls | show | cordon | uncordon | retire`."""
 
-
 from typing import Annotated
 
 import typer

@@ -1,6 +1,5 @@
 """`gpufleet user …` and `gpufleet project …`: who may use GPUs, and the unit of ownership."""
 
-
 from typing import Annotated, Any
 
 import typer

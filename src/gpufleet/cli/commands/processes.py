@@ -4,7 +4,6 @@ Each imports its implementation only when run, so `gpufleet fleet ls` on a lapto
 loads the server's database stack or the agent's backends.
 """
 
-
 from pathlib import Path
 from typing import Annotated
 

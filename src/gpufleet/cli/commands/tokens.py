@@ -3,7 +3,6 @@
 A secret is printed once, when it is issued: the server stores only its hash.
 """
 
-
 from typing import Annotated
 
 import typer
