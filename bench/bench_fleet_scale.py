@@ -120,7 +120,10 @@ def main() -> None:
     args = parser.parse_args()
     database_url = fresh_postgres_url() if args.database == "postgres" else None
     with tempfile.TemporaryDirectory() as tmp, \
-            running_server(Path(tmp), database_url) as (url, token):
+            running_server(Path(tmp), database_url,
+                           # registration only: no agent heartbeats here, so keep the
+                           # silent-node sweep from marking the fleet unreachable mid-run
+                           heartbeat_interval_s=3600) as (url, token):
         print(f"== {args.database}: {args.nodes} nodes × 8 GPUs")
         asyncio.run(register_fleet(url, token, args.nodes, args.concurrency))
         time_queries(url, token, args.repeats)
