@@ -85,7 +85,13 @@ class NodeFilter:
     label: list[str] = field(default_factory=list)
 
 
-def _gpu_conditions(f: GpuFilter) -> list:
+def _own_projects(principal: Principal):
+    """GPUs whose `project` label is one of the caller's projects."""
+    return exists().where(GpuLabel.gpu_id == Gpu.id, GpuLabel.key == "project",
+                          GpuLabel.value.in_(sorted(principal.project_names)))
+
+
+def _gpu_conditions(f: GpuFilter, principal: Principal) -> list:
     conditions = []
     if f.environment:
         conditions.append(Environment.name.in_(f.environment))
@@ -104,6 +110,9 @@ def _gpu_conditions(f: GpuFilter) -> list:
     for key, value in parse_labels(f.label):
         conditions.append(exists().where(GpuLabel.gpu_id == Gpu.id, GpuLabel.key == key,
                                          GpuLabel.value == value))
+        if key in ALLOCATION_LABELS and not sees_all_projects(principal.role):
+            # A label the listing withholds must not be found by filtering on it either.
+            conditions.append(_own_projects(principal))
     for key, value in parse_labels(f.node_label):
         conditions.append(exists().where(NodeLabel.node_id == Gpu.node_id, NodeLabel.key == key,
                                          NodeLabel.value == value))
@@ -136,7 +145,7 @@ def list_gpus(session: Session, principal: Principal, f: GpuFilter, sort: str,
     query = (select(Gpu, Node.name, Environment.name, *spec.columns)
              .join(Node, Node.id == Gpu.node_id)
              .join(Environment, Environment.id == Gpu.environment_id)
-             .where(*_gpu_conditions(f)))
+             .where(*_gpu_conditions(f, principal)))
     rows = session.execute(apply_page(query, spec, cursor, limit)).all()
     width = len(spec.columns)
     rows, next_cursor = split_page(rows, limit, lambda row: tuple(row)[-width:])

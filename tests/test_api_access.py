@@ -1,0 +1,429 @@
+"""Who may call what: every route × every kind of caller, and the scoping on top of roles.
+
+The expected grants are written out here, not imported from `gpufleet.domain.access`, so a
+change to either the code or this table is caught. Every route of the app must have a row:
+a new route without one fails `test_every_route_is_in_the_matrix`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, select, text
+
+from gpufleet.api.app import create_app
+from gpufleet.clock import ManualClock
+from gpufleet.services.app import Gpufleet
+from gpufleet.services.principal import SYSTEM
+from gpufleet.settings import Settings
+from gpufleet.store.database import StateStore
+from gpufleet.store.tables import Gpu, GpuLabel, Node
+from gpufleet.wire.inventory import UserCreate
+from tests.conftest import POSTGRES_ENV
+from tests.helpers import create_environment, gpu_uuid, join_token, register, registration
+
+# --- the matrix --------------------------------------------------------------------------
+
+ROLES = ("admin", "operator", "member", "viewer", "agent", "ingest")
+# Callers that are not a valid API token: each must get 401 everywhere it is not allowed.
+NOT_AUTHENTICATED = ("none", "revoked", "expired", "join")
+CALLERS = ROLES + NOT_AUTHENTICATED
+
+EVERYONE = frozenset(ROLES)
+READERS = frozenset({"admin", "operator", "member", "viewer"})
+OPERATORS = frozenset({"admin", "operator"})
+ADMIN = frozenset({"admin"})
+
+MATRIX: dict[tuple[str, str], frozenset[str]] = {
+    ("GET", "/api/v1/whoami"): EVERYONE,
+    ("POST", "/api/v1/tokens"): ADMIN,
+    ("GET", "/api/v1/tokens"): ADMIN,
+    ("POST", "/api/v1/tokens/{token_id}/revoke"): ADMIN,
+    ("POST", "/api/v1/join-tokens"): OPERATORS,
+    ("GET", "/api/v1/users"): OPERATORS,
+    ("POST", "/api/v1/users"): ADMIN,
+    ("GET", "/api/v1/projects"): READERS,
+    ("POST", "/api/v1/projects"): OPERATORS,
+    ("GET", "/api/v1/projects/{name}"): READERS,
+    ("POST", "/api/v1/projects/{name}/members"): OPERATORS,
+    ("GET", "/api/v1/audit-events"): OPERATORS,
+    ("GET", "/api/v1/fleet/summary"): READERS,
+    ("GET", "/api/v1/gpus"): READERS,
+    ("GET", "/api/v1/gpus/{uuid}"): READERS,
+    ("POST", "/api/v1/gpus/{uuid}/health"): OPERATORS,
+    ("POST", "/api/v1/gpus/{uuid}/move-approvals"): OPERATORS,
+    ("GET", "/api/v1/nodes"): READERS,
+    ("GET", "/api/v1/nodes/{name}"): READERS,
+    ("POST", "/api/v1/nodes/{name}/cordon"): OPERATORS,
+    ("POST", "/api/v1/nodes/{name}/uncordon"): OPERATORS,
+    ("POST", "/api/v1/nodes/{name}/retire"): OPERATORS,
+    ("GET", "/api/v1/environments"): READERS,
+    ("POST", "/api/v1/environments"): OPERATORS,
+    # Registration is authenticated by the token itself: a join token admits a new node,
+    # a node's own credential re-registers it; no other token may.
+    ("POST", "/api/v1/agent/register"): frozenset({"agent", "join"}),
+    ("POST", "/api/v1/agent/heartbeat"): frozenset({"agent"}),
+}
+
+# Intentionally public, and the only exceptions: probes and the API's own documentation.
+PUBLIC = {
+    ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/docs"), ("GET", "/openapi.json"),
+    ("GET", "/docs/oauth2-redirect"), ("GET", "/redoc"),
+}
+
+
+def expected_status(caller: str, route: tuple[str, str]) -> int | None:
+    """None: allowed (any 2xx); otherwise the status the caller must get."""
+    if caller in MATRIX[route]:
+        return None
+    return 401 if caller in NOT_AUTHENTICATED else 403
+
+
+CASES = list(itertools.product(CALLERS, MATRIX))
+
+
+# --- one fleet per database for the whole matrix -----------------------------------------
+
+NODE_SELF, NODE_CORDON, NODE_RETIRE, NODE_NEW = 1, 2, 3, 50
+
+
+@dataclass
+class World:
+    gf: Gpufleet
+    client: TestClient
+    clock: ManualClock
+    tokens: dict[str, str | None] = field(default_factory=dict)
+    throwaway_token_id: int = 0
+    serial: itertools.count = field(default_factory=itertools.count)
+
+    def unique(self, prefix: str) -> str:
+        return f"{prefix}{next(self.serial)}"
+
+
+def _settings(data_dir) -> Settings:
+    with pytest.MonkeyPatch.context() as mp:  # no developer config leaks into the world
+        for name in list(os.environ):
+            if name.startswith("GPUFLEET_"):
+                mp.delenv(name)
+        mp.setenv("GPUFLEET_CONFIG_DIR", str(data_dir / "config"))
+        return Settings(data_dir=data_dir, heartbeat_interval_s=30,
+                        unreachable_after_missed_heartbeats=3)
+
+
+@pytest.fixture(scope="module",
+                params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def world_store(request, tmp_path_factory) -> Iterator[StateStore]:
+    """A database of its own for this module (the matrix shares one fleet across cases)."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("access") / "gpufleet.db"
+        shutil.copy(request.getfixturevalue("sqlite_template"), path)
+        store = StateStore(f"sqlite:///{path}", sqlite_synchronous="NORMAL")
+        yield store
+        store.dispose()
+        return
+    base = os.environ.get(POSTGRES_ENV)
+    if not base:
+        pytest.skip(f"PostgreSQL tests need {POSTGRES_ENV}")
+    schema = f"gpufleet_access_{uuidlib.uuid4().hex[:10]}"
+    admin = create_engine(base)
+    with admin.begin() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    separator = "&" if "?" in base else "?"
+    store = StateStore(f"{base}{separator}options=-csearch_path%3D{schema}")
+    store.migrate()
+    try:
+        yield store
+    finally:
+        store.dispose()
+        with admin.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="module")
+def world(world_store, tmp_path_factory) -> Iterator[World]:
+    from tests.conftest import START, Api
+
+    data_dir = tmp_path_factory.mktemp("access-data")
+    clock = ManualClock(START)
+    gf = Gpufleet(world_store, _settings(data_dir), clock)
+    admin_token = gf.bootstrap_admin_token(data_dir / "admin-token")
+    with TestClient(create_app(gf, background_loops=False)) as client:
+        api = Api(client, admin_token)
+        w = World(gf, client, clock)
+        create_environment(api)
+        agent = register(api, NODE_SELF, gpus=2)["credential"]
+        register(api, NODE_CORDON, gpus=1)
+        register(api, NODE_RETIRE, gpus=1)
+        for user, role in (("olga", "operator"), ("mia", "member"), ("vic", "viewer")):
+            assert api.post("/api/v1/users", json={"name": user, "role": role}).status_code == 201
+        for project in ("vision", "speech"):
+            created = api.post("/api/v1/projects", json={"name": project, "organisation": "r"})
+            assert created.status_code == 201
+        assert api.post("/api/v1/projects/vision/members", json={"user": "mia"}).status_code == 201
+
+        def token(**body) -> dict:
+            response = api.post("/api/v1/tokens", json={"name": w.unique("t"), **body})
+            assert response.status_code == 201, response.text
+            return response.json()
+
+        revoked = token(role="viewer")
+        assert api.post(f"/api/v1/tokens/{revoked['id']}/revoke").status_code == 200
+        w.throwaway_token_id = token(role="viewer")["id"]
+        expired = token(role="viewer", expires_in_days=1)
+        w.tokens = {
+            "admin": admin_token, "operator": token(user="olga")["token"],
+            "member": token(user="mia")["token"], "viewer": token(user="vic")["token"],
+            "agent": agent, "ingest": token(role="ingest")["token"], "none": None,
+            "revoked": revoked["token"], "expired": expired["token"],
+            "join": api.post("/api/v1/join-tokens", json={
+                "environment": "onprem-hpc", "expires_in_s": 30 * 86_400,
+            }).json()["tokens"][0]["token"],
+        }
+        clock.advance(2 * 86_400)  # past the `expired` token's day, well within the others'
+        yield w
+
+
+Request = tuple[str, dict | None]  # (concrete path, JSON body)
+
+
+def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
+    """A concrete request for a route that succeeds for an allowed caller, repeatably."""
+    _, template = route
+    gpu_self, gpu_other = gpu_uuid(NODE_SELF, 0), gpu_uuid(NODE_CORDON, 0)
+
+    def new_member() -> dict:
+        name = world.unique("m")
+        world.gf.create_user(SYSTEM, UserCreate(name=name, role="member"))
+        return {"user": name}
+
+    def registration_body() -> dict:
+        node = NODE_NEW if caller == "join" else NODE_SELF
+        return registration(node, gpus=2 if node == NODE_SELF else 1)
+
+    builders: dict[tuple[str, str], Callable[[], Request]] = {
+        ("POST", "/api/v1/tokens"): lambda: (
+            template, {"name": world.unique("t"), "role": "viewer"}),
+        ("POST", "/api/v1/tokens/{token_id}/revoke"): lambda: (
+            template.format(token_id=world.throwaway_token_id), None),
+        ("POST", "/api/v1/join-tokens"): lambda: (template, {"environment": "onprem-hpc"}),
+        ("POST", "/api/v1/users"): lambda: (
+            template, {"name": world.unique("u"), "role": "viewer"}),
+        ("POST", "/api/v1/projects"): lambda: (
+            template, {"name": world.unique("p"), "organisation": "research"}),
+        ("GET", "/api/v1/projects/{name}"): lambda: (template.format(name="vision"), None),
+        ("POST", "/api/v1/projects/{name}/members"): lambda: (
+            template.format(name="vision"), new_member()),
+        ("GET", "/api/v1/gpus/{uuid}"): lambda: (template.format(uuid=gpu_self), None),
+        ("POST", "/api/v1/gpus/{uuid}/health"): lambda: (
+            template.format(uuid=gpu_other), {"health": "healthy", "reason": "checked"}),
+        ("POST", "/api/v1/gpus/{uuid}/move-approvals"): lambda: (
+            template.format(uuid=gpu_other), {"to_node": "node-9", "reason": "rma"}),
+        ("GET", "/api/v1/nodes/{name}"): lambda: (template.format(name="node-1"), None),
+        ("POST", "/api/v1/nodes/{name}/cordon"): lambda: (template.format(name="node-2"), None),
+        ("POST", "/api/v1/nodes/{name}/uncordon"): lambda: (
+            template.format(name="node-2"), None),
+        ("POST", "/api/v1/nodes/{name}/retire"): lambda: (template.format(name="node-3"), None),
+        ("POST", "/api/v1/environments"): lambda: (
+            template, {"name": world.unique("env"), "kind": "cloud"}),
+        ("POST", "/api/v1/agent/register"): lambda: (template, registration_body()),
+        ("POST", "/api/v1/agent/heartbeat"): lambda: (template, {}),
+    }
+    return builders.get(route, lambda: (template, None))()
+
+
+@pytest.mark.parametrize(("caller", "route"), CASES,
+                         ids=[f"{c} => {m} {p}" for c, (m, p) in CASES])
+def test_access(world, caller, route):
+    path, body = _request_for(world, route, caller)
+    token = world.tokens[caller]
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = world.client.request(route[0], path, headers=headers, json=body)
+    expected = expected_status(caller, route)
+    if expected is None:
+        assert 200 <= response.status_code < 300, response.text
+        return
+    assert response.status_code == expected, response.text
+    error = response.json()["error"]
+    if expected == 403:
+        assert error["code"] in ("forbidden", "wrong_token_kind"), error
+    else:
+        assert error["code"] in ("missing_token", "token_revoked", "token_expired",
+                                 "wrong_token_kind"), error
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_expected_401_codes_say_why(world):
+    codes = {}
+    for caller in NOT_AUTHENTICATED:
+        token = world.tokens[caller]
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        codes[caller] = world.client.get("/api/v1/gpus", headers=headers).json()["error"]["code"]
+    assert codes == {"none": "missing_token", "revoked": "token_revoked",
+                     "expired": "token_expired", "join": "wrong_token_kind"}
+
+
+def _app_routes(routes, prefix: str = "") -> set[tuple[str, str]]:
+    """(method, path) of every route, descending into included routers (recent FastAPI keeps
+    an included router as one lazy entry instead of copying its routes)."""
+    found = set()
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            found |= _app_routes(included.routes, prefix + route.include_context.prefix)
+            continue
+        methods = getattr(route, "methods", None)
+        if not methods:
+            found.add(("*", prefix + route.path))  # a mount or websocket: needs a row too
+            continue
+        found |= {(m, prefix + route.path) for m in methods if m != "HEAD"}
+    return found
+
+
+def test_every_route_is_in_the_matrix(world):
+    routes = _app_routes(world.client.app.routes)
+    missing = routes - set(MATRIX) - PUBLIC
+    assert not missing, f"routes without an access-matrix row: {sorted(missing)}"
+    stale = (set(MATRIX) | PUBLIC) - routes
+    assert not stale, f"matrix rows for routes that do not exist: {sorted(stale)}"
+
+
+@pytest.mark.parametrize("route", sorted(PUBLIC), ids=[f"{m} {p}" for m, p in sorted(PUBLIC)])
+def test_public_routes_need_no_token(world, route):
+    response = world.client.request(*route)
+    assert response.status_code == 200, response.text
+
+
+# --- scoping: members see their own projects; agents act as their own node -----------------
+
+
+@pytest.fixture
+def scoped(api, store):
+    """Two projects; `mia` is a member of `vision` only. GPUs of both carry allocation labels
+    (stamped directly: the allocation lifecycle that stamps them is not built yet)."""
+    create_environment(api)
+    register(api, 1, gpus=3)
+    api.post("/api/v1/users", json={"name": "mia", "role": "member"})
+    for project in ("vision", "speech"):
+        api.post("/api/v1/projects", json={"name": project, "organisation": "research"})
+    api.post("/api/v1/projects/vision/members", json={"user": "mia"})
+    member = api.post("/api/v1/tokens", json={"name": "mia", "user": "mia"}).json()["token"]
+    viewer = api.post("/api/v1/tokens", json={"name": "v", "role": "viewer"}).json()["token"]
+    stamps = {gpu_uuid(1, 0): ("vision", "GR-1001"), gpu_uuid(1, 1): ("speech", "GR-1002")}
+    with store.write() as session:
+        for uuid, (project, allocation) in stamps.items():
+            gpu = session.scalar(select(Gpu).where(Gpu.uuid == uuid))
+            session.add(GpuLabel(gpu_id=gpu.id, key="project", value=project))
+            session.add(GpuLabel(gpu_id=gpu.id, key="allocation", value=allocation))
+            session.add(GpuLabel(gpu_id=gpu.id, key="team", value="ml"))
+    return api.as_(member), api.as_(viewer)
+
+
+def _labels_by_gpu(items: list[dict]) -> dict[str, dict]:
+    return {g["uuid"]: g["labels"] for g in items}
+
+
+def test_member_lists_only_their_projects(scoped, api):
+    member, viewer = scoped
+    assert [p["name"] for p in member.get("/api/v1/projects").json()] == ["vision"]
+    assert [p["name"] for p in viewer.get("/api/v1/projects").json()] == ["speech", "vision"]
+    assert [p["name"] for p in api.get("/api/v1/projects").json()] == ["speech", "vision"]
+    assert member.get("/api/v1/whoami").json()["projects"] == ["vision"]
+
+
+def test_member_gets_404_for_another_project(scoped):
+    member, viewer = scoped
+    assert member.get("/api/v1/projects/vision").status_code == 200
+    other = member.get("/api/v1/projects/speech")
+    ghost = member.get("/api/v1/projects/ghost")
+    assert other.status_code == ghost.status_code == 404
+    # Indistinguishable from a project that does not exist, apart from the name asked for.
+    assert other.json()["error"]["code"] == ghost.json()["error"]["code"] == "project_not_found"
+    assert other.json()["error"]["message"].replace("speech", "X") == \
+        ghost.json()["error"]["message"].replace("ghost", "X")
+    assert viewer.get("/api/v1/projects/speech").status_code == 200
+
+
+def test_member_does_not_see_other_projects_allocation_labels(scoped):
+    member, viewer = scoped
+    own, other, bare = gpu_uuid(1, 0), gpu_uuid(1, 1), gpu_uuid(1, 2)
+    seen = _labels_by_gpu(member.get("/api/v1/gpus").json()["items"])
+    assert seen[own] == {"project": "vision", "allocation": "GR-1001", "team": "ml"}
+    assert seen[other] == {"team": "ml"}
+    assert seen[bare] == {}
+    assert member.get(f"/api/v1/gpus/{other}").json()["labels"] == {"team": "ml"}
+    detail = _labels_by_gpu(member.get("/api/v1/nodes/node-1").json()["gpu_list"])
+    assert detail == seen
+    everything = _labels_by_gpu(viewer.get("/api/v1/gpus").json()["items"])
+    assert everything[other] == {"project": "speech", "allocation": "GR-1002", "team": "ml"}
+
+
+def test_member_cannot_find_other_projects_gpus_by_label(scoped):
+    """Filtering on a withheld label must not reveal what the listing withholds."""
+    member, viewer = scoped
+    for selector in ("project=speech", "allocation=GR-1002"):
+        assert member.get("/api/v1/gpus", params={"label": selector}).json()["items"] == []
+        assert len(viewer.get("/api/v1/gpus", params={"label": selector}).json()["items"]) == 1
+    own = member.get("/api/v1/gpus", params={"label": "project=vision"}).json()["items"]
+    assert [g["uuid"] for g in own] == [gpu_uuid(1, 0)]
+    assert len(member.get("/api/v1/gpus", params={"label": "team=ml"}).json()["items"]) == 2
+
+
+def test_agent_heartbeats_only_as_its_own_node(api, store, clock):
+    create_environment(api)
+    first = register(api, 1, gpus=1)["credential"]
+    register(api, 2, gpus=1)
+    clock.advance(60)
+    reply = api.as_(first).post("/api/v1/agent/heartbeat", json={})
+    assert reply.status_code == 200
+    assert reply.json()["node"] == "node-1"
+    with store.read() as session:
+        seen = dict(session.execute(select(Node.name, Node.last_seen_at)).all())
+    assert seen["node-1"] == clock.now()
+    assert seen["node-2"] < clock.now()
+    # The heartbeat names no node: there is nothing to point at another one.
+    smuggled = api.as_(first).post("/api/v1/agent/heartbeat", json={"node": "node-2"})
+    assert smuggled.status_code == 422
+
+
+def test_agent_cannot_reregister_as_another_machine(api, store):
+    create_environment(api)
+    first = register(api, 1, gpus=1)["credential"]
+    register(api, 2, gpus=1)
+    for body in (registration(2, gpus=1), registration(3, gpus=1),
+                 {**registration(1, gpus=1), "machine_id": "machine-2"}):
+        response = api.as_(first).post("/api/v1/agent/register", json=body)
+        assert response.status_code == 403, response.text
+        assert response.json()["error"]["code"] == "machine_id_mismatch"
+    with store.read() as session:
+        nodes = dict(session.execute(select(Node.machine_id, Node.name)).all())
+        gpus = dict(session.execute(select(Gpu.uuid, Gpu.node_id)).all())
+    assert nodes == {"machine-1": "node-1", "machine-2": "node-2"}
+    assert gpu_uuid(3, 0) not in gpus
+
+
+def test_agent_reads_nothing_but_whoami(api):
+    create_environment(api)
+    agent = api.as_(register(api, 1, gpus=1)["credential"])
+    who = agent.get("/api/v1/whoami").json()
+    assert (who["role"], who["node"], who["actor"]) == ("agent", "node-1", "node:node-1")
+    assert agent.get("/api/v1/gpus").status_code == 403
+
+
+def test_join_token_is_no_bearer_even_before_use(api):
+    create_environment(api)
+    join = join_token(api)
+    response = api.as_(join).get("/api/v1/whoami")
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "wrong_token_kind"
+    # ...and that failed use did not spend it.
+    registered = api.as_(join).post("/api/v1/agent/register", json=registration(1, gpus=1))
+    assert registered.status_code == 200
+
