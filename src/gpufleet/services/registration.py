@@ -48,6 +48,7 @@ from gpufleet.wire.agent import (
     HeartbeatReply,
     NodeRegistration,
     RegistrationReply,
+    mig_instance_key,
 )
 
 
@@ -108,7 +109,7 @@ def register(session: Session, caller: RegistrationCaller, body: NodeRegistratio
     _replace_labels(node, body.labels)
     session.flush()
 
-    moves, missing = _apply_gpus(session, node, environment, body.gpus, now)
+    moves, missing, added = _apply_gpus(session, node, environment, body.gpus, now)
     refresh_status(session, node)
 
     credential = None
@@ -117,11 +118,11 @@ def register(session: Session, caller: RegistrationCaller, body: NodeRegistratio
         join_token.used_at = now
         join_token.used_by_node_id = node.id
     action = "node.registered" if created else "node.reregistered"
-    if created or join_token is not None or moves or missing:
+    if created or join_token is not None or moves or missing or added:
         audit.record(session, at=now, actor=f"node:{node.name}", action=action,
                      subject_kind="node", subject=node.name, machine_id=node.machine_id,
                      environment=environment.name, gpus=len(body.gpus),
-                     moved_gpus=moves, missing_gpus=missing)
+                     added_gpus=added, moved_gpus=moves, missing_gpus=missing)
     reply = RegistrationReply(
         node=node.name, node_status=NodeStatus(node.status), environment=environment.name,
         credential=credential, heartbeat_interval_s=heartbeat_interval_s,
@@ -170,17 +171,21 @@ def _replace_labels(node: Node, labels: dict[str, str]) -> None:
 
 
 def _apply_gpus(session: Session, node: Node, environment: Environment,
-                reports: list[GpuReport], now: datetime) -> tuple[list[dict], list[str]]:
+                reports: list[GpuReport],
+                now: datetime) -> tuple[list[dict], list[str], list[str]]:
+    """Apply the reported GPUs; returns (moved from other nodes, missing, new to gpufleet)."""
     by_uuid = {canonical_gpu_uuid(r.uuid): r for r in reports}
     existing = {gpu.uuid: gpu for gpu in session.scalars(
         select(Gpu).where(Gpu.uuid.in_(by_uuid)))} if by_uuid else {}
     moves = _check_claims(session, node, existing, now)
+    added = []
     for uuid, report in by_uuid.items():
         gpu = existing.get(uuid)
         if gpu is None:
             gpu = Gpu(uuid=uuid, first_seen_at=now, health=GpuHealth.HEALTHY.value,
                       allocated=False, status="free")
             session.add(gpu)
+            added.append(uuid)
         _update_gpu(gpu, node, environment, report)
         _replace_mig_instances(gpu, report)
     missing = []
@@ -191,7 +196,7 @@ def _apply_gpus(session: Session, node: Node, environment: Environment,
             gpu.health_reason = "missing from its node's latest inventory"
             missing.append(gpu.uuid)
     session.flush()
-    return moves, missing
+    return moves, missing, added
 
 
 def _check_claims(session: Session, node: Node, existing: dict[str, Gpu],
@@ -225,6 +230,8 @@ def _sharing_mode(report: GpuReport, environment: Environment) -> str:
         return report.sharing_mode.value
     if report.mig_enabled:
         return SharingMode.MIG.value
+    if environment.default_sharing_mode == SharingMode.MIG.value:
+        return SharingMode.EXCLUSIVE.value  # MIG mode is off: the GPU can only go whole
     return environment.default_sharing_mode
 
 
@@ -253,8 +260,9 @@ def _replace_mig_instances(gpu: Gpu, report: GpuReport) -> None:
     known = catalogue_model(gpu.model) if gpu.model_known else None
     if known is not None:
         geometry = known.mig
-    wanted = {(m.profile_id, m.placement_start): m for m in report.mig_instances}
-    current = {(m.profile_id, m.placement_start): m for m in gpu.mig_instances}
+    wanted = {m.key: m for m in report.mig_instances}
+    current = {mig_instance_key(m.profile_id, m.placement_start, m.gpu_instance_id): m
+               for m in gpu.mig_instances}
     for key in set(current) - set(wanted):
         gpu.mig_instances.remove(current[key])
     for key, m in wanted.items():

@@ -41,6 +41,19 @@ class MigInstanceReport(StrictModel):
     compute_instance_id: int | None = Field(default=None, ge=0, le=1024)
     memory_bytes: int | None = Field(default=None, gt=0, le=TIB)
 
+    @property
+    def key(self) -> tuple:
+        """What identifies the instance on its GPU (DESIGN.md §2): (profile id, placement
+        start); without a placement, the driver's GPU instance id stands in for the start."""
+        return mig_instance_key(self.profile_id, self.placement_start, self.gpu_instance_id)
+
+
+def mig_instance_key(profile_id: int, placement_start: int | None,
+                     gpu_instance_id: int | None) -> tuple:
+    if placement_start is not None:
+        return (profile_id, placement_start)
+    return (profile_id, None, gpu_instance_id)
+
 
 class GpuReport(StrictModel):
     """One physical GPU. Only the UUID, index and name are required of every source."""
@@ -67,6 +80,10 @@ class GpuReport(StrictModel):
             raise ValueError("mig_instances reported on a GPU whose MIG mode is disabled")
         if self.sharing_mode is SharingMode.MIG and not self.mig_enabled:
             raise ValueError("sharing_mode 'mig' needs mig_enabled")
+        keys = [m.key for m in self.mig_instances]
+        if len(set(keys)) != len(keys):
+            raise ValueError("a MIG instance (profile id, placement start) appears twice "
+                             "on one GPU")
         return self
 
 
