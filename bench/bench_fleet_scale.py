@@ -111,6 +111,14 @@ def time_queries(url: str, token: str, repeats: int) -> None:
             print(f"  client:      {describe_ms(client_ms)}")
 
 
+def analyze_postgres(database_url: str) -> None:
+    """What autovacuum does within minutes of a bulk load: visibility map and statistics."""
+    engine = create_engine(database_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text("VACUUM ANALYZE"))
+    engine.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
@@ -126,6 +134,11 @@ def main() -> None:
                            heartbeat_interval_s=3600) as (url, token):
         print(f"== {args.database}: {args.nodes} nodes × 8 GPUs")
         asyncio.run(register_fleet(url, token, args.nodes, args.concurrency))
+        if database_url:
+            print("-- right after the bulk load (no statistics yet):")
+            time_queries(url, token, args.repeats)
+            analyze_postgres(database_url)
+            print("-- after VACUUM ANALYZE (what autovacuum does shortly after):")
         time_queries(url, token, args.repeats)
 
 
