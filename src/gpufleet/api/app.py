@@ -13,8 +13,8 @@ from starlette.concurrency import run_in_threadpool
 from gpufleet import __version__
 from gpufleet.api import errors
 from gpufleet.api.limits import BodySizeLimit
-from gpufleet.api.timing import ServerTiming
 from gpufleet.api.routes import agent, identity, inventory
+from gpufleet.api.timing import ServerTiming
 from gpufleet.domain.errors import GpufleetError
 from gpufleet.services.app import Gpufleet
 

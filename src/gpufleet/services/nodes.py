@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -29,11 +30,16 @@ def get_node(session: Session, name: str) -> Node:
     return node
 
 
-def refresh_status(session: Session, node: Node) -> None:
-    """Recompute the cached status of a node and of every GPU on it."""
+def refresh_status(session: Session, node: Node, gpus: Iterable[Gpu] | None = None) -> None:
+    """Recompute the cached status of a node and of every GPU on it.
+
+    `gpus`, when the caller already holds all of the node's GPUs, saves reading them again.
+    """
     node.status = node_status(NodeAdminState(node.admin_state), node.reachable).value
     status = NodeStatus(node.status)
-    for gpu in session.scalars(select(Gpu).where(Gpu.node_id == node.id)):
+    if gpus is None:
+        gpus = session.scalars(select(Gpu).where(Gpu.node_id == node.id))
+    for gpu in gpus:
         gpu.status = gpu_status(status, GpuHealth(gpu.health), gpu.allocated).value
 
 

@@ -109,12 +109,12 @@ def register(session: Session, caller: RegistrationCaller, body: NodeRegistratio
     _replace_labels(node, body.labels)
     session.flush()
 
-    moves, missing, added = _apply_gpus(session, node, environment, body.gpus, now)
-    refresh_status(session, node)
+    moves, missing, added, gpus = _apply_gpus(session, node, environment, body.gpus, now)
+    refresh_status(session, node, gpus)
 
     credential = None
     if join_token is not None:
-        credential = _issue_credential(session, node, now, token_ttl)
+        credential = _issue_credential(session, node, now, token_ttl, first=created)
         join_token.used_at = now
         join_token.used_by_node_id = node.id
     action = "node.registered" if created else "node.reregistered"
@@ -172,13 +172,16 @@ def _replace_labels(node: Node, labels: dict[str, str]) -> None:
 
 def _apply_gpus(session: Session, node: Node, environment: Environment,
                 reports: list[GpuReport],
-                now: datetime) -> tuple[list[dict], list[str], list[str]]:
-    """Apply the reported GPUs; returns (moved from other nodes, missing, new to gpufleet)."""
+                now: datetime) -> tuple[list[dict], list[str], list[str], list[Gpu]]:
+    """Apply the reported GPUs; returns (moved from other nodes, missing, new to gpufleet,
+    every GPU now on the node — so the caller need not read them again)."""
     by_uuid = {canonical_gpu_uuid(r.uuid): r for r in reports}
     existing = {gpu.uuid: gpu for gpu in session.scalars(
         select(Gpu).where(Gpu.uuid.in_(by_uuid)))} if by_uuid else {}
     moves = _check_claims(session, node, existing, now)
-    added = []
+    gone = session.scalars(select(Gpu).where(Gpu.node_id == node.id,
+                                             Gpu.uuid.not_in(by_uuid))).all()
+    added, gpus = [], list(gone)
     for uuid, report in by_uuid.items():
         gpu = existing.get(uuid)
         if gpu is None:
@@ -188,15 +191,14 @@ def _apply_gpus(session: Session, node: Node, environment: Environment,
             added.append(uuid)
         _update_gpu(gpu, node, environment, report)
         _replace_mig_instances(gpu, report)
+        gpus.append(gpu)
     missing = []
-    for gpu in session.scalars(select(Gpu).where(Gpu.node_id == node.id,
-                                                 Gpu.uuid.not_in(by_uuid))):
+    for gpu in gone:
         if gpu.health == GpuHealth.HEALTHY.value:
             gpu.health = GpuHealth.SUSPECT.value
             gpu.health_reason = "missing from its node's latest inventory"
             missing.append(gpu.uuid)
-    session.flush()
-    return moves, missing, added
+    return moves, missing, added, gpus
 
 
 def _check_claims(session: Session, node: Node, existing: dict[str, Gpu],
@@ -282,11 +284,12 @@ def _replace_mig_instances(gpu: Gpu, report: GpuReport) -> None:
 
 
 def _issue_credential(session: Session, node: Node, now: datetime,
-                      ttl: timedelta | None) -> str:
+                      ttl: timedelta | None, first: bool) -> str:
     """A fresh agent token for the node; any earlier credential of the node is revoked."""
-    for old in session.scalars(select(ApiToken).where(ApiToken.node_id == node.id,
-                                                      ApiToken.revoked_at.is_(None))):
-        old.revoked_at = now
+    if not first:
+        for old in session.scalars(select(ApiToken).where(ApiToken.node_id == node.id,
+                                                          ApiToken.revoked_at.is_(None))):
+            old.revoked_at = now
     raw, _ = tokens.issue_api_token(session, name=f"node:{node.name}", role=Role.AGENT,
                                     created_by="join", now=now, ttl=ttl, node_id=node.id)
     return raw
