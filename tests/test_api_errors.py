@@ -11,6 +11,14 @@ from fastapi.testclient import TestClient
 from gpufleet.api.app import create_app
 from gpufleet.services.app import Gpufleet
 from tests.helpers import create_environment, register
+from tests.module_world import shared_client
+
+
+@pytest.fixture
+def client(gf):
+    """The conftest client, on one app shared by the session (tests.module_world)."""
+    with shared_client(gf) as shared:
+        yield shared
 
 
 def assert_error(response, status: int, code: str | None = None) -> dict:
@@ -238,7 +246,7 @@ def test_query_and_path_validation(fleet):
 
     check_all([("GET", f"/api/v1/gpus?{q}") for q in (
         "status=bogus", "health=fine", "sharing_mode=half", "model_known=perhaps", "limit=ten")]
-        + [("GET", "/api/v1/nodes?status=asleep"), ("GET", "/api/v1/audit-events?cursor=x"),
+        + [("GET", "/api/v1/nodes?status=asleep"),
            ("POST", "/api/v1/tokens/abc/revoke"), ("POST", "/api/v1/tokens/1.5/revoke")], run)
 
 
@@ -269,6 +277,9 @@ def test_bad_request(fleet):
         ("/api/v1/gpus?limit=1001", "invalid_limit"),
         ("/api/v1/nodes?limit=100000000000000000000000", "invalid_limit"),
         ("/api/v1/audit-events?limit=0", "invalid_limit"),
+        ("/api/v1/audit-events?cursor=x", "invalid_cursor"),
+        (f"/api/v1/audit-events?cursor={cursor_of(['7'])}", "invalid_cursor"),
+        (f"/api/v1/audit-events?cursor={cursor_of([10**30])}", "invalid_cursor"),
         ("/api/v1/gpus?label=novalue", "invalid_label_selector"),
         ("/api/v1/gpus?label==value", "invalid_label_selector"),
         ("/api/v1/gpus?node_label=rack", "invalid_label_selector"),

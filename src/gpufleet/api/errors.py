@@ -51,9 +51,13 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
                           f"{first['field']}: {first['problem']}{more}", {"errors": errors})
 
 
-async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    if exc.status_code == 404 and message == "Not Found":
+        message = f"no such API route: {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
     return error_response(exc.status_code, code, message, headers=exc.headers)
 
 

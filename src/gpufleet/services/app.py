@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
-from gpufleet.domain.errors import Unauthenticated
+from gpufleet.domain.errors import InvalidInput, Unauthenticated
 from gpufleet.services import (
     audit,
     environments,
@@ -24,6 +24,7 @@ from gpufleet.services import (
     registration,
     tokens,
 )
+from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.principal import Principal
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
@@ -216,12 +217,17 @@ class Gpufleet:
         return self.get_node(principal, name)
 
     def audit_events(self, principal: Principal, *, subject_kind: str | None,
-                     subject: str | None, action: str | None, before_id: int | None,
+                     subject: str | None, action: str | None, cursor: str | None,
                      limit: int) -> Page[wi.AuditEventView]:
         principal.require(Action.READ_AUDIT)
+        before_id = decode_cursor(cursor, 1)[0] if cursor else None
+        if before_id is not None and (type(before_id) is not int
+                                      or not 0 <= before_id < 2**63):
+            raise InvalidInput("the cursor is not one this server issued",
+                               code="invalid_cursor", details={"cursor": cursor})
         with self.store.read() as session:
             events = audit.list_events(session, subject_kind=subject_kind, subject=subject,
                                        action=action, before_id=before_id, limit=limit + 1)
             items = [wi.AuditEventView.model_validate(e) for e in events[:limit]]
-        next_cursor = str(items[-1].id) if len(events) > limit else None
+        next_cursor = encode_cursor([items[-1].id]) if len(events) > limit else None
         return Page[wi.AuditEventView](items=items, next_cursor=next_cursor)

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import NotFound
-from gpufleet.domain.inventory import canonical_gpu_uuid
+from gpufleet.domain.inventory import GpuHealth, canonical_gpu_uuid
 from gpufleet.services import audit
 from gpufleet.services.nodes import refresh_status
 from gpufleet.services.principal import Principal
@@ -32,7 +32,8 @@ def set_health(session: Session, principal: Principal, uuid: str, body: GpuHealt
     gpu = _get_gpu(session, uuid)
     previous = gpu.health
     gpu.health = body.health.value
-    gpu.health_reason = body.reason
+    # The reason says why a GPU is unhealthy; why it returned to service is in the audit log.
+    gpu.health_reason = None if body.health is GpuHealth.HEALTHY else body.reason
     refresh_status(session, session.get(Node, gpu.node_id))
     audit.record(session, at=now, actor=principal.actor, action="gpu.health_changed",
                  subject_kind="gpu", subject=gpu.uuid, reason=body.reason,

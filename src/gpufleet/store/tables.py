@@ -124,6 +124,8 @@ class Gpu(Base):
         Index("ix_gpus_node_index", "node_id", "index"),
         Index("ix_gpus_model_uuid", "model", "uuid"),
         Index("ix_gpus_status_uuid", "status", "uuid"),
+        Index("ix_gpus_health_uuid", "health", "uuid"),
+        Index("ix_gpus_environment_uuid", "environment_id", "uuid"),
     )
 
 

@@ -96,7 +96,9 @@ class NodeDetail(NodeView):
     gpu_list: list[GpuView]
 
 
-class NodeAction(StrictModel):
+class ReasonBody(StrictModel):
+    """The optional body of an action: why it was taken, for the audit log."""
+
     reason: Text | None = None
 
 

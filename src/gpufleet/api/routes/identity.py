@@ -12,10 +12,10 @@ from gpufleet.wire.inventory import (
     AuditEventView,
     JoinTokenCreate,
     JoinTokensIssued,
-    NodeAction,
     ProjectCreate,
     ProjectMemberAdd,
     ProjectView,
+    ReasonBody,
     TokenCreate,
     TokenIssued,
     TokenView,
@@ -46,7 +46,7 @@ def list_tokens(include_revoked: bool = False, p: Principal = Depends(principal)
 
 
 @router.post("/tokens/{token_id}/revoke", response_model=TokenView, tags=["identity"])
-def revoke_token(token_id: int, body: NodeAction | None = None,
+def revoke_token(token_id: int, body: ReasonBody | None = None,
                  p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
     return gf.revoke_token(p, token_id, body.reason if body else None)
 
@@ -97,9 +97,10 @@ def add_project_member(name: str, body: ProjectMemberAdd, p: Principal = Depends
 @router.get("/audit-events", response_model=Page[AuditEventView], tags=["audit"])
 def audit_events(subject_kind: str | None = None, subject: str | None = None,
                  action: str | None = None,
-                 cursor: int | None = Query(default=None, description="id to page before"),
+                 cursor: str | None = Query(default=None,
+                                            description="`next_cursor` of the previous page"),
                  limit: int | None = None, p: Principal = Depends(principal),
                  gf: Gpufleet = Depends(services)):
     """The append-only audit log, newest first."""
     return gf.audit_events(p, subject_kind=subject_kind, subject=subject, action=action,
-                           before_id=cursor, limit=page_limit(limit, gf))
+                           cursor=cursor, limit=page_limit(limit, gf))

@@ -18,9 +18,9 @@ from gpufleet.wire.inventory import (
     GpuMoveApprovalCreate,
     GpuMoveApprovalView,
     GpuView,
-    NodeAction,
     NodeDetail,
     NodeView,
+    ReasonBody,
 )
 
 router = APIRouter(prefix="/api/v1", tags=["inventory"])
@@ -105,7 +105,7 @@ def get_node(name: str, p: Principal = Depends(principal), gf: Gpufleet = Depend
 
 
 def _node_action(action: str):
-    def handler(name: str, body: NodeAction | None = None, p: Principal = Depends(principal),
+    def handler(name: str, body: ReasonBody | None = None, p: Principal = Depends(principal),
                 gf: Gpufleet = Depends(services)):
         return gf.change_node(p, name, action, body.reason if body else None)
 
