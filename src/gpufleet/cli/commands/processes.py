@@ -55,7 +55,7 @@ def agent(
     sim_shape: Annotated[str | None, typer.Option(
         "--sim-shape", help="Simulated node shape (sim backend).")] = None,
     hostname: Annotated[str | None, typer.Option(
-        "--hostname", help="Node name to register; default: this host's name.")] = None,
+        "--hostname", help="Node name to register; default (sim): sim-<shape>-<seed>.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Simulator seed.")] = None,
 ) -> None:
     """Run the node agent: register this node, then heartbeat and report."""
