@@ -8,26 +8,28 @@ a new route without one fails `test_every_route_is_in_the_matrix`.
 from __future__ import annotations
 
 import itertools
-import os
-import shutil
-import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select
 
-from gpufleet.api.app import create_app
 from gpufleet.clock import ManualClock
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.principal import SYSTEM
-from gpufleet.settings import Settings
-from gpufleet.store.database import StateStore
 from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.inventory import UserCreate
-from tests.conftest import POSTGRES_ENV
 from tests.helpers import create_environment, gpu_uuid, join_token, register, registration
+from tests.module_world import module_world, shared_client
+
+
+@pytest.fixture
+def client(gf):
+    """The conftest client, on one app shared by the session (tests.module_world)."""
+    with shared_client(gf) as shared:
+        yield shared
+
 
 # --- the matrix --------------------------------------------------------------------------
 
@@ -107,57 +109,13 @@ class World:
         return f"{prefix}{next(self.serial)}"
 
 
-def _settings(data_dir) -> Settings:
-    with pytest.MonkeyPatch.context() as mp:  # no developer config leaks into the world
-        for name in list(os.environ):
-            if name.startswith("GPUFLEET_"):
-                mp.delenv(name)
-        mp.setenv("GPUFLEET_CONFIG_DIR", str(data_dir / "config"))
-        return Settings(data_dir=data_dir, heartbeat_interval_s=30,
-                        unreachable_after_missed_heartbeats=3)
-
-
-@pytest.fixture(scope="module",
-                params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def world_store(request, tmp_path_factory) -> Iterator[StateStore]:
-    """A database of its own for this module (the matrix shares one fleet across cases)."""
-    if request.param == "sqlite":
-        path = tmp_path_factory.mktemp("access") / "gpufleet.db"
-        shutil.copy(request.getfixturevalue("sqlite_template"), path)
-        store = StateStore(f"sqlite:///{path}", sqlite_synchronous="NORMAL")
-        yield store
-        store.dispose()
-        return
-    base = os.environ.get(POSTGRES_ENV)
-    if not base:
-        pytest.skip(f"PostgreSQL tests need {POSTGRES_ENV}")
-    schema = f"gpufleet_access_{uuidlib.uuid4().hex[:10]}"
-    admin = create_engine(base)
-    with admin.begin() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    separator = "&" if "?" in base else "?"
-    store = StateStore(f"{base}{separator}options=-csearch_path%3D{schema}")
-    store.migrate()
-    try:
-        yield store
-    finally:
-        store.dispose()
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
-
-
-@pytest.fixture(scope="module")
-def world(world_store, tmp_path_factory) -> Iterator[World]:
-    from tests.conftest import START, Api
-
-    data_dir = tmp_path_factory.mktemp("access-data")
-    clock = ManualClock(START)
-    gf = Gpufleet(world_store, _settings(data_dir), clock)
-    admin_token = gf.bootstrap_admin_token(data_dir / "admin-token")
-    with TestClient(create_app(gf, background_loops=False)) as client:
-        api = Api(client, admin_token)
-        w = World(gf, client, clock)
+# Roles are enforced in Python above the database, so the 540-case matrix runs on SQLite;
+# the scoping tests below, which query, run on both databases.
+@pytest.fixture(scope="module", params=["sqlite"])
+def world(request, tmp_path_factory) -> Iterator[World]:
+    with module_world(request, tmp_path_factory) as m:
+        api, clock = m.api, m.clock
+        w = World(m.gf, m.client, clock)
         create_environment(api)
         agent = register(api, NODE_SELF, gpus=2)["credential"]
         register(api, NODE_CORDON, gpus=1)
@@ -179,7 +137,7 @@ def world(world_store, tmp_path_factory) -> Iterator[World]:
         w.throwaway_token_id = token(role="viewer")["id"]
         expired = token(role="viewer", expires_in_days=1)
         w.tokens = {
-            "admin": admin_token, "operator": token(user="olga")["token"],
+            "admin": api.token, "operator": token(user="olga")["token"],
             "member": token(user="mia")["token"], "viewer": token(user="vic")["token"],
             "agent": agent, "ingest": token(role="ingest")["token"], "none": None,
             "revoked": revoked["token"], "expired": expired["token"],

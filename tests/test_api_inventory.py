@@ -12,9 +12,20 @@ from sqlalchemy import select
 
 from gpufleet.store.tables import ApiToken, Gpu, GpuLabel
 from tests.helpers import GIB, create_environment, gpu, gpu_uuid, join_token, registration
+from tests.module_world import DATABASES, module_world, shared_client
 
 GPUS = "/api/v1/gpus"
+# Queries (summary, filters, paging, status refresh) run on both databases; rules decided in
+# Python (transitions, token checks) on SQLite only.
+SQLITE_ONLY = pytest.mark.parametrize("store", ["sqlite"], indirect=True)
 NODES = "/api/v1/nodes"
+
+
+@pytest.fixture
+def client(gf):
+    """The conftest client, on one app shared by the session (tests.module_world)."""
+    with shared_client(gf) as shared:
+        yield shared
 
 
 def join(api, body: dict, environment: str) -> str:
@@ -27,8 +38,7 @@ def with_gpus(node: int, gpus: list[dict], **extra) -> dict:
     return {**registration(node, gpus=0, **extra), "gpus": gpus}
 
 
-@pytest.fixture
-def inventory(api, store, clock, gf):
+def build_inventory(api, store, clock, gf):
     """A small fleet with every GPU status but `allocated`:
 
     node    environment         GPUs                              ends up
@@ -71,6 +81,19 @@ def inventory(api, store, clock, gf):
             gpu_id = session.scalar(select(Gpu.id).where(Gpu.uuid == uuid))
             session.add(GpuLabel(gpu_id=gpu_id, key="team", value="ml"))
     return api
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def inventory(request, tmp_path_factory):
+    """The fleet above, built once per database for the tests that only read it."""
+    with module_world(request, tmp_path_factory) as m:
+        yield build_inventory(m.api, m.store, m.clock, m.gf)
+
+
+@pytest.fixture
+def fresh_inventory(api, store, clock, gf):
+    """The same fleet, for a test that changes it."""
+    return build_inventory(api, store, clock, gf)
 
 
 def all_gpus(api, **params) -> list[dict]:
@@ -122,6 +145,7 @@ def test_fleet_summary(inventory):
     assert sum(e["total_gpus"] for e in summary["by_environment"]) == summary["total_gpus"]
 
 
+@SQLITE_ONLY
 def test_empty_fleet_summary(api):
     create_environment(api)
     summary = api.get("/api/v1/fleet/summary").json()
@@ -251,11 +275,11 @@ def test_paging_with_a_filter_and_odd_limits(inventory):
                             environment="onprem-hpc") == hpc
 
 
-def test_paging_is_stable_while_rows_are_added(inventory):
+def test_paging_is_stable_while_rows_are_added(fresh_inventory):
     """A keyset cursor resumes after the last row served, whatever was inserted meanwhile."""
-    first = inventory.get(GPUS, params={"sort": "uuid", "limit": 3}).json()
-    join(inventory, with_gpus(0, [gpu(0, 0)]), "onprem-hpc")  # sorts before everything
-    rest = page_through_from(inventory, first["next_cursor"])
+    first = fresh_inventory.get(GPUS, params={"sort": "uuid", "limit": 3}).json()
+    join(fresh_inventory, with_gpus(0, [gpu(0, 0)]), "onprem-hpc")  # sorts before everything
+    rest = page_through_from(fresh_inventory, first["next_cursor"])
     served = [g["uuid"] for g in first["items"]] + rest
     assert len(served) == len(set(served)) == 12
     assert gpu_uuid(0, 0) not in served
@@ -335,6 +359,7 @@ AUDITED = {"cordon": "node.cordoned", "uncordon": "node.uncordoned", "retire": "
 GPU_STATUS_ON = {"ready": "free", "cordoned": "cordoned", "retired": "retired"}
 
 
+@SQLITE_ONLY
 def test_node_transitions(api):
     """Every (state, action) pair: the resulting node and GPU status, and its audit event."""
     create_environment(api)
@@ -381,7 +406,8 @@ def test_retire_revokes_the_credential_and_frees_the_gpus_to_move(api, store):
     assert api.get(f"{GPUS}/{gpu_uuid(1, 0)}").json()["node"] == "node-2"
 
 
-def test_quarantine_changes_status(inventory):
+def test_quarantine_changes_status(fresh_inventory):
+    inventory = fresh_inventory
     path = f"{GPUS}/{gpu_uuid(1, 1)}/health"
     quarantined = inventory.post(path, json={"health": "quarantined", "reason": "ecc"}).json()
     assert (quarantined["health"], quarantined["status"], quarantined["health_reason"]) == \
@@ -409,6 +435,7 @@ def test_quarantine_changes_status(inventory):
 # --- environments, users, projects -----------------------------------------------------------
 
 
+@SQLITE_ONLY
 def test_environments(api):
     created = create_environment(api, "azure-koreacentral", kind="cloud", provider="azure",
                                  region="koreacentral", description="Korea Central")
@@ -430,6 +457,7 @@ def test_environments(api):
                                      api.get("/api/v1/audit-events").json()["items"]]
 
 
+@SQLITE_ONLY
 def test_users_and_projects(api):
     for name, role in (("ann", "operator"), ("bob", "member"), ("cy", "member")):
         created = api.post("/api/v1/users", json={"name": name, "role": role,
@@ -463,6 +491,7 @@ def test_users_and_projects(api):
 # --- tokens --------------------------------------------------------------------------------
 
 
+@SQLITE_ONLY
 def test_tokens_are_shown_once_and_stored_hashed(api, store):
     issued = api.post("/api/v1/tokens", json={"name": "ci", "role": "viewer"}).json()
     raw = issued["token"]
@@ -477,21 +506,24 @@ def test_tokens_are_shown_once_and_stored_hashed(api, store):
     assert len(stored.token_hash) == 64
 
 
-@pytest.mark.parametrize(("body", "status", "code"), [
-    ({"name": "t"}, 400, "role_required"),
-    ({"name": "t", "role": "agent"}, 400, "agent_token_by_hand"),
-    ({"name": "t", "role": "member"}, 400, "member_needs_user"),
-    ({"name": "t", "user": "bob", "role": "admin"}, 400, "role_mismatch"),
-    ({"name": "t", "user": "ghost"}, 404, "user_not_found"),
-    ({"name": "t", "role": "viewer", "expires_in_days": 0}, 422, "validation_failed"),
-    ({"name": "", "role": "viewer"}, 422, "validation_failed"),
-])
-def test_token_creation_is_checked(api, body, status, code):
+@SQLITE_ONLY
+def test_token_creation_is_checked(api):
     api.post("/api/v1/users", json={"name": "bob", "role": "member"})
-    response = api.post("/api/v1/tokens", json=body)
-    assert (response.status_code, response.json()["error"]["code"]) == (status, code)
+    for body, status, code in [
+        ({"name": "t"}, 400, "role_required"),
+        ({"name": "t", "role": "agent"}, 400, "agent_token_by_hand"),
+        ({"name": "t", "role": "member"}, 400, "member_needs_user"),
+        ({"name": "t", "user": "bob", "role": "admin"}, 400, "role_mismatch"),
+        ({"name": "t", "user": "ghost"}, 404, "user_not_found"),
+        ({"name": "t", "role": "viewer", "expires_in_days": 0}, 422, "validation_failed"),
+        ({"name": "", "role": "viewer"}, 422, "validation_failed"),
+    ]:
+        response = api.post("/api/v1/tokens", json=body)
+        assert (response.status_code, response.json()["error"]["code"]) == (status, code), body
+    assert [t["name"] for t in api.get("/api/v1/tokens").json()] == ["bootstrap admin"]
 
 
+@SQLITE_ONLY
 def test_user_token_carries_the_users_role(api):
     api.post("/api/v1/users", json={"name": "bob", "role": "member"})
     token = api.post("/api/v1/tokens", json={"name": "bob", "user": "bob"}).json()
@@ -500,6 +532,7 @@ def test_user_token_carries_the_users_role(api):
     assert (who["role"], who["user"], who["actor"]) == ("member", "bob", "user:bob")
 
 
+@SQLITE_ONLY
 def test_token_expiry(api, clock, settings):
     short = api.post("/api/v1/tokens", json={"name": "s", "role": "viewer",
                                              "expires_in_days": 1}).json()
@@ -514,6 +547,7 @@ def test_token_expiry(api, clock, settings):
     assert api.as_(default["token"]).get("/api/v1/whoami").status_code == 401
 
 
+@SQLITE_ONLY
 def test_token_revocation(api):
     token = api.post("/api/v1/tokens", json={"name": "r", "role": "operator"}).json()
     user = api.as_(token["token"])
@@ -534,6 +568,7 @@ def test_token_revocation(api):
     assert "r" in everything
 
 
+@SQLITE_ONLY
 def test_last_used_is_recorded_at_minute_resolution(api, clock):
     token = api.post("/api/v1/tokens", json={"name": "u", "role": "viewer"}).json()
 
@@ -552,6 +587,7 @@ def test_last_used_is_recorded_at_minute_resolution(api, clock):
     assert last_used() != first
 
 
+@SQLITE_ONLY
 def test_bootstrap_admin_token_file(gf, settings, clock):
     path = settings.data_dir / "admin-token"
     raw = gf.bootstrap_admin_token(path)
@@ -564,6 +600,7 @@ def test_bootstrap_admin_token_file(gf, settings, clock):
     assert gf.authenticate(renewed).role.value == "admin"
 
 
+@SQLITE_ONLY
 def test_audit_log_pages_backwards(api):
     for n in range(5):
         api.post("/api/v1/projects", json={"name": f"p{n}", "organisation": "o"})

@@ -18,9 +18,21 @@ from gpufleet.store.tables import (
     NodeLabel,
 )
 from tests.helpers import GIB, create_environment, gpu, gpu_uuid, join_token, register, registration
+from tests.module_world import shared_client
 
 REGISTER = "/api/v1/agent/register"
+# Rules decided in Python (payload validation, model and sharing-mode rules, status
+# transitions) run on SQLite only; what depends on the database's transactions, constraints
+# and queries (GPU claims, idempotence, MIG keys, missing GPUs) runs on both.
+SQLITE_ONLY = pytest.mark.parametrize("store", ["sqlite"], indirect=True)
 HEARTBEAT = "/api/v1/agent/heartbeat"
+
+
+@pytest.fixture
+def client(gf):
+    """The conftest client, on one app shared by the session (tests.module_world)."""
+    with shared_client(gf) as shared:
+        yield shared
 
 
 @pytest.fixture
@@ -86,6 +98,7 @@ def snapshot(store) -> dict:
 # --- join tokens -------------------------------------------------------------------------
 
 
+@SQLITE_ONLY
 def test_join_token_is_single_use(fleet, store):
     token = join_token(fleet)
     assert post_registration(fleet, token, registration(1, gpus=1)).status_code == 200
@@ -96,19 +109,20 @@ def test_join_token_is_single_use(fleet, store):
     assert count(store, Gpu, Gpu.uuid == gpu_uuid(2, 0)) == 0
 
 
-@pytest.mark.parametrize(("after_s", "accepted"), [(59, True), (60, False), (3600, False)])
-def test_join_token_expires(fleet, clock, after_s, accepted):
-    token = fleet.post("/api/v1/join-tokens", json={"environment": "onprem-hpc",
-                                                    "expires_in_s": 60}).json()["tokens"][0]
-    clock.advance(after_s)
-    response = post_registration(fleet, token["token"], registration(1, gpus=1))
-    if accepted:
-        assert response.status_code == 200, response.text
-    else:
+@SQLITE_ONLY
+def test_join_token_expires(fleet, clock):
+    tokens = fleet.post("/api/v1/join-tokens", json={
+        "environment": "onprem-hpc", "expires_in_s": 60, "count": 3}).json()["tokens"]
+    clock.advance(59)
+    assert post_registration(fleet, tokens[0]["token"], registration(1)).status_code == 200
+    for advance_s, token in ((1, tokens[1]), (3600, tokens[2])):
+        clock.advance(advance_s)
+        response = post_registration(fleet, token["token"], registration(2))
         assert response.status_code == 401
         assert error_code(response) == "token_expired"
 
 
+@SQLITE_ONLY
 def test_join_token_default_lifetime_is_the_setting(fleet, clock, settings):
     issued = fleet.post("/api/v1/join-tokens", json={"environment": "onprem-hpc"}).json()
     token = issued["tokens"][0]
@@ -119,6 +133,7 @@ def test_join_token_default_lifetime_is_the_setting(fleet, clock, settings):
     assert post_registration(fleet, token["token"], registration(1)).status_code == 401
 
 
+@SQLITE_ONLY
 def test_several_join_tokens_at_once(fleet):
     issued = fleet.post("/api/v1/join-tokens",
                         json={"environment": "onprem-hpc", "count": 3}).json()["tokens"]
@@ -127,6 +142,7 @@ def test_several_join_tokens_at_once(fleet):
         assert post_registration(fleet, token["token"], registration(n, gpus=1)).status_code == 200
 
 
+@SQLITE_ONLY
 def test_unknown_join_token(fleet):
     response = post_registration(fleet, "gfj_made-up", registration(1))
     assert response.status_code == 401
@@ -179,6 +195,7 @@ INVALID = {
 }
 
 
+@SQLITE_ONLY
 def test_invalid_registration_is_refused_and_writes_nothing(fleet, store):
     """Each payload of INVALID is a 422 naming its problem; nothing is written and the join
     token is not spent (one test over all cases: a fleet per case would be slow)."""
@@ -196,6 +213,7 @@ def test_invalid_registration_is_refused_and_writes_nothing(fleet, store):
     assert post_registration(fleet, token, registration(1)).status_code == 200
 
 
+@SQLITE_ONLY
 def test_oversized_registration(fleet, store, settings):
     token = join_token(fleet)
     body = {**registration(1), "os_name": "x" * settings.max_request_body_bytes}
@@ -285,6 +303,7 @@ def test_claim_succeeds_once_the_old_node_is_unreachable(fleet, store, claim, cl
     _assert_moved(fleet, store, "old node unreachable")
 
 
+@SQLITE_ONLY
 def test_not_yet_unreachable_is_still_live(fleet, claim, clock, gf):
     clock.advance(3 * 30)
     assert gf.mark_silent_nodes_unreachable() == []
@@ -367,6 +386,7 @@ def test_a_changed_inventory_is_audited(fleet, store):
     assert [e["details"].get("added_gpus") for e in events] == [[gpu_uuid(1, 2)]]
 
 
+@SQLITE_ONLY
 def test_rejoin_issues_a_new_credential_and_revokes_the_old(fleet, store):
     old = register(fleet, 1, gpus=2)["credential"]
     node_id = _node_id(store, "node-1")
@@ -386,6 +406,7 @@ def test_rejoin_issues_a_new_credential_and_revokes_the_old(fleet, store):
     assert audit_actions(fleet, subject="node-1")[:2] == ["node.reregistered", "node.registered"]
 
 
+@SQLITE_ONLY
 def test_hostname_of_a_live_node_is_taken(fleet, store):
     register(fleet, 1, gpus=1)
     token = join_token(fleet)
@@ -397,6 +418,7 @@ def test_hostname_of_a_live_node_is_taken(fleet, store):
     assert snapshot(store) == before
 
 
+@SQLITE_ONLY
 def test_hostname_of_a_retired_node_is_reused(fleet, store):
     register(fleet, 1, gpus=1)
     fleet.post("/api/v1/nodes/node-1/retire")
@@ -409,6 +431,7 @@ def test_hostname_of_a_retired_node_is_reused(fleet, store):
     assert names["machine-1"].startswith("node-1~retired-")
 
 
+@SQLITE_ONLY
 def test_retired_node_rejoins_with_a_new_join_token(fleet):
     register(fleet, 1, gpus=1)
     fleet.post("/api/v1/nodes/node-1/retire")
@@ -433,6 +456,7 @@ def test_gpu_missing_from_a_reregistration_becomes_suspect(fleet, store):
     assert (back["health"], back["health_reason"]) == ("healthy", None)
 
 
+@SQLITE_ONLY
 def test_quarantine_survives_reregistration(fleet):
     credential = register(fleet, 1, gpus=2)["credential"]
     fleet.post(f"/api/v1/gpus/{gpu_uuid(1, 0)}/health",
@@ -442,6 +466,7 @@ def test_quarantine_survives_reregistration(fleet):
     assert (kept["health"], kept["status"]) == ("quarantined", "quarantined")
 
 
+@SQLITE_ONLY
 def test_node_attributes_follow_the_latest_registration(fleet):
     credential = register(fleet, 1, gpus=1)["credential"]
     body = registration(1, gpus=1, cpu_cores=64, memory_bytes=512 * GIB,
@@ -458,6 +483,7 @@ def test_node_attributes_follow_the_latest_registration(fleet):
 # --- heartbeat ----------------------------------------------------------------------------
 
 
+@SQLITE_ONLY
 def test_heartbeat_updates_last_seen_and_carries_desired_state(fleet, clock):
     credential = register(fleet, 1, gpus=1)["credential"]
     clock.advance(30)
@@ -475,6 +501,7 @@ def test_heartbeat_updates_last_seen_and_carries_desired_state(fleet, clock):
     assert node["agent_version"] == "0.2.0"
 
 
+@SQLITE_ONLY
 def test_unreachable_node_is_ready_again_on_heartbeat(fleet, clock, gf):
     credential = register(fleet, 1, gpus=1)["credential"]
     clock.advance(91)
@@ -487,6 +514,7 @@ def test_unreachable_node_is_ready_again_on_heartbeat(fleet, clock, gf):
     assert audit_actions(fleet, subject="node-1")[:2] == ["node.reachable", "node.unreachable"]
 
 
+@SQLITE_ONLY
 def test_cordoned_node_returns_to_cordoned_not_ready(fleet, clock, gf):
     credential = register(fleet, 1, gpus=1)["credential"]
     fleet.post("/api/v1/nodes/node-1/cordon", json={"reason": "maintenance"})
@@ -498,6 +526,7 @@ def test_cordoned_node_returns_to_cordoned_not_ready(fleet, clock, gf):
     assert fleet.get(f"/api/v1/gpus/{gpu_uuid(1, 0)}").json()["status"] == "cordoned"
 
 
+@SQLITE_ONLY
 def test_reregistration_of_an_unreachable_node_makes_it_reachable(fleet, clock, gf):
     credential = register(fleet, 1, gpus=1)["credential"]
     clock.advance(91)
@@ -517,6 +546,7 @@ def test_retired_nodes_credential_is_revoked(fleet, store):
                  ApiToken.revoked_at.is_(None)) == 0
 
 
+@SQLITE_ONLY
 def test_heartbeat_needs_a_node_credential(fleet):
     register(fleet, 1, gpus=1)
     response = fleet.post(HEARTBEAT, json={})
@@ -527,39 +557,45 @@ def test_heartbeat_needs_a_node_credential(fleet):
 # --- what a registration records ---------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "pci", "model", "known"), [
-    ("NVIDIA H100 80GB HBM3", 0x233010DE, "H100-80GB", True),
-    ("Some name a new driver prints", 0x233010DE, "H100-80GB", True),  # by PCI id
-    ("NVIDIA A100-SXM4-80GB", None, "A100-80GB", True),  # by name
-    ("NVIDIA L40S", 0xFFFF10DE, "L40S-48GB", True),  # unknown PCI id, known name
-    ("NVIDIA Mystery 9000", 0x999910DE, "NVIDIA Mystery 9000", False),
-    ("NVIDIA Mystery 9000", None, "NVIDIA Mystery 9000", False),
-])
-def test_model_normalisation(fleet, name, pci, model, known):
-    join(fleet, with_gpus(1, gpu(1, 0, name=name, pci_device_id=pci)))
-    view = fleet.get(f"/api/v1/gpus/{gpu_uuid(1, 0)}").json()
-    assert (view["model"], view["model_known"], view["reported_name"]) == (model, known, name)
-    listed = fleet.get("/api/v1/gpus", params={"model_known": str(known).lower()}).json()
-    assert [g["uuid"] for g in listed["items"]] == [gpu_uuid(1, 0)]
+@SQLITE_ONLY
+def test_model_normalisation(fleet):
+    cases = [  # reported name, PCI device id -> model, known
+        ("NVIDIA H100 80GB HBM3", 0x233010DE, "H100-80GB", True),
+        ("Some name a new driver prints", 0x233010DE, "H100-80GB", True),  # by PCI id
+        ("NVIDIA A100-SXM4-80GB", None, "A100-80GB", True),  # by name
+        ("NVIDIA L40S", 0xFFFF10DE, "L40S-48GB", True),  # unknown PCI id, known name
+        ("NVIDIA Mystery 9000", 0x999910DE, "NVIDIA Mystery 9000", False),
+        ("NVIDIA Mystery 9000", None, "NVIDIA Mystery 9000", False),
+    ]
+    join(fleet, with_gpus(1, *(gpu(1, i, name=name, pci_device_id=pci)
+                               for i, (name, pci, _, _) in enumerate(cases))))
+    for i, (name, _, model, known) in enumerate(cases):
+        view = fleet.get(f"/api/v1/gpus/{gpu_uuid(1, i)}").json()
+        assert (view["model"], view["model_known"], view["reported_name"]) == \
+            (model, known, name), name
+    unknown = fleet.get("/api/v1/gpus", params={"model_known": "false"}).json()["items"]
+    assert [g["uuid"] for g in unknown] == [gpu_uuid(1, 4), gpu_uuid(1, 5)]
 
 
-@pytest.mark.parametrize(("default", "reported", "mig_enabled", "expected"), [
-    ("exclusive", None, False, "exclusive"),
-    ("shared", None, False, "shared"),
-    ("mig", None, True, "mig"),
-    ("exclusive", None, True, "mig"),
-    ("shared", None, True, "mig"),
-    ("exclusive", "shared", False, "shared"),
-    ("mig", "exclusive", True, "exclusive"),
-    ("mig", None, False, "exclusive"),  # MIG mode is off: the environment's mig cannot apply
-])
-def test_sharing_mode(api, default, reported, mig_enabled, expected):
-    create_environment(api, "env", default_sharing_mode=default)
-    extra = {"mig_enabled": mig_enabled}
-    if reported:
-        extra["sharing_mode"] = reported
-    join(api, with_gpus(1, gpu(1, 0, **extra)), environment="env")
-    assert api.get(f"/api/v1/gpus/{gpu_uuid(1, 0)}").json()["sharing_mode"] == expected
+@SQLITE_ONLY
+def test_sharing_mode(api):
+    cases = [  # environment default, reported, MIG mode -> sharing mode
+        ("exclusive", None, False, "exclusive"),
+        ("shared", None, False, "shared"),
+        ("mig", None, True, "mig"),
+        ("exclusive", None, True, "mig"),
+        ("shared", None, True, "mig"),
+        ("exclusive", "shared", False, "shared"),
+        ("mig", "exclusive", True, "exclusive"),
+        ("mig", None, False, "exclusive"),  # MIG mode is off: the environment's mig cannot apply
+    ]
+    for default in ("exclusive", "shared", "mig"):
+        create_environment(api, default, default_sharing_mode=default)
+    for n, (default, reported, mig_enabled, _) in enumerate(cases):
+        extra = {"mig_enabled": mig_enabled, **({"sharing_mode": reported} if reported else {})}
+        join(api, with_gpus(n, gpu(n, 0, **extra)), environment=default)
+    for n, case in enumerate(cases):
+        assert api.get(f"/api/v1/gpus/{gpu_uuid(n, 0)}").json()["sharing_mode"] == case[3], case
 
 
 def _mig_rows(store) -> dict[tuple, tuple]:
@@ -629,6 +665,7 @@ def test_mig_instances_without_placement_are_told_apart_by_instance_id(fleet, st
     assert count(store, MigInstance) == 3
 
 
+@SQLITE_ONLY
 def test_gpu_attributes_are_stored(fleet):
     peers = [gpu_uuid(1, 1).upper()]
     join(fleet, with_gpus(1, gpu(1, 0, pci_bus_id="00000000:18:00.0",
@@ -643,6 +680,7 @@ def test_gpu_attributes_are_stored(fleet):
                                                                       "onprem-hpc")
 
 
+@SQLITE_ONLY
 def test_uuid_case_does_not_make_a_second_gpu(fleet, store):
     credential = register(fleet, 1, gpus=1)["credential"]
     body = with_gpus(1, gpu(1, 0, uuid=gpu_uuid(1, 0).upper()))
@@ -650,6 +688,7 @@ def test_uuid_case_does_not_make_a_second_gpu(fleet, store):
     assert count(store, Gpu) == 1
 
 
+@SQLITE_ONLY
 def test_registration_reply(fleet, settings):
     reply = register(fleet, 1, gpus=3)
     assert reply["node"] == "node-1"

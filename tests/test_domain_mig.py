@@ -132,7 +132,7 @@ def _occupied(geo: MigGeometry, spec: MigInstanceSpec) -> set[int]:
     return set(placement.slices)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(candidate_layouts())
 def test_accepted_layouts_are_disjoint_and_within_caps(drawn):
     key, specs = drawn
@@ -160,7 +160,7 @@ def _media_rule_ok(geo: MigGeometry, specs: list[MigInstanceSpec]) -> bool:
         sum(n.endswith("+me.all") for n in names) == 1
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(candidate_layouts())
 def test_layouts_that_obey_every_rule_are_accepted(drawn):
     """The converse: keep only the instances an independent check allows; none is refused."""
