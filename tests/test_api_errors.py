@@ -331,3 +331,11 @@ def test_unexpected_exception_is_a_bare_500(gf, api, monkeypatch, caplog):
 def test_health_endpoints_are_plain(api):
     assert api.client.get("/healthz").json() == {"status": "ok"}
     assert api.client.get("/readyz").json() == {"status": "ready"}
+
+
+def test_no_token_is_refused_before_the_body_is_read(client):
+    """A caller without a token learns nothing else, not even that its JSON was broken."""
+    response = client.post("/api/v1/environments", content=b"{not json",
+                           headers={"Content-Type": "application/json"})
+    assert_error(response, 401, "missing_token")
+    assert response.headers["www-authenticate"] == "Bearer"

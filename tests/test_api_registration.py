@@ -291,6 +291,8 @@ def _assert_moved(fleet, store, reason: str) -> None:
             for e in events] == [(gpu_uuid(1, 1), reason, "node-1", "node-2")]
     node1 = fleet.get("/api/v1/nodes/node-1").json()
     assert [g["uuid"] for g in node1["gpu_list"]] == [gpu_uuid(1, 0)]
+    # A refused claim left the GPU suspect; a move by the rules settles the dispute.
+    assert (moved["health"], moved["health_reason"]) == ("healthy", None)
 
 
 def test_claim_succeeds_once_the_old_node_is_unreachable(fleet, store, claim, clock, gf):

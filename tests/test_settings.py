@@ -137,3 +137,10 @@ def test_nothing_is_read_at_import_time(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode != 0
+
+
+def test_a_named_config_file_that_does_not_exist_is_an_error(monkeypatch, tmp_path):
+    missing = tmp_path / "nope.toml"
+    monkeypatch.setenv("GPUFLEET_CONFIG_FILE", str(missing))
+    with pytest.raises(ValueError, match=r"nope\.toml"):
+        load_settings()

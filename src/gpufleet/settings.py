@@ -34,6 +34,10 @@ from pydantic_settings import (
 ENV_PREFIX = "GPUFLEET_"
 
 
+class SettingsFileError(ValueError):
+    """A settings file that was asked for but cannot be used."""
+
+
 def config_dir() -> Path:
     """Where the CLI keeps its config and login files (XDG, overridable for tests)."""
     explicit = os.environ.get("GPUFLEET_CONFIG_DIR")
@@ -128,6 +132,9 @@ class LoginFileSource(PydanticBaseSettingsSource):
 
 def _sources(settings_cls: type[BaseSettings], init_kwargs: dict[str, Any]) -> list:
     toml_path = config_file_path()
+    if os.environ.get(f"{ENV_PREFIX}CONFIG_FILE") and not toml_path.is_file():
+        raise SettingsFileError(f"{ENV_PREFIX}CONFIG_FILE names {toml_path}, which is not a "
+                                "file")
     return [
         InitSettingsSource(settings_cls, init_kwargs=init_kwargs),
         EnvSettingsSource(settings_cls, env_prefix=ENV_PREFIX),

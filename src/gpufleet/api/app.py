@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpufleet import __version__
 from gpufleet.api import errors
+from gpufleet.api.auth_gate import BearerRequired
 from gpufleet.api.limits import BodySizeLimit
 from gpufleet.api.routes import agent, identity, inventory
 from gpufleet.api.timing import ServerTiming
@@ -51,6 +52,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.state.gpufleet = gf
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=gf.settings.max_request_body_bytes)
+    app.add_middleware(BearerRequired)
     app.add_middleware(ServerTiming)
     app.include_router(inventory.router)
     app.include_router(identity.router)

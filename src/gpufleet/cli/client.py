@@ -20,7 +20,7 @@ import httpx
 from pydantic import ValidationError
 
 from gpufleet.cli.errors import ApiError, CliError, NotLoggedIn, ServerUnreachable
-from gpufleet.settings import Settings, load_settings
+from gpufleet.settings import Settings, SettingsFileError, load_settings
 
 TIMEOUT_S = 30.0
 Params = list[tuple[str, str]]
@@ -117,6 +117,8 @@ def settings_errors() -> Iterator[None]:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}"
                              for e in exc.errors())
         raise CliError(f"invalid setting: {problems}") from None
+    except SettingsFileError as exc:
+        raise CliError(str(exc)) from None
 
 
 def cli_settings(**overrides: Any) -> Settings:

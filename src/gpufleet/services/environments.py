@@ -57,10 +57,13 @@ def create_environment(session: Session, principal: Principal, body: Environment
 
 def list_environments(session: Session, principal: Principal) -> list[EnvironmentView]:
     principal.require(Action.READ_INVENTORY)
+    # Counted as the fleet summary counts: retired nodes and GPUs are no longer in the fleet.
     node_counts = dict(session.execute(
-        select(Node.environment_id, func.count()).group_by(Node.environment_id)).all())
+        select(Node.environment_id, func.count()).where(Node.status != "retired")
+        .group_by(Node.environment_id)).all())
     gpu_counts = dict(session.execute(
-        select(Gpu.environment_id, func.count()).group_by(Gpu.environment_id)).all())
+        select(Gpu.environment_id, func.count()).where(Gpu.status != "retired")
+        .group_by(Gpu.environment_id)).all())
     return [_view(e, node_counts.get(e.id, 0), gpu_counts.get(e.id, 0))
             for e in session.scalars(select(Environment).order_by(Environment.name))]
 

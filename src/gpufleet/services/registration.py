@@ -182,6 +182,7 @@ def _apply_gpus(session: Session, node: Node, environment: Environment,
     gone = session.scalars(select(Gpu).where(Gpu.node_id == node.id,
                                              Gpu.uuid.not_in(by_uuid))).all()
     added, gpus = [], list(gone)
+    moved = {move["gpu"] for move in moves}
     for uuid, report in by_uuid.items():
         gpu = existing.get(uuid)
         if gpu is None:
@@ -190,13 +191,14 @@ def _apply_gpus(session: Session, node: Node, environment: Environment,
             session.add(gpu)
             added.append(uuid)
         _update_gpu(gpu, node, environment, report)
+        _clear_registration_suspicion(gpu, moved=uuid in moved)
         _replace_mig_instances(gpu, report)
         gpus.append(gpu)
     missing = []
     for gpu in gone:
         if gpu.health == GpuHealth.HEALTHY.value:
             gpu.health = GpuHealth.SUSPECT.value
-            gpu.health_reason = "missing from its node's latest inventory"
+            gpu.health_reason = MISSING_REASON
             missing.append(gpu.uuid)
     return moves, missing, added, gpus
 
@@ -237,6 +239,21 @@ def _sharing_mode(report: GpuReport, environment: Environment) -> str:
     return environment.default_sharing_mode
 
 
+MISSING_REASON = "missing from its node's latest inventory"
+CLAIM_REASON_PREFIX = "claimed by node"
+
+
+def _clear_registration_suspicion(gpu: Gpu, moved: bool) -> None:
+    """Undo what registration itself concluded once the facts changed: a GPU reported
+    again is no longer missing, and one that moved by the rules is no longer contested.
+    Suspicion from anywhere else (an operator, telemetry) stays."""
+    if gpu.health != GpuHealth.SUSPECT.value or not gpu.health_reason:
+        return
+    if gpu.health_reason == MISSING_REASON or (
+            moved and gpu.health_reason.startswith(CLAIM_REASON_PREFIX)):
+        gpu.health, gpu.health_reason = GpuHealth.HEALTHY.value, None
+
+
 def _update_gpu(gpu: Gpu, node: Node, environment: Environment, report: GpuReport) -> None:
     resolved = normalise_model(report.name, report.pci_device_id)
     gpu.node_id = node.id
@@ -252,9 +269,6 @@ def _update_gpu(gpu: Gpu, node: Node, environment: Environment, report: GpuRepor
     gpu.sharing_mode = _sharing_mode(report, environment)
     gpu.nvlink_peers = ([canonical_gpu_uuid(p) for p in report.nvlink_peers]
                         if report.nvlink_peers is not None else None)
-    if gpu.health == GpuHealth.SUSPECT.value and gpu.health_reason and \
-            gpu.health_reason.startswith("missing from"):
-        gpu.health, gpu.health_reason = GpuHealth.HEALTHY.value, None
 
 
 def _replace_mig_instances(gpu: Gpu, report: GpuReport) -> None:
@@ -303,8 +317,8 @@ def mark_claims_suspect(session: Session, conflict: GpuClaimConflict, machine_id
         if gpu is None:
             continue
         gpu.health = GpuHealth.SUSPECT.value
-        gpu.health_reason = (f"claimed by node '{conflict.node_name}' while registered on "
-                             f"'{current_node}'")
+        gpu.health_reason = (f"{CLAIM_REASON_PREFIX} '{conflict.node_name}' while registered "
+                             f"on '{current_node}'")
         node = session.get(Node, gpu.node_id)
         refresh_status(session, node)
         audit.record(session, at=now, actor=f"node:{conflict.node_name}",
