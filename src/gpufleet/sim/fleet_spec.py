@@ -25,9 +25,10 @@ from pydantic import (
     model_validator,
 )
 
-from gpufleet.domain.inventory import EnvironmentKind, SharingMode
+from gpufleet.domain.inventory import SharingMode
 from gpufleet.domain.mig import MigInstanceSpec
-from gpufleet.wire.base import LabelKey, LabelValue, Name, Text
+from gpufleet.wire.base import LabelKey, LabelValue, Name
+from gpufleet.wire.inventory import EnvironmentCreate
 
 from .mig_layouts import LayoutEntry, MigLayoutError, resolve_layout
 from .shapes import Shape, shape_named
@@ -44,13 +45,8 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class EnvironmentSpec(_Spec):
-    name: Name
-    kind: EnvironmentKind
-    provider: Name | None = None
-    region: Name | None = None
-    default_sharing_mode: SharingMode = SharingMode.EXCLUSIVE
-    description: Text | None = None
+class EnvironmentSpec(EnvironmentCreate):
+    """An environment as a spec declares it: exactly what the API's create takes."""
 
 
 class NodeGroupSpec(_Spec):
