@@ -12,6 +12,7 @@ import os
 import shutil
 import uuid as uuidlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -49,28 +50,37 @@ def sqlite_template(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A private schema in the test PostgreSQL, migrated once for the session."""
+@contextmanager
+def private_postgres_schema(prefix: str) -> Iterator[str]:
+    """A URL into a fresh, empty schema of the test PostgreSQL, dropped afterwards.
+
+    Skips without `GPUFLEET_TEST_POSTGRES_URL`; with it, an unreachable PostgreSQL fails.
+    """
     base = os.environ.get(POSTGRES_ENV)
     if not base:
         pytest.skip(f"PostgreSQL tests need {POSTGRES_ENV} (e.g. "
                     "postgresql+psycopg://postgres@127.0.0.1:5432/test)")
-    schema = f"gpufleet_test_{uuidlib.uuid4().hex[:10]}"
+    schema = f"{prefix}_{uuidlib.uuid4().hex[:10]}"
     admin = create_engine(base)
     with admin.begin() as connection:  # fails loudly when PostgreSQL is unreachable
         connection.execute(text(f'CREATE SCHEMA "{schema}"'))
     separator = "&" if "?" in base else "?"
-    url = f"{base}{separator}options=-csearch_path%3D{schema}"
-    store = StateStore(url)
-    store.migrate()
-    store.dispose()
     try:
-        yield url
+        yield f"{base}{separator}options=-csearch_path%3D{schema}"
     finally:
         with admin.begin() as connection:
             connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A private schema in the test PostgreSQL, migrated once for the session."""
+    with private_postgres_schema("gpufleet_test") as url:
+        store = StateStore(url)
+        store.migrate()
+        store.dispose()
+        yield url
 
 
 def _truncate_postgres(store: StateStore) -> None:

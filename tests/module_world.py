@@ -11,21 +11,19 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import uuid as uuidlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
 
 from gpufleet.api.app import create_app
 from gpufleet.clock import ManualClock
 from gpufleet.services.app import Gpufleet
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
-from tests.conftest import POSTGRES_ENV, START, Api
+from tests.conftest import START, Api, private_postgres_schema
 
 DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -50,23 +48,13 @@ def private_store(request: pytest.FixtureRequest, directory) -> Iterator[StateSt
         finally:
             store.dispose()
         return
-    base = os.environ.get(POSTGRES_ENV)
-    if not base:
-        pytest.skip(f"PostgreSQL tests need {POSTGRES_ENV}")
-    schema = f"gpufleet_module_{uuidlib.uuid4().hex[:10]}"
-    admin = create_engine(base)
-    with admin.begin() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    separator = "&" if "?" in base else "?"
-    store = StateStore(f"{base}{separator}options=-csearch_path%3D{schema}")
-    try:
-        store.migrate()
-        yield store
-    finally:
-        store.dispose()
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with private_postgres_schema("gpufleet_module") as url:
+        store = StateStore(url)
+        try:
+            store.migrate()
+            yield store
+        finally:
+            store.dispose()
 
 
 def isolated_settings(data_dir) -> Settings:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import uuid as uuidlib
 from collections.abc import Iterator
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import inspect
 
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import Base
-from tests.conftest import POSTGRES_ENV
+from tests.conftest import private_postgres_schema
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -24,22 +22,12 @@ def empty_store(request, tmp_path) -> Iterator[StateStore]:
         yield store
         store.dispose()
         return
-    base = os.environ.get(POSTGRES_ENV)
-    if not base:
-        pytest.skip(f"PostgreSQL tests need {POSTGRES_ENV}")
-    schema = f"gpufleet_migrate_{uuidlib.uuid4().hex[:10]}"
-    admin = create_engine(base)
-    with admin.begin() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    separator = "&" if "?" in base else "?"
-    store = StateStore(f"{base}{separator}options=-csearch_path%3D{schema}")
-    try:
-        yield store
-    finally:
-        store.dispose()
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with private_postgres_schema("gpufleet_migrate") as url:
+        store = StateStore(url)
+        try:
+            yield store
+        finally:
+            store.dispose()
 
 
 def schema_diff(store: StateStore) -> list:
