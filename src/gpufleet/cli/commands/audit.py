@@ -5,9 +5,9 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.client import api_path, connect
-from gpufleet.cli.commands.common import AllPages, JsonFlag, Limit, more_hint, query
-from gpufleet.cli.output import emit, table, when
+from gpufleet.cli.client import api_path
+from gpufleet.cli.commands.common import AllPages, JsonFlag, Limit, query, show_listing
+from gpufleet.cli.output import table, when
 
 app = typer.Typer(help="The audit log.", no_args_is_help=True)
 
@@ -26,13 +26,14 @@ def list_events(
 ) -> None:
     """List audit events, newest first."""
     params = query(subject_kind=subject_kind, subject=subject, action=action, limit=limit)
-    with connect() as api:
-        page = api.pages(api_path("audit-events"), params, follow=all_pages)
-    emit(page, as_json, lambda p: table(
+    show_listing(api_path("audit-events"), params, all_pages=all_pages, as_json=as_json,
+                 render=events_table, what="events")
+
+
+def events_table(events: list[dict]):
+    return table(
         ["id", "at", "actor", "action", "subject", "reason", "details"],
         [[e["id"], when(e["at"]), e["actor"], e["action"],
           f"{e['subject_kind']} {e['subject']}", e["reason"],
           json.dumps(e["details"], sort_keys=True) if e["details"] else None]
-         for e in p["items"]]))
-    if not as_json:
-        more_hint(page, "events")
+         for e in events])

@@ -5,13 +5,14 @@ Option types are declared once so `--environment` or `--json` reads the same in
 CLI offers exactly the words the API accepts.
 """
 
+from collections.abc import Callable
 from enum import Enum
 from typing import Annotated, Any
 
 import typer
 
-from gpufleet.cli.client import Params
-from gpufleet.cli.output import note
+from gpufleet.cli.client import Params, connect
+from gpufleet.cli.output import emit, note
 from gpufleet.domain.inventory import GpuHealth
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON reply instead.")]
@@ -49,7 +50,12 @@ def body(**values: Any) -> dict[str, Any]:
             for name, value in values.items() if value is not None}
 
 
-def more_hint(page: dict[str, Any], what: str) -> None:
-    """Tell a person (on stderr) that a listing stopped at a page boundary."""
-    if page.get("next_cursor"):
+def show_listing(path: str, params: Params, *, all_pages: bool, as_json: bool,
+                 render: Callable[[list[dict[str, Any]]], Any], what: str) -> None:
+    """Fetch a paged listing (every page with --all), print it, and tell a person (on
+    stderr) when it stopped at a page boundary."""
+    with connect() as api:
+        page = api.pages(path, params, follow=all_pages)
+    emit(page, as_json, lambda p: render(p["items"]))
+    if not as_json and page.get("next_cursor"):
         note(f"more {what} exist: add --all to list them all, or narrow the filters")

@@ -13,8 +13,8 @@ from gpufleet.cli.commands.common import (
     Labels,
     Limit,
     Models,
-    more_hint,
     query,
+    show_listing,
 )
 from gpufleet.cli.output import emit
 from gpufleet.cli.views import gpu_detail, gpus_table, summary_table
@@ -71,11 +71,8 @@ def list_gpus(
                    sharing_mode=sharing_mode, node=node,
                    label=_allocation_labels(label, allocation, project),
                    node_label=node_label, sort=sort, limit=limit)
-    with connect() as api:
-        page = api.pages(api_path("gpus"), params, follow=all_pages)
-    emit(page, as_json, lambda p: gpus_table(p["items"]))
-    if not as_json:
-        more_hint(page, "GPUs")
+    show_listing(api_path("gpus"), params, all_pages=all_pages, as_json=as_json,
+                 render=gpus_table, what="GPUs")
 
 
 @app.command("show")

@@ -15,8 +15,8 @@ from gpufleet.cli.commands.common import (
     Models,
     Reason,
     body,
-    more_hint,
     query,
+    show_listing,
 )
 from gpufleet.cli.output import done, emit
 from gpufleet.cli.views import node_detail, nodes_table
@@ -45,11 +45,8 @@ def list_nodes(
     """List nodes; --model and --health match nodes with at least one such GPU."""
     params = query(environment=environment, status=status, model=model, health=health,
                    label=label, sort=sort, limit=limit)
-    with connect() as api:
-        page = api.pages(api_path("nodes"), params, follow=all_pages)
-    emit(page, as_json, lambda p: nodes_table(p["items"]))
-    if not as_json:
-        more_hint(page, "nodes")
+    show_listing(api_path("nodes"), params, all_pages=all_pages, as_json=as_json,
+                 render=nodes_table, what="nodes")
 
 
 @app.command("show")
