@@ -90,12 +90,18 @@ def gpu_status(node: NodeStatus, health: GpuHealth, allocated: bool) -> GpuStatu
     return GpuStatus.FREE
 
 
+def silence_cutoff(now: datetime, heartbeat_interval_s: float,
+                   missed_intervals: int) -> datetime:
+    """Nodes last seen before this instant have missed `missed_intervals` heartbeats."""
+    return now - timedelta(seconds=heartbeat_interval_s * missed_intervals)
+
+
 def is_silent(last_seen: datetime | None, now: datetime, heartbeat_interval_s: float,
               missed_intervals: int) -> bool:
     """A node is silent once `missed_intervals` heartbeats in a row did not arrive."""
     if last_seen is None:
         return True
-    return now - last_seen > timedelta(seconds=heartbeat_interval_s * missed_intervals)
+    return last_seen < silence_cutoff(now, heartbeat_interval_s, missed_intervals)
 
 
 def canonical_gpu_uuid(uuid: str) -> str:

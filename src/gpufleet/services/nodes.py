@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -16,6 +16,7 @@ from gpufleet.domain.inventory import (
     NodeStatus,
     gpu_status,
     node_status,
+    silence_cutoff,
 )
 from gpufleet.services import audit
 from gpufleet.services.principal import Principal
@@ -87,7 +88,7 @@ def retire(session: Session, principal: Principal, name: str, now: datetime,
 def mark_silent_nodes_unreachable(session: Session, now: datetime, heartbeat_interval_s: float,
                                   missed_heartbeats: int) -> list[str]:
     """Nodes whose agents missed `missed_heartbeats` intervals in a row become unreachable."""
-    cutoff = now - timedelta(seconds=heartbeat_interval_s * missed_heartbeats)
+    cutoff = silence_cutoff(now, heartbeat_interval_s, missed_heartbeats)
     silent = session.scalars(select(Node).where(
         Node.reachable.is_(True),
         Node.admin_state != NodeAdminState.RETIRED.value,
