@@ -181,3 +181,14 @@ def test_layouts_that_obey_every_rule_are_accepted(drawn):
         kept.append(spec)
         used |= set(placement.slices)
     assert layout_problems(geo, kept) == []
+
+
+@pytest.mark.parametrize(("model_key", "profile_name", "weight"), [
+    ("H100-80GB", "7g.80gb", 1.0),
+    ("H100-80GB", "3g.40gb", 0.5),      # 4 of 8 memory slices outweigh 3 of 7 compute
+    ("H100-80GB", "1g.10gb", 1 / 7),    # 1 of 7 compute slices outweighs 1 of 8 memory
+    ("A30-24GB", "2g.12gb", 0.5),
+])
+def test_instance_weight_is_the_larger_share_of_the_gpu(model_key, profile_name, weight):
+    geometry = model(model_key).mig
+    assert geometry.weight(geometry.profile_named(profile_name)) == pytest.approx(weight)

@@ -19,9 +19,6 @@ class Role(StrEnum):
     INGEST = "ingest"
 
 
-HUMAN_ROLES = frozenset({Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER})
-
-
 class Action(StrEnum):
     READ_INVENTORY = "inventory:read"
     MANAGE_INVENTORY = "inventory:manage"

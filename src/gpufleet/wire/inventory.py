@@ -15,7 +15,7 @@ from gpufleet.domain.inventory import (
     NodeStatus,
     SharingMode,
 )
-from gpufleet.wire.base import LabelKey, LabelValue, Name, StrictModel, Text, View
+from gpufleet.wire.base import Name, StrictModel, Text, View
 
 
 class EnvironmentCreate(StrictModel):
@@ -254,8 +254,3 @@ class WhoAmI(View):
     user: str | None
     node: str | None
     projects: list[str]
-
-
-class LabelSelector(StrictModel):
-    key: LabelKey
-    value: LabelValue
