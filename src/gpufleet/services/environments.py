@@ -8,9 +8,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action
-from gpufleet.domain.errors import Conflict, NotFound
+from gpufleet.domain.errors import Conflict
 from gpufleet.domain.inventory import EnvironmentKind, SharingMode
 from gpufleet.services import audit, tokens
+from gpufleet.services.lookup import one_where
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Environment, Gpu, JoinToken, Node
 from gpufleet.wire.inventory import (
@@ -23,11 +24,7 @@ from gpufleet.wire.inventory import (
 
 
 def get_environment(session: Session, name: str) -> Environment:
-    environment = session.scalar(select(Environment).where(Environment.name == name))
-    if environment is None:
-        raise NotFound(f"environment '{name}' does not exist", code="environment_not_found",
-                       details={"environment": name})
-    return environment
+    return one_where(session, Environment, Environment.name == name, "environment", name)
 
 
 def _view(environment: Environment, nodes: int = 0, gpus: int = 0) -> EnvironmentView:

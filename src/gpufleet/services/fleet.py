@@ -13,8 +13,9 @@ from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action, sees_all_projects
-from gpufleet.domain.errors import InvalidInput, NotFound
+from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.inventory import GpuStatus, canonical_gpu_uuid
+from gpufleet.services.lookup import not_found
 from gpufleet.services.paging import apply_page, parse_sort, split_page
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Environment, Gpu, GpuLabel, Node, NodeLabel
@@ -160,8 +161,7 @@ def get_gpu(session: Session, principal: Principal, uuid: str) -> GpuView:
         .join(Environment, Environment.id == Gpu.environment_id)
         .where(Gpu.uuid == canonical_gpu_uuid(uuid))).first()
     if row is None:
-        raise NotFound(f"GPU '{uuid}' does not exist", code="gpu_not_found",
-                       details={"gpu": uuid})
+        raise not_found("gpu", uuid, label="GPU")
     gpu, node, environment = row
     return gpu_view(principal, gpu, node, environment)
 
@@ -215,8 +215,7 @@ def get_node_detail(session: Session, principal: Principal, name: str) -> NodeDe
                           .join(Environment, Environment.id == Node.environment_id)
                           .where(Node.name == name)).first()
     if row is None:
-        raise NotFound(f"node '{name}' does not exist", code="node_not_found",
-                       details={"node": name})
+        raise not_found("node", name)
     node, environment = row
     gpus = session.scalars(select(Gpu).where(Gpu.node_id == node.id).order_by(Gpu.index)).all()
     view = node_view(node, environment, len(gpus))

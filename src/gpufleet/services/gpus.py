@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action
-from gpufleet.domain.errors import NotFound
 from gpufleet.domain.inventory import GpuHealth, canonical_gpu_uuid
 from gpufleet.services import audit
+from gpufleet.services.lookup import one_where
 from gpufleet.services.nodes import refresh_status
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Gpu, GpuMoveApproval, Node
@@ -18,11 +17,8 @@ from gpufleet.wire.inventory import GpuHealthChange, GpuMoveApprovalCreate, GpuM
 
 
 def _get_gpu(session: Session, uuid: str) -> Gpu:
-    gpu = session.scalar(select(Gpu).where(Gpu.uuid == canonical_gpu_uuid(uuid)))
-    if gpu is None:
-        raise NotFound(f"GPU '{uuid}' does not exist", code="gpu_not_found",
-                       details={"gpu": uuid})
-    return gpu
+    return one_where(session, Gpu, Gpu.uuid == canonical_gpu_uuid(uuid), "gpu", uuid,
+                     label="GPU")
 
 
 def set_health(session: Session, principal: Principal, uuid: str, body: GpuHealthChange,

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action
-from gpufleet.domain.errors import Conflict, NotFound
+from gpufleet.domain.errors import Conflict
 from gpufleet.domain.inventory import (
     GpuHealth,
     NodeAdminState,
@@ -19,16 +19,13 @@ from gpufleet.domain.inventory import (
     silence_cutoff,
 )
 from gpufleet.services import audit
+from gpufleet.services.lookup import one_where
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import ApiToken, Gpu, Node
 
 
 def get_node(session: Session, name: str) -> Node:
-    node = session.scalar(select(Node).where(Node.name == name))
-    if node is None:
-        raise NotFound(f"node '{name}' does not exist", code="node_not_found",
-                       details={"node": name})
-    return node
+    return one_where(session, Node, Node.name == name, "node", name)
 
 
 def refresh_status(session: Session, node: Node, gpus: Iterable[Gpu] | None = None) -> None:

@@ -8,8 +8,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action, sees_all_projects
-from gpufleet.domain.errors import Conflict, NotFound
+from gpufleet.domain.errors import Conflict
 from gpufleet.services import audit
+from gpufleet.services.lookup import not_found, one_where
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Project, ProjectMember, User
 from gpufleet.wire.inventory import (
@@ -22,11 +23,7 @@ from gpufleet.wire.inventory import (
 
 
 def get_user(session: Session, name: str) -> User:
-    user = session.scalar(select(User).where(User.name == name))
-    if user is None:
-        raise NotFound(f"user '{name}' does not exist", code="user_not_found",
-                       details={"user": name})
-    return user
+    return one_where(session, User, User.name == name, "user", name)
 
 
 def _user_view(session: Session, user: User) -> UserView:
@@ -58,11 +55,7 @@ def list_users(session: Session, principal: Principal) -> list[UserView]:
 
 
 def get_project(session: Session, name: str) -> Project:
-    project = session.scalar(select(Project).where(Project.name == name))
-    if project is None:
-        raise NotFound(f"project '{name}' does not exist", code="project_not_found",
-                       details={"project": name})
-    return project
+    return one_where(session, Project, Project.name == name, "project", name)
 
 
 def _project_view(project: Project) -> ProjectView:
@@ -104,8 +97,7 @@ def show_project(session: Session, principal: Principal, name: str) -> ProjectVi
     principal.require(Action.READ_PROJECTS)
     if not _visible(principal, name):
         # Same answer as for a project that does not exist: members learn nothing of others.
-        raise NotFound(f"project '{name}' does not exist", code="project_not_found",
-                       details={"project": name})
+        raise not_found("project", name)
     return _project_view(get_project(session, name))
 
 

@@ -16,8 +16,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action, Role
-from gpufleet.domain.errors import InvalidInput, NotFound, Unauthenticated
+from gpufleet.domain.errors import InvalidInput, Unauthenticated
 from gpufleet.services import audit
+from gpufleet.services.lookup import not_found
+from gpufleet.services.people import get_user
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import ApiToken, JoinToken, Node, Project, ProjectMember, User
 from gpufleet.wire.inventory import TokenCreate, TokenIssued, TokenView
@@ -115,10 +117,7 @@ def create_token(session: Session, principal: Principal, body: TokenCreate, now:
     principal.require(Action.MANAGE_TOKENS)
     user = None
     if body.user is not None:
-        user = session.scalar(select(User).where(User.name == body.user))
-        if user is None:
-            raise NotFound(f"user '{body.user}' does not exist", code="user_not_found",
-                           details={"user": body.user})
+        user = get_user(session, body.user)
         if body.role is not None and body.role.value != user.role:
             raise InvalidInput(f"a token for user '{user.name}' carries the user's role "
                                f"'{user.role}', not '{body.role}'", code="role_mismatch")
@@ -155,8 +154,7 @@ def revoke_token(session: Session, principal: Principal, token_id: int, now: dat
     principal.require(Action.MANAGE_TOKENS)
     token = session.get(ApiToken, token_id)
     if token is None:
-        raise NotFound(f"token {token_id} does not exist", code="token_not_found",
-                       details={"token": token_id})
+        raise not_found("token", token_id)
     if token.revoked_at is None:
         token.revoked_at = now
         audit.record(session, at=now, actor=principal.actor, action="token.revoked",
