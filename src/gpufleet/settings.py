@@ -31,6 +31,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gpufleet.private_files import write_private_file
+
 ENV_PREFIX = "GPUFLEET_"
 
 
@@ -210,13 +212,7 @@ def settings_markdown() -> str:
 def store_login(url: str, token: str) -> Path:
     """Write the CLI's login file (mode 600 in a 700 directory); returns its path."""
     path = login_file_path()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # Written beside and renamed over: a crash never leaves a half-written login behind.
-    partial = path.with_name(path.name + ".partial")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(json.dumps({"url": url, "token": token}, indent=2) + "\n")
-    os.replace(partial, path)
+    write_private_file(path, json.dumps({"url": url, "token": token}, indent=2) + "\n")
     return path
 
 

@@ -8,41 +8,15 @@ one, never half of either, which would lock the node out until an operator re-jo
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import stat
 from pathlib import Path
+
+from gpufleet.private_files import write_private_file
 
 log = logging.getLogger(__name__)
 
 CREDENTIAL_FILE = "credential"
-
-
-def ensure_private_dir(path: Path) -> None:
-    """Create `path` (and parents) mode 700; an existing directory is left as it is."""
-    if path.is_dir():
-        return
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
-
-
-def write_private_file(path: Path, text: str) -> None:
-    """Atomically replace `path` with `text`, readable by the owner only."""
-    ensure_private_dir(path.parent)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
 
 
 class AgentState:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpufleet.agent.state import write_private_file
+from gpufleet.private_files import write_private_file
 
 CREDENTIALS_FILE = "credentials.json"
 
