@@ -22,6 +22,7 @@ from sqlalchemy import create_engine, text
 
 from gpufleet.api.app import create_app
 from gpufleet.clock import ManualClock
+from gpufleet.server import bootstrap_admin_token
 from gpufleet.services.app import Gpufleet
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
@@ -120,7 +121,7 @@ def gf(store, settings, clock) -> Gpufleet:
 
 @pytest.fixture
 def admin_token(gf, settings) -> str:
-    return gf.bootstrap_admin_token(settings.data_dir / "admin-token")
+    return bootstrap_admin_token(gf, settings.data_dir / "admin-token")
 
 
 @pytest.fixture

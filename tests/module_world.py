@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 
 from gpufleet.api.app import create_app
 from gpufleet.clock import ManualClock
+from gpufleet.server import bootstrap_admin_token
 from gpufleet.services.app import Gpufleet
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
@@ -75,7 +76,7 @@ def module_world(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[M
     with private_store(request, directory) as store:
         clock = ManualClock(START)
         gf = Gpufleet(store, isolated_settings(directory / "data"), clock)
-        admin_token = gf.bootstrap_admin_token(directory / "data" / "admin-token")
+        admin_token = bootstrap_admin_token(gf, directory / "data" / "admin-token")
         with TestClient(create_app(gf, background_loops=False)) as client:
             yield ModuleWorld(store, gf, clock, client, Api(client, admin_token))
 

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 from sqlalchemy import select
 
+from gpufleet.server import bootstrap_admin_token
 from gpufleet.store.tables import ApiToken, Gpu, GpuLabel
 from tests.helpers import GIB, create_environment, gpu, gpu_uuid, join_token, registration
 from tests.module_world import DATABASES, module_world, shared_client
@@ -590,12 +591,12 @@ def test_last_used_is_recorded_at_minute_resolution(api, clock):
 @SQLITE_ONLY
 def test_bootstrap_admin_token_file(gf, settings, clock):
     path = settings.data_dir / "admin-token"
-    raw = gf.bootstrap_admin_token(path)
+    raw = bootstrap_admin_token(gf, path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text().strip() == raw
-    assert gf.bootstrap_admin_token(path) == raw  # kept across restarts
+    assert bootstrap_admin_token(gf, path) == raw  # kept across restarts
     clock.advance(settings.api_token_ttl_days * 86_400)
-    renewed = gf.bootstrap_admin_token(path)  # expired: replaced
+    renewed = bootstrap_admin_token(gf, path)  # expired: replaced
     assert renewed != raw
     assert gf.authenticate(renewed).role.value == "admin"
 

@@ -13,6 +13,7 @@ import uvicorn
 
 from gpufleet.api.app import create_app
 from gpufleet.clock import Clock
+from gpufleet.private_files import write_private_file
 from gpufleet.services.app import Gpufleet
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
@@ -22,6 +23,16 @@ log = logging.getLogger(__name__)
 
 def admin_token_path(settings: Settings) -> Path:
     return settings.data_dir / "admin-token"
+
+
+def bootstrap_admin_token(gf: Gpufleet, token_file: Path) -> str:
+    """The admin token kept in `token_file` (mode 600, written atomically): the one already
+    there while it is valid, otherwise a new one."""
+    current = token_file.read_text().strip() if token_file.is_file() else None
+    token = gf.ensure_admin_token(current)
+    if token != current:
+        write_private_file(token_file, token + "\n")
+    return token
 
 
 def build_gpufleet(settings: Settings, clock: Clock | None = None) -> Gpufleet:
@@ -50,7 +61,7 @@ def run_server(settings: Settings) -> int:
     gf = build_gpufleet(settings)
     token_file = admin_token_path(settings)
     first_start = not token_file.exists()
-    gf.bootstrap_admin_token(token_file)
+    bootstrap_admin_token(gf, token_file)
     url = f"http://{settings.host}:{settings.port}"
     log.info("gpufleet serving %s (API docs %s/docs); state store %s", url, url,
              gf.store.url.render_as_string(hide_password=True))

@@ -66,7 +66,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     @app.get("/readyz", tags=["health"])
     def readyz():
         """Readiness: the state store answers (503 otherwise). Unauthenticated."""
-        gf.store.ping()
+        gf.ready()
         return {"status": "ready"}
 
     return app

@@ -24,7 +24,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gpufleet.api.app import create_app
 from gpufleet.demo.seed import seed_people
-from gpufleet.server import admin_token_path, build_gpufleet, uvicorn_config
+from gpufleet.server import (
+    admin_token_path,
+    bootstrap_admin_token,
+    build_gpufleet,
+    uvicorn_config,
+)
 from gpufleet.settings import (
     Settings,
     default_data_dir,
@@ -100,7 +105,7 @@ def run_demo(data_dir: Path | None = None, port: int = 8080, reset: bool = False
 async def _demo(settings: Settings, seed: int | None) -> None:
     started_s = time.monotonic()
     gf = build_gpufleet(settings)
-    token = gf.bootstrap_admin_token(admin_token_path(settings))
+    token = bootstrap_admin_token(gf, admin_token_path(settings))
     spec = load_default_spec()
     if seed is not None:
         spec = spec.model_copy(update={"seed": seed})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from pathlib import Path
 
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
@@ -54,20 +53,19 @@ class Gpufleet:
                 tokens.touch(session, token.id, now)
         return principal
 
-    def bootstrap_admin_token(self, token_file: Path) -> str:
-        """The admin token written to `token_file` (mode 600), created on first start.
+    def ensure_admin_token(self, current: str | None) -> str:
+        """`current` while it is a valid admin token, otherwise a new one for user `admin`.
 
-        A token already in the file is kept while it is valid, so restarts do not churn it;
-        an expired or revoked one is replaced.
+        Restarts keep the bootstrap token rather than churn it; an expired or revoked one
+        is replaced (the first start has none).
         """
-        if token_file.is_file():
-            existing = token_file.read_text().strip()
+        if current:
             try:
-                self.authenticate(existing)
-                return existing
+                if self.authenticate(current).role is Role.ADMIN:
+                    return current
             except Unauthenticated:
-                log.warning("the admin token in %s is no longer valid; issuing a new one",
-                            token_file)
+                pass
+            log.warning("the stored admin token is no longer valid; issuing a new one")
         now = self.clock.now()
         with self.store.write() as session:
             user = session.query(User).filter_by(name="admin").one_or_none()
@@ -82,11 +80,11 @@ class Gpufleet:
             audit.record(session, at=now, actor="system", action="token.created",
                          subject_kind="token", subject=str(token.id), role="admin",
                          name="bootstrap admin")
-        token_file.parent.mkdir(parents=True, exist_ok=True)
-        token_file.touch(mode=0o600)
-        token_file.chmod(0o600)
-        token_file.write_text(raw + "\n")
         return raw
+
+    def ready(self) -> None:
+        """Raise `Unavailable` unless the state store answers."""
+        self.store.ping()
 
     def whoami(self, principal: Principal) -> wi.WhoAmI:
         return wi.WhoAmI(role=principal.role, actor=principal.actor, user=principal.user_name,
