@@ -110,6 +110,8 @@ class Gpu(Base):
     health_reason: Mapped[str | None] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16))
     allocated: Mapped[bool] = mapped_column(Boolean, default=False)
+    # shared mode: milli-GPU held by open bindings; raised only by a conditional update
+    used_milli: Mapped[int] = mapped_column(Integer, default=0)
     first_seen_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
     node: Mapped[Node] = relationship(lazy="raise")
@@ -130,12 +132,15 @@ class Gpu(Base):
 
 
 class GpuLabel(Base):
+    """A label on a GPU. `allocation` / `project` may carry several values at once (the
+    allocations holding MIG instances or fractions of one GPU), so the value is in the key."""
+
     __tablename__ = "gpu_labels"
 
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"),
                                         primary_key=True)
     key: Mapped[str] = mapped_column(String(63), primary_key=True)
-    value: Mapped[str] = mapped_column(String(255))
+    value: Mapped[str] = mapped_column(String(255), primary_key=True)
 
     __table_args__ = (Index("ix_gpu_labels_key_value", "key", "value"),)
 
@@ -273,3 +278,146 @@ class AuditEvent(Base):
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
     __table_args__ = (Index("ix_audit_events_subject", "subject_kind", "subject"),)
+
+
+class Quota(Base):
+    """The most a project may hold at once of one flavour (DESIGN.md §2), in milli-units."""
+
+    __tablename__ = "quotas"
+
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"),
+                                            primary_key=True)
+    flavour: Mapped[str] = mapped_column(String(127), primary_key=True)
+    limit_milli: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_by: Mapped[str] = mapped_column(String(127))
+
+
+class AutoApprovePolicy(Base):
+    """Requests of a project at most this large and this long are approved without an operator."""
+
+    __tablename__ = "auto_approve_policies"
+
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"),
+                                            primary_key=True)
+    max_milli: Mapped[int] = mapped_column(BigInteger)
+    max_duration_s: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_by: Mapped[str] = mapped_column(String(127))
+
+
+class Pool(Base):
+    """Logical capacity (flavour × count) dedicated to one project once approved."""
+
+    __tablename__ = "pools"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"), index=True)
+    flavour: Mapped[str] = mapped_column(String(127))
+    count: Mapped[int] = mapped_column(Integer)
+    unit_milli: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    justification: Mapped[str | None] = mapped_column(Text)
+    requested_by: Mapped[str] = mapped_column(String(127))
+    requested_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    decided_by: Mapped[str | None] = mapped_column(String(127))
+    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    decision_reason: Mapped[str | None] = mapped_column(Text)
+    approved_at: Mapped[datetime | None] = mapped_column(UtcDateTime)  # billing starts here
+
+    project: Mapped[Project] = relationship(lazy="joined")
+
+
+class GpuRequest(Base):
+    """A ticket for GPU units: flavour × count, host resources, topology, time window."""
+
+    __tablename__ = "gpu_requests"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"), index=True)
+    requested_by: Mapped[str] = mapped_column(String(127))
+    requester_user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    models: Mapped[list[str] | None] = mapped_column(JSON)
+    mig_profile: Mapped[str | None] = mapped_column(String(63))
+    milli: Mapped[int] = mapped_column(Integer)
+    count: Mapped[int] = mapped_column(Integer)
+    cpu_milli_per_unit: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib_per_unit: Mapped[int] = mapped_column(Integer, default=0)
+    same_node: Mapped[bool] = mapped_column(Boolean, default=False)
+    nvlink: Mapped[bool] = mapped_column(Boolean, default=False)
+    environment: Mapped[str | None] = mapped_column(String(63))
+    starts_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    ends_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    duration_s: Mapped[int | None] = mapped_column(BigInteger)
+    justification: Mapped[str | None] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    wait_code: Mapped[str | None] = mapped_column(String(63))
+    wait_message: Mapped[str | None] = mapped_column(Text)
+    needs_operator: Mapped[bool] = mapped_column(Boolean, default=False)
+    pool_id: Mapped[int | None] = mapped_column(ForeignKey("pools.id"))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    decided_by: Mapped[str | None] = mapped_column(String(127))
+    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    activated_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    project: Mapped[Project] = relationship(lazy="joined")
+
+    __table_args__ = (Index("ix_gpu_requests_state_ends", "state", "ends_at"),)
+
+
+class Binding(Base):
+    """One unit held by one allocation over [started_at, ended_at) — history, never rewritten.
+
+    A unit is a whole GPU, a MIG instance (GPU, profile id, placement start) or `milli` of a
+    shared GPU; several bindings may be open at once on one shared or MIG GPU.
+    """
+
+    __tablename__ = "bindings"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    request_id: Mapped[int] = mapped_column(ForeignKey("gpu_requests.id"), index=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"))
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    mig_profile_id: Mapped[int | None] = mapped_column(Integer)
+    mig_start: Mapped[int | None] = mapped_column(Integer)
+    milli: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    end_reason: Mapped[str | None] = mapped_column(String(31))
+
+    gpu: Mapped[Gpu] = relationship(lazy="joined")
+
+    __table_args__ = (Index("ix_bindings_gpu_ended", "gpu_id", "ended_at"),)
+
+
+class SlotClaim(Base):
+    """The database's guarantee that no unit is held twice (DESIGN.md §6).
+
+    One row per held slot: slot -1 is a whole GPU, slots 0..7 are the memory slices of a MIG
+    GPU. The primary key makes a second claim of the same slot fail on SQLite and PostgreSQL
+    alike; release deletes the claim, the binding keeps the history.
+    """
+
+    __tablename__ = "slot_claims"
+
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    binding_id: Mapped[int] = mapped_column(ForeignKey("bindings.id"))
+
+
+class MigPlan(Base):
+    """The MIG layout a GPU is to have: (profile id, placement start) pairs, for its agent."""
+
+    __tablename__ = "mig_plans"
+
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"), index=True)
+    layout: Mapped[list[list[int]]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    request_id: Mapped[int | None] = mapped_column(ForeignKey("gpu_requests.id"))
