@@ -99,6 +99,17 @@ class Settings(BaseSettings):
     api_token_ttl_days: int = Field(default=90, ge=1, description=(
         "Lifetime of API tokens (including the bootstrap admin token) when none is named."))
 
+    # --- lifecycle -----------------------------------------------------------------------
+    placement_policy: Literal["default", "binpack", "spread"] = Field(
+        default="default", description=(
+            "How placement chooses units: `default` (fragmentation-aware), `binpack` or "
+            "`spread` (docs/placement.md)."))
+    max_request_days: float = Field(default=90.0, gt=0, le=3660, description=(
+        "Longest a GPU request may last, from its start to its end."))
+    lifecycle_interval_s: float = Field(default=15.0, gt=0, le=3600, description=(
+        "How often the server expires ended allocations and grants approved requests that "
+        "wait for capacity or their start time."))
+
     # --- CLI client ----------------------------------------------------------------------
     url: str = Field(default="http://127.0.0.1:8080", description=(
         "Server URL the CLI talks to (`gpufleet login` stores it; `GPUFLEET_URL` overrides)."))

@@ -14,7 +14,7 @@ from gpufleet import __version__
 from gpufleet.api import errors
 from gpufleet.api.auth_gate import BearerRequired
 from gpufleet.api.limits import BodySizeLimit
-from gpufleet.api.routes import agent, identity, inventory
+from gpufleet.api.routes import agent, identity, inventory, lifecycle
 from gpufleet.api.timing import ServerTiming
 from gpufleet.domain.errors import GpufleetError
 from gpufleet.services.app import Gpufleet
@@ -36,12 +36,27 @@ async def _silent_node_loop(gf: Gpufleet) -> None:
             log.warning("silent-node sweep skipped: %s", exc.message)
 
 
+async def _lifecycle_loop(gf: Gpufleet) -> None:
+    """Expire allocations whose end passed and grant approved requests that wait."""
+    while True:
+        await asyncio.sleep(gf.settings.lifecycle_interval_s)
+        try:
+            expired, granted = await run_in_threadpool(gf.lifecycle.tick)
+            if expired or granted:
+                log.info("lifecycle: %d expired, %d granted", len(expired), granted)
+        except GpufleetError as exc:
+            log.warning("lifecycle round skipped: %s", exc.message)
+        except Exception:  # the loop must outlive a bug in one round
+            log.exception("lifecycle round failed")
+
+
 def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        task = asyncio.create_task(_silent_node_loop(gf)) if background_loops else None
+        tasks = [asyncio.create_task(_silent_node_loop(gf)),
+                 asyncio.create_task(_lifecycle_loop(gf))] if background_loops else []
         yield
-        if task is not None:
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -57,6 +72,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(inventory.router)
     app.include_router(identity.router)
     app.include_router(agent.router)
+    app.include_router(lifecycle.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

@@ -32,6 +32,10 @@ class Action(StrEnum):
     AGENT_HEARTBEAT = "agent:heartbeat"
     WRITE_TELEMETRY = "telemetry:write"
     WHOAMI = "whoami"
+    READ_REQUESTS = "requests:read"
+    REQUEST_GPUS = "requests:create"
+    APPROVE_REQUESTS = "requests:approve"
+    MANAGE_QUOTAS = "quotas:manage"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -50,6 +54,11 @@ GRANTS: dict[Action, frozenset[Role]] = {
     Action.AGENT_HEARTBEAT: frozenset({Role.AGENT}),
     Action.WRITE_TELEMETRY: frozenset({Role.AGENT, Role.INGEST}),
     Action.WHOAMI: frozenset(Role),
+    Action.READ_REQUESTS: frozenset(_READERS),
+    # Viewers read; members request for their own projects (the services scope them).
+    Action.REQUEST_GPUS: frozenset({Role.ADMIN, Role.OPERATOR, Role.MEMBER}),
+    Action.APPROVE_REQUESTS: frozenset(_OPERATORS),
+    Action.MANAGE_QUOTAS: frozenset(_OPERATORS),
 }
 
 

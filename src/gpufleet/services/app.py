@@ -23,6 +23,7 @@ from gpufleet.services import (
     registration,
     tokens,
 )
+from gpufleet.services.lifecycle import Lifecycle
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.principal import Principal
 from gpufleet.settings import Settings
@@ -40,6 +41,7 @@ class Gpufleet:
         self.store = store
         self.settings = settings
         self.clock = clock or SystemClock()
+        self.lifecycle = Lifecycle(store, settings, self.clock)
 
     # --- identity ------------------------------------------------------------------------
     def authenticate(self, raw_token: str) -> Principal:

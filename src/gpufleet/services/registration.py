@@ -28,7 +28,7 @@ from gpufleet.domain.inventory import (
     SharingMode,
     canonical_gpu_uuid,
 )
-from gpufleet.services import audit, tokens
+from gpufleet.services import audit, bindings, tokens
 from gpufleet.services.nodes import refresh_status
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import (
@@ -126,7 +126,7 @@ def register(session: Session, caller: RegistrationCaller, body: NodeRegistratio
     reply = RegistrationReply(
         node=node.name, node_status=NodeStatus(node.status), environment=environment.name,
         credential=credential, heartbeat_interval_s=heartbeat_interval_s,
-        desired_state=desired_state(node), gpus_registered=len(body.gpus))
+        desired_state=desired_state(session, node), gpus_registered=len(body.gpus))
     return reply
 
 
@@ -338,9 +338,10 @@ def claim_conflict_error(conflict: GpuClaimConflict) -> Conflict:
         details={"gpus": [{"uuid": u, "current_node": n} for u, n in conflict.claims]})
 
 
-def desired_state(node: Node) -> DesiredState:
-    """What the node should be: empty bindings and MIG plans until the lifecycle fills them."""
-    return DesiredState(version=node.desired_state_version)
+def desired_state(session: Session, node: Node) -> DesiredState:
+    """What the node should be: its open bindings and MIG plans (services/bindings.py)."""
+    session.flush()
+    return bindings.desired_state(session, node)
 
 
 def heartbeat(session: Session, principal: Principal, body: Heartbeat, now: datetime,
@@ -359,4 +360,4 @@ def heartbeat(session: Session, principal: Principal, body: Heartbeat, now: date
                      subject_kind="node", subject=node.name)
     return HeartbeatReply(node=node.name, node_status=NodeStatus(node.status),
                           heartbeat_interval_s=heartbeat_interval_s,
-                          desired_state=desired_state(node))
+                          desired_state=desired_state(session, node))

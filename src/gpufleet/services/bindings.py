@@ -1,0 +1,299 @@
+"""Bindings: the interval table that says which allocation holds which unit, and when.
+
+Opening a binding claims its slots (DESIGN.md §6): a whole GPU is slot -1, a MIG instance
+the memory slices it covers; the claims' primary key refuses a second holder on SQLite and
+PostgreSQL alike. A shared GPU is claimed by a conditional update of `used_milli` that
+cannot pass 1000. Granting also stamps the `allocation` / `project` labels and bumps the
+desired-state version of every node involved, so its agent learns the change on its next
+heartbeat. Closing ends the interval; the row stays as history.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from sqlalchemy import and_, delete, select, update
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.errors import Conflict
+from gpufleet.domain.gpu_models import model as catalogue_model
+from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, gpu_status
+from gpufleet.domain.placement import Decision, UnitChoice, UnitKind
+from gpufleet.domain.requests import request_code
+from gpufleet.store.tables import (
+    Binding,
+    Gpu,
+    GpuLabel,
+    GpuRequest,
+    MigInstance,
+    MigPlan,
+    Node,
+    SlotClaim,
+)
+from gpufleet.wire.agent import DesiredState, MigPlanInstance, UnitBinding
+from gpufleet.wire.agent import MigPlan as MigPlanView
+from gpufleet.wire.requests import UnitView
+
+WHOLE_GPU_SLOT = -1
+
+
+class UnitTaken(Conflict):
+    """A unit the placement chose was taken (or became unusable) before the commit."""
+
+    default_code = "unit_taken"
+
+
+def _slots(session: Session, gpu_id: int, unit: UnitChoice, model: str) -> list[int]:
+    if unit.kind is UnitKind.WHOLE:
+        return [WHOLE_GPU_SLOT]
+    found = catalogue_model(model)
+    profile = found.mig.profile(unit.mig_profile_id) if found and found.mig else None
+    if profile is None or unit.mig_start is None:
+        raise UnitTaken(f"MIG profile {unit.mig_profile_id} is unknown on {model}")
+    placement = profile.placement_at(unit.mig_start)
+    if placement is None:
+        raise UnitTaken(f"{profile.name} cannot start at slice {unit.mig_start} on {model}")
+    return list(placement.slices)
+
+
+def open_bindings(session: Session, request: GpuRequest, decision: Decision,
+                  gpu_ids: dict[str, int], node_ids: dict[str, int], now: datetime,
+                  project_name: str) -> list[Binding]:
+    """Write a placement decision: bindings, claims, usage, labels, MIG plans, versions.
+
+    Raises UnitTaken (409) when the database refuses a claim; the caller's transaction then
+    rolls back, so nothing is half-allocated.
+    """
+    units = sorted(decision.units, key=lambda u: (gpu_ids[u.gpu], u.mig_start or 0))
+    gpus = {g.id: g for g in session.scalars(
+        select(Gpu).where(Gpu.id.in_({gpu_ids[u.gpu] for u in units})))}
+    _check_usable(session, gpus.values())
+    bindings = [Binding(request_id=request.id, project_id=request.project_id,
+                        gpu_id=gpu_ids[u.gpu], node_id=node_ids[u.node], kind=u.kind.value,
+                        mig_profile_id=u.mig_profile_id, mig_start=u.mig_start,
+                        milli=u.milli, started_at=now) for u in units]
+    session.add_all(bindings)
+    session.flush()
+    claims = []
+    for unit, binding in zip(units, bindings, strict=True):
+        gpu = gpus[binding.gpu_id]
+        if unit.kind is UnitKind.SHARED:
+            _raise_shared_use(session, gpu, unit.milli)
+        else:
+            claims += [SlotClaim(gpu_id=gpu.id, slot=s, binding_id=binding.id)
+                       for s in _slots(session, gpu.id, unit, gpu.model)]
+    session.add_all(claims)
+    session.flush()  # the claims' primary key refuses a unit held twice, here
+    for gpu in gpus.values():
+        gpu.allocated = True
+        gpu.status = GpuStatus.ALLOCATED.value
+    _stamp_labels(session, gpus.keys(), request_code(request.id), project_name)
+    _write_mig_plans(session, decision, gpu_ids, node_ids, request, now)
+    bump_desired_state(session, {b.node_id for b in bindings})
+    return bindings
+
+
+def _check_usable(session: Session, gpus: Iterable[Gpu]) -> None:
+    """Re-check, inside the transaction, what the placement read: healthy GPUs, ready nodes."""
+    gpus = list(gpus)
+    for gpu in gpus:
+        if gpu.health == GpuHealth.QUARANTINED.value:
+            raise UnitTaken(f"GPU {gpu.uuid} was quarantined meanwhile")
+    node_ids = {gpu.node_id for gpu in gpus}
+    not_ready = session.scalars(select(Node.name).where(
+        Node.id.in_(node_ids), Node.status != NodeStatus.READY.value)).all()
+    if not_ready:
+        raise UnitTaken(f"node {not_ready[0]} is no longer ready")
+
+
+def _raise_shared_use(session: Session, gpu: Gpu, milli: int) -> None:
+    """The conditional update of DESIGN.md §6: it matches no row once the GPU is full."""
+    result = session.execute(
+        update(Gpu).where(Gpu.id == gpu.id, Gpu.used_milli + milli <= 1000)
+        .values(used_milli=Gpu.used_milli + milli)
+        .execution_options(synchronize_session=False))
+    if result.rowcount != 1:
+        raise UnitTaken(f"shared GPU {gpu.uuid} has no {milli} milli left")
+    session.refresh(gpu, ["used_milli"])
+
+
+def _stamp_labels(session: Session, gpu_ids: Iterable[int], allocation: str,
+                  project: str) -> None:
+    gpu_ids = list(gpu_ids)
+    wanted = {(g, k, v) for g in gpu_ids
+              for k, v in (("allocation", allocation), ("project", project))}
+    existing = set(session.execute(
+        select(GpuLabel.gpu_id, GpuLabel.key, GpuLabel.value)
+        .where(GpuLabel.gpu_id.in_(gpu_ids), GpuLabel.key.in_(("allocation", "project")))))
+    session.add_all(GpuLabel(gpu_id=g, key=k, value=v) for g, k, v in wanted - existing)
+
+
+def _write_mig_plans(session: Session, decision: Decision, gpu_ids: dict[str, int],
+                     node_ids: dict[str, int], request: GpuRequest, now: datetime) -> None:
+    node_of_gpu = {u.gpu: node_ids[u.node] for u in decision.units}
+    for gpu_key, layout in decision.mig_layouts.items():
+        gpu_id = gpu_ids[gpu_key]
+        plan = session.get(MigPlan, gpu_id)
+        instances = [[spec.profile_id, spec.start] for spec in layout]
+        if plan is None:
+            session.add(MigPlan(gpu_id=gpu_id, node_id=node_of_gpu[gpu_key], layout=instances,
+                                created_at=now, request_id=request.id))
+        else:
+            plan.layout, plan.created_at, plan.request_id = instances, now, request.id
+
+
+def bump_desired_state(session: Session, node_ids: Iterable[int]) -> None:
+    ids = list(set(node_ids))
+    if ids:
+        session.execute(update(Node).where(Node.id.in_(ids))
+                        .values(desired_state_version=Node.desired_state_version + 1)
+                        .execution_options(synchronize_session=False))
+
+
+def close_bindings(session: Session, request: GpuRequest, project_name: str, now: datetime,
+                   reason: str) -> list[Binding]:
+    """End every open binding of the request; free its slots, fractions and labels."""
+    bindings = list(session.scalars(select(Binding).where(
+        Binding.request_id == request.id, Binding.ended_at.is_(None))))
+    if not bindings:
+        return []
+    for binding in bindings:
+        binding.ended_at, binding.end_reason = now, reason
+    session.execute(delete(SlotClaim).where(SlotClaim.binding_id.in_([b.id for b in bindings])))
+    shared = defaultdict(int)
+    for binding in bindings:
+        if binding.kind == UnitKind.SHARED.value:
+            shared[binding.gpu_id] += binding.milli
+    for gpu_id, milli in shared.items():
+        session.execute(update(Gpu).where(Gpu.id == gpu_id)
+                        .values(used_milli=Gpu.used_milli - milli)
+                        .execution_options(synchronize_session=False))
+    session.flush()
+    gpu_ids = {b.gpu_id for b in bindings}
+    _unstamp_labels(session, gpu_ids, request_code(request.id), request.project_id, project_name)
+    _refresh_allocated(session, gpu_ids)
+    bump_desired_state(session, {b.node_id for b in bindings})
+    return bindings
+
+
+def _unstamp_labels(session: Session, gpu_ids: set[int], allocation: str, project_id: int,
+                    project_name: str) -> None:
+    session.execute(delete(GpuLabel).where(GpuLabel.gpu_id.in_(gpu_ids),
+                                           GpuLabel.key == "allocation",
+                                           GpuLabel.value == allocation))
+    still_held = set(session.scalars(select(Binding.gpu_id).where(
+        Binding.gpu_id.in_(gpu_ids), Binding.project_id == project_id,
+        Binding.ended_at.is_(None))))
+    freed = gpu_ids - still_held
+    if freed:
+        session.execute(delete(GpuLabel).where(GpuLabel.gpu_id.in_(freed),
+                                               GpuLabel.key == "project",
+                                               GpuLabel.value == project_name))
+
+
+def _refresh_allocated(session: Session, gpu_ids: set[int]) -> None:
+    held = set(session.scalars(select(Binding.gpu_id).where(
+        Binding.gpu_id.in_(gpu_ids), Binding.ended_at.is_(None))))
+    rows = session.execute(select(Gpu, Node.status).join(Node, Node.id == Gpu.node_id)
+                           .where(Gpu.id.in_(gpu_ids))).all()
+    for gpu, node_status in rows:
+        gpu.allocated = gpu.id in held
+        gpu.status = gpu_status(NodeStatus(node_status), GpuHealth(gpu.health),
+                                gpu.allocated).value
+
+
+# --- reading ----------------------------------------------------------------------------
+def unit_views(session: Session, request_ids: Sequence[int], *, open_only: bool = True
+               ) -> dict[int, list[UnitView]]:
+    query = (select(Binding, Gpu.uuid, Gpu.index, Gpu.model, Node.name)
+             .join(Gpu, Gpu.id == Binding.gpu_id).join(Node, Node.id == Binding.node_id)
+             .where(Binding.request_id.in_(list(request_ids)))
+             .order_by(Binding.request_id, Node.name, Gpu.index, Binding.mig_start))
+    if open_only:
+        query = query.where(Binding.ended_at.is_(None))
+    rows = session.execute(query).all()
+    mig_uuids = _mig_uuids(session, [b for b, *_ in rows if b.kind == UnitKind.MIG.value])
+    views: dict[int, list[UnitView]] = defaultdict(list)
+    for binding, uuid, index, model, node in rows:
+        views[binding.request_id].append(UnitView(
+            gpu_uuid=uuid, gpu_index=index, node=node, kind=binding.kind, model=model,
+            milli=binding.milli, mig_profile_id=binding.mig_profile_id,
+            mig_profile=_profile_name(model, binding.mig_profile_id),
+            mig_start=binding.mig_start,
+            mig_uuid=mig_uuids.get((binding.gpu_id, binding.mig_profile_id, binding.mig_start)),
+            started_at=binding.started_at, ended_at=binding.ended_at))
+    return views
+
+
+def _profile_name(model: str, profile_id: int | None) -> str | None:
+    if profile_id is None:
+        return None
+    found = catalogue_model(model)
+    profile = found.mig.profile(profile_id) if found and found.mig else None
+    return profile.name if profile else None
+
+
+def _mig_uuids(session: Session, bindings: list[Binding]) -> dict[tuple, str | None]:
+    if not bindings:
+        return {}
+    keys = {(b.gpu_id, b.mig_profile_id, b.mig_start) for b in bindings}
+    rows = session.execute(select(MigInstance.gpu_id, MigInstance.profile_id,
+                                  MigInstance.placement_start, MigInstance.mig_uuid)
+                           .where(MigInstance.gpu_id.in_({k[0] for k in keys})))
+    return {(g, p, s): u for g, p, s, u in rows if (g, p, s) in keys}
+
+
+def exports(code: str, units: list[UnitView]) -> dict[str, str]:
+    """What the workload exports to use its allocation (advisory; DESIGN.md §2)."""
+    if not units:
+        return {}
+    devices = [u.mig_uuid or (f"pending:{u.gpu_uuid}/{u.mig_profile}@{u.mig_start}"
+                              if u.kind == UnitKind.MIG else u.gpu_uuid) for u in units]
+    nodes = sorted({u.node for u in units})
+    return {"GPUFLEET_ALLOCATION": code, "CUDA_VISIBLE_DEVICES": ",".join(devices),
+            "GPUFLEET_NODE": ",".join(nodes)}
+
+
+def desired_state(session: Session, node: Node) -> DesiredState:
+    """The node's open bindings and MIG plans, at the node's desired-state version."""
+    rows = session.execute(
+        select(Binding, Gpu.uuid, GpuRequest.id, GpuRequest.project_id)
+        .join(Gpu, Gpu.id == Binding.gpu_id)
+        .join(GpuRequest, GpuRequest.id == Binding.request_id)
+        .where(Binding.node_id == node.id, Binding.ended_at.is_(None))
+        .order_by(Gpu.index, Binding.mig_start, Binding.id)).all()
+    project_names = _project_names(session, {r[3] for r in rows})
+    bindings = [UnitBinding(
+        unit=_unit_name(uuid, b), gpu_uuid=uuid, allocation=request_code(request_id),
+        project=project_names[project_id], milli=b.milli, mig_profile_id=b.mig_profile_id,
+        placement_start=b.mig_start) for b, uuid, request_id, project_id in rows]
+    plans = [MigPlanView(gpu_uuid=uuid, instances=[
+        MigPlanInstance(profile_id=p, placement_start=s) for p, s in layout])
+        for uuid, layout in session.execute(
+            select(Gpu.uuid, MigPlan.layout).join(Gpu, Gpu.id == MigPlan.gpu_id)
+            .where(MigPlan.node_id == node.id).order_by(Gpu.index))]
+    return DesiredState(version=node.desired_state_version, bindings=bindings, mig_plans=plans)
+
+
+def _unit_name(uuid: str, binding: Binding) -> str:
+    if binding.kind == UnitKind.MIG.value:
+        return f"{uuid}/mig/{binding.mig_profile_id}@{binding.mig_start}"
+    if binding.kind == UnitKind.SHARED.value:
+        return f"{uuid}/shared/{binding.id}"
+    return uuid
+
+
+def _project_names(session: Session, project_ids: set[int]) -> dict[int, str]:
+    from gpufleet.store.tables import Project
+
+    if not project_ids:
+        return {}
+    rows = session.execute(select(Project.id, Project.name).where(Project.id.in_(project_ids)))
+    return {project_id: name for project_id, name in rows}
+
+
+def open_binding_exists(session: Session, gpu_id: int) -> bool:
+    return session.scalar(select(Binding.id).where(
+        and_(Binding.gpu_id == gpu_id, Binding.ended_at.is_(None))).limit(1)) is not None

@@ -1,0 +1,239 @@
+"""Granting: from an approved request to bound units, through the placement engine.
+
+Order of choice (DESIGN.md §2): a project's own pool of a matching flavour first; otherwise
+free capacity, within the project's quota, that no pool has reserved. The placement engine
+decides which concrete units; `bindings.open_bindings` makes the database hold them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.admission import CapacityFact, QuotaFact
+from gpufleet.domain.gpu_models import model as catalogue_model
+from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus
+from gpufleet.domain.placement import Decision, Demand, Placer, Refusal, UnitKind
+from gpufleet.domain.requests import Flavour, FlavourKind, parse_flavour
+from gpufleet.services import placement_state, quotas
+from gpufleet.services.placement_state import MODE_OF_KIND
+from gpufleet.store.tables import Binding, Gpu, GpuRequest, Node, Pool
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A placement ready to be written, and the pool it draws from (if any)."""
+
+    decision: Decision
+    live: placement_state.LiveFleet
+    pool_id: int | None
+
+
+@dataclass(frozen=True)
+class NoGrant:
+    """Why a request cannot be granted now: a wait code and a sentence."""
+
+    code: str
+    message: str
+    quotas: tuple[QuotaFact, ...] = ()
+    capacity: CapacityFact | None = None
+
+
+def fleet_models(session: Session, kind: FlavourKind) -> list[str]:
+    mode = MODE_OF_KIND[kind].value
+    return sorted(session.scalars(select(Gpu.model).where(Gpu.sharing_mode == mode)
+                                  .distinct()))
+
+
+def candidate_flavours(session: Session, request: GpuRequest) -> list[Flavour]:
+    """Every concrete flavour the request could be granted as."""
+    kind = FlavourKind(request.kind)
+    models = request.models or fleet_models(session, kind)
+    if kind is FlavourKind.MIG:
+        return [Flavour(kind, m, request.mig_profile) for m in models
+                if _has_profile(m, request.mig_profile)]
+    return [Flavour(kind, m) for m in models]
+
+
+def _has_profile(model_key: str, profile_name: str | None) -> bool:
+    found = catalogue_model(model_key)
+    return bool(found and found.mig and profile_name and found.mig.profile_named(profile_name))
+
+
+def demand_milli(request: GpuRequest) -> int:
+    """What the request counts against a quota or a pool."""
+    per_unit = request.milli if request.kind == FlavourKind.SHARED.value else 1000
+    return request.count * per_unit
+
+
+def governing_quotas(facts: list[QuotaFact]) -> list[QuotaFact]:
+    """The flavours a quota speaks for; when none has one, all of them (an operator decides)."""
+    with_quota = [f for f in facts if f.limit_milli is not None]
+    return with_quota or facts
+
+
+def physical_milli(flavour: Flavour, count: int, unit_milli: int) -> int:
+    """GPU capacity (milli-GPU) that `count` units of a flavour take (DESIGN.md §3 weights)."""
+    if flavour.kind is FlavourKind.MIG:
+        geometry = catalogue_model(flavour.model).mig
+        profile = geometry.profile_named(flavour.mig_profile)
+        return count * round(geometry.weight(profile) * 1000)
+    if flavour.kind is FlavourKind.SHARED:
+        return count * unit_milli
+    return count * 1000
+
+
+def _pool_use(session: Session, pool_ids: list[int]) -> dict[int, tuple[int, int]]:
+    """Per pool: (units held, physical milli held) by open bindings."""
+    if not pool_ids:
+        return {}
+    rows = session.execute(
+        select(GpuRequest.pool_id, func.count(), func.sum(Binding.milli))
+        .join(GpuRequest, GpuRequest.id == Binding.request_id)
+        .where(GpuRequest.pool_id.in_(pool_ids), Binding.ended_at.is_(None))
+        .group_by(GpuRequest.pool_id))
+    return {pool_id: (int(n), int(milli or 0)) for pool_id, n, milli in rows}
+
+
+def pool_units_used(session: Session, pool: Pool) -> float:
+    """Units of the pool held now (shared pools: GPUs' worth)."""
+    count, milli = _pool_use(session, [pool.id]).get(pool.id, (0, 0))
+    return milli / 1000 if pool.flavour.endswith("/shared") else float(count)
+
+
+def unused_reservations(session: Session) -> dict[tuple[str, str], int]:
+    """Physical milli that active pools reserve and do not use, per (kind, model)."""
+    pools = list(session.scalars(select(Pool).where(Pool.state == "active")))
+    use = _pool_use(session, [p.id for p in pools])
+    reserved: dict[tuple[str, str], int] = {}
+    for pool in pools:
+        flavour = parse_flavour(pool.flavour)
+        total = physical_milli(flavour, pool.count, pool.unit_milli)
+        held = use.get(pool.id, (0, 0))[1]
+        key = (flavour.kind.value, flavour.model)
+        reserved[key] = reserved.get(key, 0) + max(total - held, 0)
+    return reserved
+
+
+def free_capacity(session: Session, kind: FlavourKind, model: str) -> int:
+    """Physical milli of `model` in `kind`'s sharing mode that new units could take now."""
+    usable = (Gpu.model == model, Gpu.sharing_mode == MODE_OF_KIND[kind].value)
+    if kind is FlavourKind.WHOLE:
+        free = session.scalar(select(func.count()).select_from(Gpu).where(
+            *usable, Gpu.status == GpuStatus.FREE.value))
+        return int(free) * 1000
+    ready = (select(Gpu.id).join(Node, Node.id == Gpu.node_id)
+             .where(*usable, Node.status == NodeStatus.READY.value,
+                    Gpu.health != GpuHealth.QUARANTINED.value))
+    gpu_ids = list(session.scalars(ready))
+    if kind is FlavourKind.SHARED:
+        used = session.scalar(select(func.coalesce(func.sum(Gpu.used_milli), 0))
+                              .where(Gpu.id.in_(gpu_ids))) if gpu_ids else 0
+    else:
+        used = session.scalar(select(func.coalesce(func.sum(Binding.milli), 0)).where(
+            Binding.gpu_id.in_(gpu_ids), Binding.ended_at.is_(None))) if gpu_ids else 0
+    return len(gpu_ids) * 1000 - int(used)
+
+
+def matching_pool(session: Session, request: GpuRequest, flavours: list[Flavour]
+                  ) -> tuple[Pool, Flavour] | None:
+    """The project's active pool of a candidate flavour with room for the whole request."""
+    by_key = {f.key: f for f in flavours}
+    pools = [p for p in session.scalars(select(Pool).where(
+        Pool.project_id == request.project_id, Pool.state == "active").order_by(Pool.id))
+        if p.flavour in by_key]
+    use = _pool_use(session, [p.id for p in pools])
+    for pool in pools:
+        flavour = by_key[pool.flavour]
+        units_held, milli_held = use.get(pool.id, (0, 0))
+        if flavour.kind is FlavourKind.SHARED:
+            room = pool.count * pool.unit_milli - milli_held >= demand_milli(request)
+        else:
+            room = pool.count - units_held >= request.count
+        if room:
+            return pool, flavour
+    return None
+
+
+def demand_of(request: GpuRequest) -> Demand:
+    return Demand(
+        kind=UnitKind(request.kind), count=request.count,
+        models=frozenset(request.models) if request.models else None,
+        mig_profile=request.mig_profile, milli=request.milli,
+        cpu_milli=request.cpu_milli_per_unit * request.count,
+        memory_mib=request.memory_mib_per_unit * request.count,
+        same_node=request.same_node or request.nvlink, nvlink=request.nvlink,
+        environments=frozenset({request.environment}) if request.environment else None)
+
+
+def plan(session: Session, request: GpuRequest, *, policy: str, seed: int = 0
+         ) -> Grant | NoGrant:
+    """Decide where the request would go now; writes nothing."""
+    flavours = candidate_flavours(session, request)
+    facts = quotas.quota_facts(session, request.project_id, flavours)
+    pooled = matching_pool(session, request, flavours)
+    if pooled is not None:
+        pool, flavour = pooled
+        allowed, pool_id = [flavour], pool.id
+    else:
+        pool_id = None
+        governing = governing_quotas(facts)
+        need = demand_milli(request)
+        allowed_keys = {q.flavour for q in governing
+                        if q.limit_milli is None or q.used_milli + need <= q.limit_milli}
+        if not allowed_keys:
+            return NoGrant("quota_exhausted", "the project holds its quota of every flavour "
+                           "the request accepts", tuple(governing))
+        allowed = [f for f in flavours if f.key in allowed_keys
+                   and _unreserved_room(session, f, request)]
+        if not allowed:
+            return NoGrant("pool_reserved", "the free capacity of the flavours the request "
+                           "accepts is reserved by projects' pools", tuple(governing))
+    live = placement_state.load(session, kinds=[FlavourKind(request.kind)],
+                                models=[f.model for f in allowed],
+                                environment=request.environment)
+    outcome = Placer(live.state, policy, seed=seed).decide(demand_of(request))
+    if isinstance(outcome, Refusal):
+        return NoGrant("waiting_for_capacity", outcome.message, tuple(facts),
+                       capacity_fact(session, request, outcome))
+    return Grant(decision=outcome, live=live, pool_id=pool_id)
+
+
+def _unreserved_room(session: Session, flavour: Flavour, request: GpuRequest) -> bool:
+    reserved = unused_reservations(session).get((flavour.kind.value, flavour.model), 0)
+    if not reserved:
+        return True
+    need = physical_milli(flavour, request.count, request.milli)
+    return free_capacity(session, flavour.kind, flavour.model) - reserved >= need
+
+
+def capacity_fact(session: Session, request: GpuRequest, refusal: Refusal) -> CapacityFact:
+    """How many matching GPUs exist, and how many are excluded by health or node status."""
+    query = (select(Gpu.health, Node.status, func.count()).join(Node, Node.id == Gpu.node_id)
+             .where(Gpu.sharing_mode == MODE_OF_KIND[FlavourKind(request.kind)].value)
+             .group_by(Gpu.health, Node.status))
+    if request.models:
+        query = query.where(Gpu.model.in_(request.models))
+    usable = quarantined = unschedulable = 0
+    for health, node_status, n in session.execute(query):
+        if node_status != NodeStatus.READY.value:
+            unschedulable += n
+        elif health == GpuHealth.QUARANTINED.value:
+            quarantined += n
+        else:
+            usable += n
+    return CapacityFact(usable_gpus=usable, quarantined_gpus=quarantined,
+                        unschedulable_gpus=unschedulable, placement_refusal=refusal.reason,
+                        placement_message=refusal.message)
+
+
+def end_time(request: GpuRequest, now: datetime) -> datetime | None:
+    """When an activated request ends: its fixed end, or its duration from now."""
+    if request.ends_at is not None:
+        return request.ends_at
+    if request.duration_s:
+        return now + timedelta(seconds=request.duration_s)
+    return None

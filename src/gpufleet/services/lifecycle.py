@@ -1,0 +1,216 @@
+"""The lifecycle's front door: requests, approvals, pools, quotas, and the lifecycle loop.
+
+One method per use case, one transaction each — except granting, which runs after the
+decision that allowed it, in its own transaction, retried when the database refuses a claim
+another server won meanwhile (`UnitTaken`). The approval itself is never rolled back by a
+failed placement: the request then waits, approved, and the loop tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gpufleet.clock import Clock
+from gpufleet.domain.access import Action
+from gpufleet.domain.errors import Conflict
+from gpufleet.domain.requests import RequestState
+from gpufleet.services import pools, quotas, requests
+from gpufleet.services.bindings import UnitTaken
+from gpufleet.services.people import get_project
+from gpufleet.services.principal import Principal
+from gpufleet.settings import Settings
+from gpufleet.store.database import StateStore
+from gpufleet.store.tables import GpuRequest
+from gpufleet.wire import requests as wr
+from gpufleet.wire.base import Page
+from gpufleet.wire.inventory import AuditEventView
+
+log = logging.getLogger(__name__)
+
+GRANT_ATTEMPTS = 5
+
+
+class Lifecycle:
+    def __init__(self, store: StateStore, settings: Settings, clock: Clock):
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+
+    # --- requests ------------------------------------------------------------------------
+    def create_request(self, principal: Principal, body: wr.RequestCreate) -> wr.RequestView:
+        with self.store.write() as session:
+            request = requests.create(session, principal, body, self.clock.now(),
+                                      self.settings.max_request_days)
+            request_id, approved = request.id, request.state == RequestState.APPROVED.value
+        if approved:
+            self._grant(request_id)
+        return self._view(principal, request_id)
+
+    def list_requests(self, principal: Principal, *, state: str | None, project: str | None,
+                      cursor: str | None, limit: int) -> Page[wr.RequestView]:
+        principal.require(Action.READ_REQUESTS)
+        before = requests.request_id_from_code(cursor) if cursor else None
+        with self.store.read() as session:
+            rows, next_id = requests.list_requests(session, principal, state=state,
+                                                   project=project, before=before,
+                                                   limit=limit)
+            items = requests.views(session, rows)
+        return Page[wr.RequestView](items=items, next_cursor=(
+            requests.request_code(next_id) if next_id is not None else None))
+
+    def show_request(self, principal: Principal, code: str) -> wr.RequestView:
+        principal.require(Action.READ_REQUESTS)
+        with self.store.read() as session:
+            request = requests.get_request(session, principal, code)
+            return requests.view(session, request, with_history_units=True)
+
+    def _view(self, principal: Principal, request_id: int) -> wr.RequestView:
+        with self.store.read() as session:
+            return requests.view(session, session.get(GpuRequest, request_id))
+
+    def approve(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
+        with self.store.write() as session:
+            request_id = requests.approve(session, principal, code, self.clock.now(), reason).id
+        self._grant(request_id)
+        return self._view(principal, request_id)
+
+    def reject(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
+        with self.store.write() as session:
+            request_id = requests.reject(session, principal, code, self.clock.now(), reason).id
+        return self._view(principal, request_id)
+
+    def cancel(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
+        with self.store.write() as session:
+            request_id = requests.cancel(session, principal, code, self.clock.now(), reason).id
+        return self._view(principal, request_id)
+
+    def release(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
+        with self.store.write() as session:
+            request_id = requests.release(session, principal, code, self.clock.now(),
+                                          reason).id
+        self.grant_waiting()  # released units may be what the queue waits for
+        return self._view(principal, request_id)
+
+    def extend(self, principal: Principal, code: str, body: wr.Extend) -> wr.RequestView:
+        with self.store.write() as session:
+            request_id = requests.extend(session, principal, code, body, self.clock.now(),
+                                         self.settings.max_request_days).id
+        return self._view(principal, request_id)
+
+    def why(self, principal: Principal, code: str) -> wr.RequestWhy:
+        principal.require(Action.READ_REQUESTS)
+        with self.store.read() as session:
+            return requests.why(session, principal, code, self.clock.now(),
+                                self.settings.max_request_days, self.settings.placement_policy)
+
+    def history(self, principal: Principal, code: str) -> list[AuditEventView]:
+        principal.require(Action.READ_REQUESTS)
+        with self.store.read() as session:
+            return [AuditEventView.model_validate(e)
+                    for e in requests.history(session, principal, code)]
+
+    # --- granting and the loop -----------------------------------------------------------
+    def _grant(self, request_id: int) -> bool:
+        """Try to place and bind one approved request; True when it became active."""
+        for attempt in range(1, GRANT_ATTEMPTS + 1):
+            try:
+                with self.store.write() as session:
+                    request = session.get(GpuRequest, request_id)
+                    return requests.try_activate(session, request, self.clock.now(),
+                                                 self.settings.placement_policy)
+            except UnitTaken as exc:
+                log.info("grant of request %d lost a unit (%s); attempt %d", request_id,
+                         exc, attempt)
+            except Conflict as exc:
+                if exc.code != "integrity_conflict":
+                    raise
+                log.info("grant of request %d hit a claimed slot; attempt %d", request_id,
+                         attempt)
+        return False
+
+    def expire_due(self) -> list[str]:
+        with self.store.write() as session:
+            if not self.store.try_leader_lock(session, "lifecycle-expiry"):
+                return []
+            return requests.expire_due(session, self.clock.now())
+
+    def grant_waiting(self) -> int:
+        """Grant approved requests whose start has come, oldest first; how many became
+        active."""
+        with self.store.read() as session:
+            waiting = requests.waiting_ids(session, self.clock.now())
+        return sum(self._grant(request_id) for request_id in waiting)
+
+    def tick(self) -> tuple[list[str], int]:
+        """One round of the lifecycle loop: expire what ended, then grant what waits."""
+        expired = self.expire_due()
+        return expired, self.grant_waiting()
+
+    # --- quotas and auto-approval --------------------------------------------------------
+    def project_quotas(self, principal: Principal, project: str) -> wr.ProjectQuotas:
+        principal.require(Action.READ_PROJECTS)
+        with self.store.read() as session:
+            found = get_project(session, project)
+            return wr.ProjectQuotas(project=found.name,
+                                    quotas=quotas.quota_views(session, found),
+                                    auto_approve=quotas.auto_approve_view(session, found))
+
+    def set_quota(self, principal: Principal, project: str, body: wr.QuotaSet
+                  ) -> wr.ProjectQuotas:
+        principal.require(Action.MANAGE_QUOTAS)
+        with self.store.write() as session:
+            quotas.set_quota(session, principal, get_project(session, project), body.flavour,
+                             body.limit, self.clock.now())
+        return self.project_quotas(principal, project)
+
+    def remove_quota(self, principal: Principal, project: str, flavour: str
+                     ) -> wr.ProjectQuotas:
+        principal.require(Action.MANAGE_QUOTAS)
+        with self.store.write() as session:
+            quotas.remove_quota(session, principal, get_project(session, project), flavour,
+                                self.clock.now())
+        return self.project_quotas(principal, project)
+
+    def set_auto_approve(self, principal: Principal, project: str, body: wr.AutoApproveSet
+                         ) -> wr.ProjectQuotas:
+        principal.require(Action.MANAGE_QUOTAS)
+        with self.store.write() as session:
+            quotas.set_auto_approve(session, principal, get_project(session, project),
+                                    body.max_gpus, body.max_hours, self.clock.now())
+        return self.project_quotas(principal, project)
+
+    def remove_auto_approve(self, principal: Principal, project: str) -> wr.ProjectQuotas:
+        principal.require(Action.MANAGE_QUOTAS)
+        with self.store.write() as session:
+            quotas.remove_auto_approve(session, principal, get_project(session, project),
+                                       self.clock.now())
+        return self.project_quotas(principal, project)
+
+    # --- pools ---------------------------------------------------------------------------
+    def request_pool(self, principal: Principal, body: wr.PoolCreate) -> wr.PoolView:
+        with self.store.write() as session:
+            pool = pools.request_pool(session, principal, body, self.clock.now())
+            return pools.pool_view(session, pool)
+
+    def list_pools(self, principal: Principal, *, project: str | None,
+                   state: str | None) -> list[wr.PoolView]:
+        with self.store.read() as session:
+            return [pools.pool_view(session, p)
+                    for p in pools.list_pools(session, principal, project=project,
+                                              state=state)]
+
+    def show_pool(self, principal: Principal, code: str) -> wr.PoolView:
+        principal.require(Action.READ_REQUESTS)
+        with self.store.read() as session:
+            return pools.pool_view(session, pools.get_pool(session, principal, code))
+
+    def approve_pool(self, principal: Principal, code: str, reason: str | None
+                     ) -> wr.PoolView:
+        with self.store.write() as session:
+            return pools.pool_view(session, pools.approve_pool(session, principal, code,
+                                                               self.clock.now(), reason))
+
+    def reject_pool(self, principal: Principal, code: str, reason: str | None) -> wr.PoolView:
+        with self.store.write() as session:
+            return pools.pool_view(session, pools.reject_pool(session, principal, code,
+                                                              self.clock.now(), reason))

@@ -1,0 +1,126 @@
+"""The live fleet as the placement engine sees it, read from the state store.
+
+Only what can take new units is loaded: GPUs in the requested sharing mode, on `ready`
+nodes, not quarantined. A MIG GPU's layout is its pending MIG plan when it has one (the
+agent has not applied it yet), otherwise the instances its node reports. Host CPU and memory
+left on a node are its capacity less what the requests bound there asked per unit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.inventory import GpuHealth, NodeStatus, SharingMode
+from gpufleet.domain.placement import FleetState, GpuState, MigSlot, NodeState
+from gpufleet.domain.requests import FlavourKind
+from gpufleet.store.tables import (
+    Binding,
+    Environment,
+    Gpu,
+    GpuRequest,
+    MigInstance,
+    MigPlan,
+    Node,
+)
+
+MIB = 1024**2
+
+MODE_OF_KIND = {FlavourKind.WHOLE: SharingMode.EXCLUSIVE, FlavourKind.MIG: SharingMode.MIG,
+                FlavourKind.SHARED: SharingMode.SHARED}
+
+
+@dataclass
+class LiveFleet:
+    """A FleetState plus the database ids behind its keys."""
+
+    state: FleetState
+    gpu_ids: dict[str, int] = field(default_factory=dict)      # GPU UUID -> gpus.id
+    node_ids: dict[str, int] = field(default_factory=dict)     # node name -> nodes.id
+
+
+def load(session: Session, *, kinds: Iterable[FlavourKind] = tuple(FlavourKind),
+         models: Iterable[str] | None = None, environment: str | None = None) -> LiveFleet:
+    modes = [MODE_OF_KIND[k].value for k in kinds]
+    query = (select(Gpu.id, Gpu.uuid, Gpu.index, Gpu.model, Gpu.sharing_mode, Gpu.allocated,
+                    Gpu.used_milli, Gpu.nvlink_peers, Node.id, Node.name, Node.cpu_cores,
+                    Node.memory_bytes, Environment.name)
+             .join(Node, Node.id == Gpu.node_id)
+             .join(Environment, Environment.id == Node.environment_id)
+             .where(Node.status == NodeStatus.READY.value,
+                    Gpu.health != GpuHealth.QUARANTINED.value,
+                    Gpu.sharing_mode.in_(modes))
+             .order_by(Node.id, Gpu.index))
+    if models is not None:
+        query = query.where(Gpu.model.in_(list(models)))
+    if environment is not None:
+        query = query.where(Environment.name == environment)
+    rows = session.execute(query).all()
+    node_ids = {row[8] for row in rows}
+    mig_gpu_ids = [row[0] for row in rows if row[4] == SharingMode.MIG.value]
+    layouts = _mig_layouts(session, mig_gpu_ids)
+    cpu_used, memory_used = _host_use(session, node_ids)
+
+    live = LiveFleet(state=FleetState([]))
+    nodes: dict[int, NodeState] = {}
+    for (gpu_id, uuid, index, model, mode, allocated, used_milli, peers, node_id, node_name,
+         cores, memory_bytes, env_name) in rows:
+        node = nodes.get(node_id)
+        if node is None:
+            node = nodes[node_id] = NodeState(
+                name=node_name, gpus=[], environment=env_name,
+                cpu_milli_free=cores * 1000 - cpu_used.get(node_id, 0),
+                memory_mib_free=memory_bytes // MIB - memory_used.get(node_id, 0))
+            live.node_ids[node_name] = node_id
+        node.gpus.append(GpuState(
+            key=uuid, index=index, model=model, sharing_mode=SharingMode(mode),
+            whole_bound=allocated if mode == SharingMode.EXCLUSIVE.value else False,
+            used_milli=used_milli, mig_instances=layouts.get(gpu_id, []),
+            nvlink_peers=frozenset(peers or ())))
+        live.gpu_ids[uuid] = gpu_id
+    live.state = FleetState(nodes.values())
+    return live
+
+
+def _mig_layouts(session: Session, gpu_ids: list[int]) -> dict[int, list[MigSlot]]:
+    """Each MIG GPU's instances (its plan first), marked bound where a binding holds them."""
+    if not gpu_ids:
+        return {}
+    bound = {(g, p, s) for g, p, s in session.execute(
+        select(Binding.gpu_id, Binding.mig_profile_id, Binding.mig_start)
+        .where(Binding.gpu_id.in_(gpu_ids), Binding.ended_at.is_(None)))}
+    layouts: dict[int, list[tuple[int, int]]] = {}
+    for gpu_id, layout in session.execute(select(MigPlan.gpu_id, MigPlan.layout)
+                                          .where(MigPlan.gpu_id.in_(gpu_ids))):
+        layouts[gpu_id] = [(int(p), int(s)) for p, s in layout]
+    reported: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for gpu_id, profile_id, start in session.execute(
+            select(MigInstance.gpu_id, MigInstance.profile_id, MigInstance.placement_start)
+            .where(MigInstance.gpu_id.in_(gpu_ids), MigInstance.placement_start.is_not(None))):
+        reported[gpu_id].append((profile_id, start))
+    for gpu_id, instances in reported.items():
+        layouts.setdefault(gpu_id, instances)
+    return {gpu_id: [MigSlot(profile_id=p, start=s, bound=(gpu_id, p, s) in bound)
+                     for p, s in instances]
+            for gpu_id, instances in layouts.items()}
+
+
+def _host_use(session: Session, node_ids: set[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """CPU milli and memory MiB that open bindings took on each node."""
+    if not node_ids:
+        return {}, {}
+    rows = session.execute(
+        select(Binding.node_id, func.sum(GpuRequest.cpu_milli_per_unit),
+               func.sum(GpuRequest.memory_mib_per_unit))
+        .join(GpuRequest, GpuRequest.id == Binding.request_id)
+        .where(Binding.ended_at.is_(None), Binding.node_id.in_(list(node_ids)))
+        .group_by(Binding.node_id))
+    cpu: dict[int, int] = {}
+    memory: dict[int, int] = {}
+    for node_id, cpu_milli, memory_mib in rows:
+        cpu[node_id], memory[node_id] = int(cpu_milli or 0), int(memory_mib or 0)
+    return cpu, memory

@@ -1,0 +1,138 @@
+"""Pools: capacity dedicated to one project (DESIGN.md §2), created by an approved request.
+
+A pool is logical — flavour × count — not a set of pinned GPUs: approving it reserves that
+much of the fleet's free capacity of its flavour, which other projects' requests may then
+not take (`granting.unused_reservations`). Billing starts at approval (`approved_at`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.access import Action, Role, sees_all_projects
+from gpufleet.domain.errors import Conflict, Forbidden, InvalidInput
+from gpufleet.domain.requests import FlavourKind, parse_flavour, pool_code, pool_id_from_code
+from gpufleet.services import audit, granting, people, quotas
+from gpufleet.services.lookup import not_found
+from gpufleet.services.principal import Principal
+from gpufleet.store.tables import Pool, Project
+from gpufleet.wire.requests import PoolCreate, PoolView
+
+PENDING, ACTIVE, REJECTED = "pending", "active", "rejected"
+
+
+def pool_view(session: Session, pool: Pool) -> PoolView:
+    return PoolView(
+        code=pool_code(pool.id), project=pool.project.name, flavour=pool.flavour,
+        count=pool.count, unit_milli=pool.unit_milli, state=pool.state,
+        justification=pool.justification, requested_by=pool.requested_by,
+        requested_at=pool.requested_at, decided_by=pool.decided_by,
+        decided_at=pool.decided_at, decision_reason=pool.decision_reason,
+        approved_at=pool.approved_at,
+        used=granting.pool_units_used(session, pool) if pool.state == ACTIVE else 0)
+
+
+def get_pool(session: Session, principal: Principal, code: str) -> Pool:
+    pool_id = pool_id_from_code(code)
+    pool = session.get(Pool, pool_id) if pool_id is not None else None
+    if pool is None or not (sees_all_projects(principal.role)
+                            or pool.project.name in principal.project_names):
+        raise not_found("pool", code)
+    return pool
+
+
+def list_pools(session: Session, principal: Principal, *, project: str | None = None,
+               state: str | None = None) -> list[Pool]:
+    principal.require(Action.READ_REQUESTS)
+    query = select(Pool).join(Project, Project.id == Pool.project_id).order_by(Pool.id)
+    if project:
+        query = query.where(Project.name == project)
+    if state:
+        query = query.where(Pool.state == state)
+    if not sees_all_projects(principal.role):
+        query = query.where(Project.name.in_(principal.project_names or {""}))
+    return list(session.scalars(query))
+
+
+def request_pool(session: Session, principal: Principal, body: PoolCreate,
+                 now: datetime) -> Pool:
+    principal.require(Action.REQUEST_GPUS)
+    project = people.get_project(session, body.project)
+    if not sees_all_projects(principal.role) and project.name not in principal.project_names:
+        raise Forbidden(f"you are not a member of project '{project.name}'",
+                        code="not_a_member", details={"project": project.name})
+    flavour = parse_flavour(body.flavour)
+    if body.fraction is not None and flavour.kind is not FlavourKind.SHARED:
+        raise InvalidInput("a fraction only applies to a shared flavour (`MODEL/shared`)",
+                           code="invalid_fraction")
+    if body.fraction is not None and not 0 < body.fraction <= 1:
+        raise InvalidInput("fraction must be in (0, 1]", code="invalid_fraction")
+    unit_milli = round((body.fraction or 1.0) * 1000) if flavour.kind is FlavourKind.SHARED \
+        else 1000
+    pool = Pool(project_id=project.id, project=project, flavour=flavour.key, count=body.count,
+                unit_milli=unit_milli, state=PENDING, justification=body.reason,
+                requested_by=principal.actor, requested_at=now)
+    session.add(pool)
+    session.flush()
+    audit.record(session, at=now, actor=principal.actor, action="pool.requested",
+                 subject_kind="pool", subject=pool_code(pool.id), reason=body.reason,
+                 project=project.name, flavour=flavour.key, count=body.count)
+    return pool
+
+
+def approve_pool(session: Session, principal: Principal, code: str, now: datetime,
+                 reason: str | None) -> Pool:
+    principal.require(Action.APPROVE_REQUESTS)
+    pool = _pending(session, principal, code)
+    flavour = parse_flavour(pool.flavour)
+    need = granting.physical_milli(flavour, pool.count, pool.unit_milli)
+    free = granting.free_capacity(session, flavour.kind, flavour.model)
+    reserved = granting.unused_reservations(session).get((flavour.kind.value, flavour.model), 0)
+    if free - reserved < need:
+        raise Conflict(f"the fleet has {max(free - reserved, 0) / 1000:g} GPUs' worth of free, "
+                       f"unreserved {flavour.key} capacity; the pool needs {need / 1000:g}",
+                       code="insufficient_capacity",
+                       details={"free_milli": free, "reserved_milli": reserved,
+                                "needed_milli": need})
+    fact = quotas.quota_facts(session, pool.project_id, [flavour])[0]
+    size = pool.count * pool.unit_milli
+    if fact.limit_milli is not None and fact.used_milli + size > fact.limit_milli:
+        raise Conflict(f"project '{pool.project.name}' would hold "
+                       f"{(fact.used_milli + size) / 1000:g} of {flavour.key}, over its quota "
+                       f"of {fact.limit_milli / 1000:g}", code="quota_exceeded",
+                       details={"limit_milli": fact.limit_milli, "used_milli": fact.used_milli})
+    _decide(session, principal, pool, ACTIVE, now, reason)
+    pool.approved_at = now
+    return pool
+
+
+def reject_pool(session: Session, principal: Principal, code: str, now: datetime,
+                reason: str | None) -> Pool:
+    principal.require(Action.APPROVE_REQUESTS)
+    pool = _pending(session, principal, code)
+    _decide(session, principal, pool, REJECTED, now, reason)
+    return pool
+
+
+def _pending(session: Session, principal: Principal, code: str) -> Pool:
+    pool = get_pool(session, principal, code)
+    if pool.state != PENDING:
+        raise Conflict(f"{code} is {pool.state}; only a pending pool can be decided",
+                       code="invalid_transition", details={"state": pool.state})
+    return pool
+
+
+def _decide(session: Session, principal: Principal, pool: Pool, state: str, now: datetime,
+            reason: str | None) -> None:
+    if principal.role is not Role.ADMIN and pool.requested_by == principal.actor:
+        raise Forbidden("nobody approves their own pool request (an admin may)",
+                        code="self_approval")
+    pool.state, pool.decided_by, pool.decided_at = state, principal.actor, now
+    pool.decision_reason = reason
+    audit.record(session, at=now, actor=principal.actor,
+                 action="pool.approved" if state == ACTIVE else "pool.rejected",
+                 subject_kind="pool", subject=pool_code(pool.id), reason=reason,
+                 project=pool.project.name, flavour=pool.flavour, count=pool.count)

@@ -1,0 +1,467 @@
+"""GPU requests, from creation to release: each function is one use case in one transaction.
+
+Every transition goes through `_transition`, which checks it against the domain's table and
+writes its audit event; nothing else changes a request's state.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain import admission
+from gpufleet.domain.access import Action, Role, sees_all_projects
+from gpufleet.domain.admission import AdmissionFacts, Outcome, Verdict
+from gpufleet.domain.errors import Forbidden, InvalidInput
+from gpufleet.domain.gpu_models import catalogue
+from gpufleet.domain.gpu_models import model as catalogue_model
+from gpufleet.domain.requests import (
+    Flavour,
+    FlavourKind,
+    RequestState,
+    request_code,
+    request_id_from_code,
+    transition_event,
+)
+from gpufleet.services import audit, bindings, granting, people, quotas
+from gpufleet.services.lookup import not_found
+from gpufleet.services.placement_state import MODE_OF_KIND
+from gpufleet.services.principal import Principal
+from gpufleet.store.tables import AutoApprovePolicy, Gpu, GpuRequest, Pool, Project
+from gpufleet.wire.requests import (
+    Extend,
+    QuotaView,
+    RequestCreate,
+    RequestView,
+    RequestWhy,
+    VerdictView,
+)
+
+SYSTEM_ACTOR = "system:lifecycle"
+AUTO_APPROVER = "policy:auto-approve"
+
+
+# --- finding and showing -----------------------------------------------------------------
+def get_request(session: Session, principal: Principal, code: str) -> GpuRequest:
+    """The request, if the caller may see it (a member sees their projects' requests only)."""
+    request_id = request_id_from_code(code)
+    request = session.get(GpuRequest, request_id) if request_id is not None else None
+    if request is None or not _visible(principal, request):
+        raise not_found("request", code)
+    return request
+
+
+def _visible(principal: Principal, request: GpuRequest) -> bool:
+    return sees_all_projects(principal.role) or request.project.name in principal.project_names
+
+
+def view(session: Session, request: GpuRequest, *, with_history_units: bool = False
+         ) -> RequestView:
+    return views(session, [request], with_history_units=with_history_units)[0]
+
+
+def views(session: Session, requests: list[GpuRequest], *, with_history_units: bool = False
+          ) -> list[RequestView]:
+    units = bindings.unit_views(session, [r.id for r in requests],
+                                open_only=not with_history_units)
+    pools = {p.id: p for p in session.scalars(select(Pool).where(
+        Pool.id.in_({r.pool_id for r in requests if r.pool_id})))}
+    result = []
+    for r in requests:
+        code = request_code(r.id)
+        held = units.get(r.id, [])
+        result.append(RequestView(
+            code=code, project=r.project.name, requested_by=r.requested_by, state=r.state,
+            kind=r.kind, count=r.count, models=r.models, mig_profile=r.mig_profile,
+            milli=r.milli, cpu_milli_per_unit=r.cpu_milli_per_unit,
+            memory_mib_per_unit=r.memory_mib_per_unit, same_node=r.same_node, nvlink=r.nvlink,
+            environment=r.environment, starts_at=r.starts_at, ends_at=r.ends_at,
+            duration_s=r.duration_s, justification=r.justification, wait_code=r.wait_code,
+            wait_message=r.wait_message, needs_operator=r.needs_operator,
+            pool=f"POOL-{r.pool_id}" if r.pool_id in pools else None,
+            created_at=r.created_at, decided_by=r.decided_by, decided_at=r.decided_at,
+            activated_at=r.activated_at, closed_at=r.closed_at, units=held,
+            exports=bindings.exports(code, [u for u in held if u.ended_at is None])))
+    return result
+
+
+def list_requests(session: Session, principal: Principal, *, state: str | None = None,
+                  project: str | None = None, before: int | None = None,
+                  limit: int = 100) -> tuple[list[GpuRequest], int | None]:
+    """Newest first; the second value is the id to pass as `before` for the next page."""
+    query = select(GpuRequest).order_by(GpuRequest.id.desc()).limit(limit + 1)
+    if state:
+        query = query.where(GpuRequest.state == RequestState(state).value)
+    if project:
+        query = query.join(Project, Project.id == GpuRequest.project_id).where(
+            Project.name == project)
+    if not sees_all_projects(principal.role):
+        query = query.join(Project, Project.id == GpuRequest.project_id) if not project \
+            else query
+        query = query.where(Project.name.in_(principal.project_names or {""}))
+    if before is not None:
+        query = query.where(GpuRequest.id < before)
+    rows = list(session.scalars(query))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (rows[-1].id if more and rows else None)
+
+
+# --- creating ----------------------------------------------------------------------------
+def create(session: Session, principal: Principal, body: RequestCreate, now: datetime,
+           max_request_days: float) -> GpuRequest:
+    principal.require(Action.REQUEST_GPUS)
+    project = people.get_project(session, body.project)
+    if not sees_all_projects(principal.role) and project.name not in principal.project_names:
+        raise Forbidden(f"you are not a member of project '{project.name}'",
+                        code="not_a_member", details={"project": project.name})
+    _check_feasible(session, body)
+    request = GpuRequest(
+        project_id=project.id, project=project, requested_by=principal.actor,
+        requester_user_id=principal.user_id, kind=body.kind.value,
+        models=sorted(set(body.models)) if body.models else None,
+        mig_profile=body.mig_profile, milli=body.milli, count=body.count,
+        cpu_milli_per_unit=round(body.cpu_cores_per_unit * 1000),
+        memory_mib_per_unit=round(body.memory_gib_per_unit * 1024),
+        same_node=body.same_node or body.nvlink, nvlink=body.nvlink,
+        environment=body.environment, starts_at=body.starts_at, ends_at=body.ends_at,
+        duration_s=None if body.ends_at or body.duration_hours is None
+        else round(body.duration_hours * 3600),
+        justification=body.reason, state=RequestState.PENDING.value, created_at=now)
+    verdicts = _admission(session, request, now, max_request_days, admission.ON_CREATE)
+    rejected = admission.first(verdicts, Outcome.REJECT)
+    if rejected is not None:
+        raise InvalidInput(rejected.message, code=rejected.code, details=rejected.details)
+    request.needs_operator = admission.needs_operator(verdicts)
+    request.wait_code, request.wait_message = "awaiting_approval", "waiting for an operator"
+    session.add(request)
+    session.flush()
+    audit.record(session, at=now, actor=principal.actor, action="request.created",
+                 subject_kind="request", subject=request_code(request.id),
+                 reason=body.reason, project=project.name, kind=request.kind,
+                 count=request.count, models=request.models, mig_profile=request.mig_profile,
+                 milli=request.milli)
+    if _auto_approvable(session, request, verdicts, now):
+        _transition(session, request, RequestState.APPROVED, AUTO_APPROVER, now,
+                    "within the project's auto-approve policy")
+    return request
+
+
+def _check_feasible(session: Session, body: RequestCreate) -> None:
+    """Refuse what no fleet state could ever grant: unknown models and profiles, groups
+    larger than any node."""
+    mode = MODE_OF_KIND[body.kind].value
+    for key in body.models or ():
+        found = catalogue_model(key)
+        if found is None:
+            raise InvalidInput(f"unknown GPU model '{key}'", code="unknown_model",
+                               details={"model": key})
+        if found.key != key:
+            raise InvalidInput(f"GPU model '{key}' is spelled '{found.key}'",
+                               code="unknown_model", details={"model": key})
+    candidates = body.models or list(session.scalars(
+        select(Gpu.model).where(Gpu.sharing_mode == mode).distinct()))
+    if body.kind is FlavourKind.MIG:
+        _check_mig_profile(body, candidates)
+    if not candidates:
+        raise InvalidInput(f"the fleet has no GPUs in {mode} mode", code="no_such_gpus",
+                           details={"sharing_mode": mode})
+    if body.same_node or body.nvlink:
+        largest = _largest_group(session, body, mode, candidates)
+        if body.count > largest:
+            raise InvalidInput(
+                f"{body.count} units cannot be on one node: the largest node offers "
+                f"{largest} of this kind", code="too_many_for_one_node",
+                details={"count": body.count, "largest_node": largest})
+
+
+def _check_mig_profile(body: RequestCreate, candidates: list[str]) -> None:
+    for key in body.models or ():
+        if catalogue_model(key).mig is None:
+            raise InvalidInput(f"{key} cannot do MIG", code="mig_model_unknown",
+                               details={"model": key})
+    knowing = [m for m in candidates if granting._has_profile(m, body.mig_profile)]
+    if not knowing:
+        raise InvalidInput(f"no GPU model in the fleet has MIG profile '{body.mig_profile}'",
+                           code="unknown_mig_profile", details={"mig_profile": body.mig_profile})
+
+
+def _largest_group(session: Session, body: RequestCreate, mode: str,
+                   candidates: list[str]) -> int:
+    per_node = (select(Gpu.node_id, Gpu.model, func.count().label("n"))
+                .where(Gpu.sharing_mode == mode, Gpu.model.in_(candidates))
+                .group_by(Gpu.node_id, Gpu.model).subquery())
+    rows = session.execute(select(per_node.c.model, func.max(per_node.c.n))
+                           .group_by(per_node.c.model)).all()
+    best = 0
+    for model_key, gpus in rows:
+        if body.kind is FlavourKind.MIG:
+            profile = catalogue_model(model_key).mig.profile_named(body.mig_profile)
+            best = max(best, gpus * (profile.max_instances if profile else 0))
+        elif body.kind is FlavourKind.SHARED:
+            best = max(best, gpus * (1000 // body.milli))
+        else:
+            best = max(best, gpus)
+    return best
+
+
+def _admission(session: Session, request: GpuRequest, now: datetime, max_request_days: float,
+               rules: tuple[admission.Rule, ...], capacity=None) -> list[Verdict]:
+    flavours = granting.candidate_flavours(session, request)
+    facts = quotas.quota_facts(session, request.project_id, flavours)
+    ends_at = request.ends_at
+    if ends_at is None and request.duration_s:
+        ends_at = max(request.starts_at or now, now) + timedelta(seconds=request.duration_s)
+    return admission.evaluate(rules, AdmissionFacts(
+        now=now, demand_milli=granting.demand_milli(request), starts_at=request.starts_at,
+        ends_at=ends_at, max_duration=timedelta(days=max_request_days),
+        quotas=granting.governing_quotas(facts), capacity=capacity))
+
+
+def _auto_approvable(session: Session, request: GpuRequest, verdicts: list[Verdict],
+                     now: datetime) -> bool:
+    policy = session.get(AutoApprovePolicy, request.project_id)
+    if policy is None or request.needs_operator:
+        return False
+    if any(v.outcome is not Outcome.ACCEPT for v in verdicts if v.code != "waiting_for_start"):
+        return False
+    gpus_milli = _gpu_share_milli(request)
+    start = max(request.starts_at or now, now)
+    end = request.ends_at or (start + timedelta(seconds=request.duration_s)
+                              if request.duration_s else None)
+    if end is None:
+        return False  # an open-ended request is never approved without a person
+    return (gpus_milli <= policy.max_milli
+            and (end - start).total_seconds() <= policy.max_duration_s)
+
+
+def _gpu_share_milli(request: GpuRequest) -> int:
+    """The request's size in GPUs (milli): MIG instances by their weight, fractions as is."""
+    if request.kind == FlavourKind.SHARED.value:
+        return request.count * request.milli
+    if request.kind == FlavourKind.MIG.value:
+        models = request.models or list(catalogue())
+        weights = [granting.physical_milli(Flavour(FlavourKind.MIG, m, request.mig_profile),
+                                           1, request.milli)
+                   for m in models if granting._has_profile(m, request.mig_profile)]
+        return request.count * (max(weights) if weights else 1000)
+    return request.count * 1000
+
+
+# --- transitions -------------------------------------------------------------------------
+def _transition(session: Session, request: GpuRequest, target: RequestState, actor: str,
+                now: datetime, reason: str | None, **details: Any) -> None:
+    code = request_code(request.id)
+    event = transition_event(RequestState(request.state), target, code)
+    previous = request.state
+    request.state = target.value
+    if target in (RequestState.APPROVED, RequestState.REJECTED):
+        request.decided_by, request.decided_at = actor, now
+    if target is RequestState.APPROVED:
+        request.wait_code, request.wait_message = "queued", "approved; not yet placed"
+    if target.is_final:
+        request.closed_at = now
+        request.wait_code = request.wait_message = None
+    audit.record(session, at=now, actor=actor, action=event, subject_kind="request",
+                 subject=code, reason=reason, **{"from": previous, "to": target.value},
+                 **details)
+
+
+def approve(session: Session, principal: Principal, code: str, now: datetime,
+            reason: str | None) -> GpuRequest:
+    principal.require(Action.APPROVE_REQUESTS)
+    request = get_request(session, principal, code)
+    if (principal.role is not Role.ADMIN and principal.user_id is not None
+            and request.requester_user_id == principal.user_id):
+        raise Forbidden("nobody approves their own request (an admin may)",
+                        code="self_approval", details={"request": code})
+    _transition(session, request, RequestState.APPROVED, principal.actor, now, reason)
+    return request
+
+
+def reject(session: Session, principal: Principal, code: str, now: datetime,
+           reason: str | None) -> GpuRequest:
+    principal.require(Action.APPROVE_REQUESTS)
+    request = get_request(session, principal, code)
+    _transition(session, request, RequestState.REJECTED, principal.actor, now, reason)
+    return request
+
+
+def _require_owner_or_operator(principal: Principal, request: GpuRequest) -> None:
+    principal.require(Action.REQUEST_GPUS)
+    if sees_all_projects(principal.role):
+        if principal.role is Role.VIEWER:
+            raise Forbidden("a viewer cannot change requests", code="forbidden")
+        return
+    if request.project.name not in principal.project_names:
+        raise not_found("request", request_code(request.id))
+
+
+def cancel(session: Session, principal: Principal, code: str, now: datetime,
+           reason: str | None) -> GpuRequest:
+    request = get_request(session, principal, code)
+    _require_owner_or_operator(principal, request)
+    _transition(session, request, RequestState.CANCELLED, principal.actor, now, reason)
+    return request
+
+
+def release(session: Session, principal: Principal, code: str, now: datetime,
+            reason: str | None) -> GpuRequest:
+    request = get_request(session, principal, code)
+    _require_owner_or_operator(principal, request)
+    _close(session, request, RequestState.RELEASED, principal.actor, now, reason)
+    return request
+
+
+def _close(session: Session, request: GpuRequest, target: RequestState, actor: str,
+           now: datetime, reason: str | None) -> None:
+    transition_event(RequestState(request.state), target, request_code(request.id))
+    closed = bindings.close_bindings(session, request, request.project.name, now, target.value)
+    _transition(session, request, target, actor, now, reason, units_released=len(closed))
+
+
+def extend(session: Session, principal: Principal, code: str, body: Extend, now: datetime,
+           max_request_days: float) -> GpuRequest:
+    request = get_request(session, principal, code)
+    _require_owner_or_operator(principal, request)
+    if RequestState(request.state).is_final:
+        raise InvalidInput(f"{code} is {request.state}; only an open request can be extended",
+                           code="invalid_transition", details={"state": request.state})
+    current_end = granting.end_time(request, request.activated_at or now)
+    if body.ends_at is not None:
+        new_end = body.ends_at
+    elif current_end is not None:
+        new_end = current_end + timedelta(hours=body.hours)
+    else:
+        raise InvalidInput(f"{code} has no end to extend; give `ends_at`", code="no_end")
+    if current_end is not None and new_end <= current_end:
+        raise InvalidInput("the new end is not later than the current one",
+                           code="not_an_extension", details={"ends_at": current_end.isoformat()})
+    start = request.activated_at or request.starts_at or now
+    if new_end - start > timedelta(days=max_request_days):
+        raise InvalidInput(f"a request may last at most {max_request_days:g} days",
+                           code="duration_too_long")
+    request.ends_at, request.duration_s = new_end, None
+    audit.record(session, at=now, actor=principal.actor, action="request.extended",
+                 subject_kind="request", subject=code, reason=body.reason,
+                 previous_ends_at=current_end.isoformat() if current_end else None,
+                 ends_at=new_end.isoformat())
+    return request
+
+
+# --- granting and expiry (the lifecycle loop and approval call these) ---------------------
+def try_activate(session: Session, request: GpuRequest, now: datetime, policy: str
+                 ) -> bool:
+    """Place and bind an approved request whose start has come; record why when it cannot."""
+    if request.state != RequestState.APPROVED.value:
+        return False
+    if request.starts_at is not None and request.starts_at > now:
+        _set_wait(request, "waiting_for_start", f"reserved from {request.starts_at.isoformat()}")
+        return False
+    outcome = granting.plan(session, request, policy=policy)
+    if isinstance(outcome, granting.NoGrant):
+        _set_wait(request, outcome.code, outcome.message)
+        return False
+    opened = bindings.open_bindings(session, request, outcome.decision, outcome.live.gpu_ids,
+                                    outcome.live.node_ids, now, request.project.name)
+    request.pool_id = outcome.pool_id
+    request.activated_at = now
+    request.ends_at = granting.end_time(request, now)
+    request.duration_s = None if request.ends_at else request.duration_s
+    _transition(session, request, RequestState.ACTIVE, SYSTEM_ACTOR, now, None,
+                units=len(opened), nodes=sorted(outcome.decision.nodes),
+                pool=f"POOL-{outcome.pool_id}" if outcome.pool_id else None,
+                mig_plans=len(outcome.decision.mig_layouts))
+    return True
+
+
+def _set_wait(request: GpuRequest, code: str, message: str) -> None:
+    if (request.wait_code, request.wait_message) != (code, message):
+        request.wait_code, request.wait_message = code, message
+
+
+def expire_due(session: Session, now: datetime, limit: int = 500) -> list[str]:
+    """Expire active and approved requests whose end has passed; their codes."""
+    due = list(session.scalars(select(GpuRequest).where(
+        GpuRequest.state.in_((RequestState.ACTIVE.value, RequestState.APPROVED.value)),
+        GpuRequest.ends_at <= now).order_by(GpuRequest.ends_at).limit(limit)))
+    for request in due:
+        _close(session, request, RequestState.EXPIRED, SYSTEM_ACTOR, now, "its end time passed")
+    return [request_code(r.id) for r in due]
+
+
+def waiting_ids(session: Session, now: datetime, limit: int = 200) -> list[int]:
+    """Approved requests that may be granted now, oldest first (first come, first served)."""
+    return list(session.scalars(select(GpuRequest.id).where(
+        GpuRequest.state == RequestState.APPROVED.value,
+        (GpuRequest.starts_at.is_(None)) | (GpuRequest.starts_at <= now))
+        .order_by(GpuRequest.id).limit(limit)))
+
+
+# --- explaining --------------------------------------------------------------------------
+def why(session: Session, principal: Principal, code: str, now: datetime,
+        max_request_days: float, policy: str) -> RequestWhy:
+    request = get_request(session, principal, code)
+    state = RequestState(request.state)
+    capacity = None
+    if state is RequestState.APPROVED:
+        outcome = granting.plan(session, request, policy=policy)
+        if isinstance(outcome, granting.NoGrant):
+            capacity = outcome.capacity
+    verdicts = _admission(session, request, now, max_request_days,
+                          admission.ON_GRANT if state is RequestState.APPROVED
+                          else admission.ON_CREATE, capacity)
+    waiting_on = [v for v in verdicts if v.outcome is not Outcome.ACCEPT]
+    position = length = None
+    if state in (RequestState.PENDING, RequestState.APPROVED):
+        ahead = session.scalar(select(func.count()).select_from(GpuRequest).where(
+            GpuRequest.state == state.value, GpuRequest.id < request.id))
+        length = session.scalar(select(func.count()).select_from(GpuRequest).where(
+            GpuRequest.state == state.value))
+        position = int(ahead) + 1
+    views_ = [VerdictView(rule=rule.name, outcome=v.outcome.value, code=v.code,
+                          message=v.message, details=v.details)
+              for rule, v in zip(_rules_for(state), verdicts, strict=True)]
+    if state is RequestState.PENDING:
+        views_.insert(0, VerdictView(rule="approval", outcome="wait", code="awaiting_approval",
+                                     message="waiting for an operator to approve it"
+                                     + (" (no quota covers its flavour)"
+                                        if request.needs_operator else "")))
+        waiting_on.insert(0, Verdict(Outcome.WAIT, "awaiting_approval", ""))
+    summary = _summary(request, state, waiting_on, position, length)
+    return RequestWhy(code=code, state=state.value, waiting=bool(waiting_on),
+                      wait_code=waiting_on[0].code if waiting_on else None, summary=summary,
+                      queue_position=position, queue_length=length, verdicts=views_,
+                      quotas=_quota_views_for(session, request))
+
+
+def _rules_for(state: RequestState) -> tuple[admission.Rule, ...]:
+    return admission.ON_GRANT if state is RequestState.APPROVED else admission.ON_CREATE
+
+
+def _summary(request: GpuRequest, state: RequestState, waiting_on: list[Verdict],
+             position: int | None, length: int | None) -> str:
+    code = request_code(request.id)
+    if state is RequestState.ACTIVE:
+        return f"{code} is active: its units are bound"
+    if state.is_final:
+        return f"{code} is {state.value}; it waits for nothing"
+    queue = f" (position {position} of {length} {state.value} requests)" if position else ""
+    if not waiting_on:
+        return f"{code} is {state.value} and can be granted now{queue}"
+    return f"{code} is {state.value}, waiting: {waiting_on[0].code}{queue}"
+
+
+def _quota_views_for(session: Session, request: GpuRequest) -> list[QuotaView]:
+    keys = {f.key for f in granting.candidate_flavours(session, request)}
+    return [q for q in quotas.quota_views(session, request.project) if q.flavour in keys]
+
+
+def history(session: Session, principal: Principal, code: str) -> list:
+    request = get_request(session, principal, code)
+    return audit.list_events(session, subject_kind="request",
+                             subject=request_code(request.id), limit=1000)[::-1]
+

