@@ -8,6 +8,7 @@ a new route without one fails `test_every_route_is_in_the_matrix`.
 from __future__ import annotations
 
 import itertools
+from datetime import timedelta
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from gpufleet.services.app import Gpufleet
 from gpufleet.services.principal import SYSTEM
 from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.inventory import UserCreate
+from gpufleet.wire.requests import PoolCreate, RequestCreate
 from tests.helpers import create_environment, gpu_uuid, join_token, register, registration
 from tests.module_world import module_world, shared_client
 
@@ -42,6 +44,7 @@ EVERYONE = frozenset(ROLES)
 READERS = frozenset({"admin", "operator", "member", "viewer"})
 OPERATORS = frozenset({"admin", "operator"})
 ADMIN = frozenset({"admin"})
+REQUESTERS = frozenset({"admin", "operator", "member"})
 
 MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/whoami"): EVERYONE,
@@ -72,6 +75,27 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     # a node's own credential re-registers it; no other token may.
     ("POST", "/api/v1/agent/register"): frozenset({"agent", "join"}),
     ("POST", "/api/v1/agent/heartbeat"): frozenset({"agent"}),
+    # The lifecycle: members request for their own projects, operators decide.
+    ("POST", "/api/v1/requests"): REQUESTERS,
+    ("GET", "/api/v1/requests"): READERS,
+    ("GET", "/api/v1/requests/{code}"): READERS,
+    ("GET", "/api/v1/requests/{code}/why"): READERS,
+    ("GET", "/api/v1/requests/{code}/history"): READERS,
+    ("POST", "/api/v1/requests/{code}/approve"): OPERATORS,
+    ("POST", "/api/v1/requests/{code}/reject"): OPERATORS,
+    ("POST", "/api/v1/requests/{code}/cancel"): REQUESTERS,
+    ("POST", "/api/v1/requests/{code}/release"): REQUESTERS,
+    ("POST", "/api/v1/requests/{code}/extend"): REQUESTERS,
+    ("POST", "/api/v1/pools"): REQUESTERS,
+    ("GET", "/api/v1/pools"): READERS,
+    ("GET", "/api/v1/pools/{code}"): READERS,
+    ("POST", "/api/v1/pools/{code}/approve"): OPERATORS,
+    ("POST", "/api/v1/pools/{code}/reject"): OPERATORS,
+    ("GET", "/api/v1/projects/{name}/quotas"): READERS,
+    ("PUT", "/api/v1/projects/{name}/quotas"): OPERATORS,
+    ("DELETE", "/api/v1/projects/{name}/quotas/{flavour:path}"): OPERATORS,
+    ("PUT", "/api/v1/projects/{name}/auto-approve"): OPERATORS,
+    ("DELETE", "/api/v1/projects/{name}/auto-approve"): OPERATORS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -103,6 +127,8 @@ class World:
     clock: ManualClock
     tokens: dict[str, str | None] = field(default_factory=dict)
     throwaway_token_id: int = 0
+    vision_request: str = ""
+    vision_pool: str = ""
     serial: itertools.count = field(default_factory=itertools.count)
 
     def unique(self, prefix: str) -> str:
@@ -146,6 +172,10 @@ def world(request, tmp_path_factory) -> Iterator[World]:
             }).json()["tokens"][0]["token"],
         }
         clock.advance(2 * 86_400)  # past the `expired` token's day, well within the others'
+        w.vision_request = api.post("/api/v1/requests", json={
+            "project": "vision", "count": 1, "models": ["H100-80GB"]}).json()["code"]
+        w.vision_pool = api.post("/api/v1/pools", json={
+            "project": "vision", "flavour": "H100-80GB", "count": 1}).json()["code"]
         yield w
 
 
@@ -161,6 +191,27 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         name = world.unique("m")
         world.gf.create_user(SYSTEM, UserCreate(name=name, role="member"))
         return {"user": name}
+
+    def new_request(**body) -> str:
+        created = world.gf.lifecycle.create_request(SYSTEM, RequestCreate(
+            project="vision", count=1, models=["H100-80GB"], **body))
+        return created.code
+
+    def active_request() -> str:
+        if caller not in MATRIX[route]:
+            return world.vision_request  # refused before lookup: hold no GPU for it
+        code = new_request()
+        assert world.gf.lifecycle.approve(SYSTEM, code, None).state == "active"
+        return code
+
+    def new_pool() -> str:
+        return world.gf.lifecycle.request_pool(SYSTEM, PoolCreate(
+            project="vision", flavour="H100-80GB", count=1)).code
+
+    def reservation() -> str:
+        """Approved for a day from now: it waits for its start and holds nothing."""
+        start = world.clock.now() + timedelta(days=1)
+        return new_request(starts_at=start, duration_hours=1)
 
     def registration_body() -> dict:
         node = NODE_NEW if caller == "join" else NODE_SELF
@@ -193,6 +244,41 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             template, {"name": world.unique("env"), "kind": "cloud"}),
         ("POST", "/api/v1/agent/register"): lambda: (template, registration_body()),
         ("POST", "/api/v1/agent/heartbeat"): lambda: (template, {}),
+        ("POST", "/api/v1/requests"): lambda: (
+            template, {"project": "vision", "count": 1, "models": ["H100-80GB"]}),
+        ("GET", "/api/v1/requests/{code}"): lambda: (
+            template.format(code=world.vision_request), None),
+        ("GET", "/api/v1/requests/{code}/why"): lambda: (
+            template.format(code=world.vision_request), None),
+        ("GET", "/api/v1/requests/{code}/history"): lambda: (
+            template.format(code=world.vision_request), None),
+        ("POST", "/api/v1/requests/{code}/approve"): lambda: (
+            template.format(code=reservation()), None),
+        ("POST", "/api/v1/requests/{code}/reject"): lambda: (
+            template.format(code=new_request()), {"reason": "no"}),
+        ("POST", "/api/v1/requests/{code}/cancel"): lambda: (
+            template.format(code=new_request()), None),
+        ("POST", "/api/v1/requests/{code}/release"): lambda: (
+            template.format(code=active_request()), None),
+        ("POST", "/api/v1/requests/{code}/extend"): lambda: (
+            template.format(code=new_request(duration_hours=2)), {"hours": 1}),
+        ("POST", "/api/v1/pools"): lambda: (
+            template, {"project": "vision", "flavour": "H100-80GB", "count": 1}),
+        ("GET", "/api/v1/pools/{code}"): lambda: (template.format(code=world.vision_pool), None),
+        ("POST", "/api/v1/pools/{code}/approve"): lambda: (
+            template.format(code=new_pool()), None),
+        ("POST", "/api/v1/pools/{code}/reject"): lambda: (
+            template.format(code=new_pool()), {"reason": "no"}),
+        ("GET", "/api/v1/projects/{name}/quotas"): lambda: (
+            template.format(name="vision"), None),
+        ("PUT", "/api/v1/projects/{name}/quotas"): lambda: (
+            template.format(name="vision"), {"flavour": "H100-80GB", "limit": 8}),
+        ("DELETE", "/api/v1/projects/{name}/quotas/{flavour:path}"): lambda: (
+            "/api/v1/projects/vision/quotas/H100-80GB", None),
+        ("PUT", "/api/v1/projects/{name}/auto-approve"): lambda: (
+            template.format(name="vision"), {"max_gpus": 1, "max_hours": 24}),
+        ("DELETE", "/api/v1/projects/{name}/auto-approve"): lambda: (
+            template.format(name="vision"), None),
     }
     return builders.get(route, lambda: (template, None))()
 

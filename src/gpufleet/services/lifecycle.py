@@ -14,7 +14,7 @@ from gpufleet.clock import Clock
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import Conflict
 from gpufleet.domain.requests import RequestState
-from gpufleet.services import pools, quotas, requests
+from gpufleet.services import people, pools, quotas, requests
 from gpufleet.services.bindings import UnitTaken
 from gpufleet.services.people import get_project
 from gpufleet.services.principal import Principal
@@ -150,6 +150,7 @@ class Lifecycle:
     def project_quotas(self, principal: Principal, project: str) -> wr.ProjectQuotas:
         principal.require(Action.READ_PROJECTS)
         with self.store.read() as session:
+            people.show_project(session, principal, project)  # 404 unless visible
             found = get_project(session, project)
             return wr.ProjectQuotas(project=found.name,
                                     quotas=quotas.quota_views(session, found),
