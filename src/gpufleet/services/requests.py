@@ -262,9 +262,10 @@ def _transition(session: Session, request: GpuRequest, target: RequestState, act
         request.decided_by, request.decided_at = actor, now
     if target is RequestState.APPROVED:
         request.wait_code, request.wait_message = "queued", "approved; not yet placed"
+    if target is RequestState.ACTIVE or target.is_final:
+        request.wait_code = request.wait_message = None
     if target.is_final:
         request.closed_at = now
-        request.wait_code = request.wait_message = None
     audit.record(session, at=now, actor=actor, action=event, subject_kind="request",
                  subject=code, reason=reason, **{"from": previous, "to": target.value},
                  **details)
