@@ -1,0 +1,295 @@
+"""FleetState: the nodes and GPUs placement sees, and the indexes that keep decisions cheap.
+
+At 100,000 GPUs a decision cannot look at every node, so nodes are indexed by what they
+can still take: per pool (GPU model × environment), buckets of nodes by free whole GPUs,
+by the largest shared fraction free, by the MIG profiles they can still host, and by free
+GPU capacity (for host-only tasks). Inside a bucket, nodes with the same *signature*
+(GPU picture + free host resources) are grouped: they are interchangeable, so a policy
+scores one of them, not all.
+
+The index is kept current by `Placer.commit` / `release` and by `add_node`, `remove_node`
+and `refresh`; code that changes a `NodeState` by hand must call `refresh(name)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from gpufleet.domain.inventory import SharingMode
+
+from . import mig_plans
+from .model import MILLI, GpuState, MigSlot, NodeState
+
+SHARED_LEVEL_MILLI = 50  # width of a shared-fraction bucket
+HOST_LEVEL_MILLI = 125  # width of a free-capacity bucket (host-only tasks)
+JSON_VERSION = 1
+
+# One GPU as placement sees it: (sharing mode, usable, free milli, MIG layout key).
+GpuPicture = tuple[str, bool, int, mig_plans.LayoutKey]
+
+
+def layout_key(gpu: GpuState) -> mig_plans.LayoutKey:
+    return tuple(sorted((s.profile_id, s.start, s.bound) for s in gpu.mig_instances))
+
+
+def free_milli(gpu: GpuState) -> int:
+    """Capacity not held by bindings (0 for an unusable GPU): what could still be sold."""
+    if not gpu.usable:
+        return 0
+    if gpu.sharing_mode is SharingMode.EXCLUSIVE:
+        return 0 if gpu.whole_bound else MILLI
+    if gpu.sharing_mode is SharingMode.SHARED:
+        return max(0, MILLI - gpu.used_milli)
+    if mig_plans.geometry_of(gpu.model) is None:
+        return 0
+    return MILLI - mig_plans.bound_milli(gpu.model, layout_key(gpu))
+
+
+def picture(gpu: GpuState) -> GpuPicture:
+    layout = layout_key(gpu) if gpu.sharing_mode is SharingMode.MIG else ()
+    return (gpu.sharing_mode.value, gpu.usable, free_milli(gpu), layout)
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """What a node can still take, derived from its state; the index is built from it."""
+
+    open: bool  # schedulable and below its task limit
+    models: frozenset[str]
+    whole_exclusive: int  # usable exclusive GPUs not held
+    whole_any: int  # ... plus usable shared GPUs with nothing on them
+    shared_max_milli: int  # largest free fraction of a usable shared GPU
+    mig_hostable: frozenset[int]  # profile ids one more instance of can be had
+    free_milli: int
+    signature: tuple  # (sorted GPU pictures, cpu free, memory free, environment, open)
+    pictures: dict[str, tuple]  # GPU key -> (model, *picture)
+
+
+def summarise(node: NodeState) -> NodeSummary:
+    whole_exclusive = whole_any = shared_max = free_total = 0
+    hostable: set[int] = set()
+    pictures = {}
+    for gpu in node.gpus:
+        pic = picture(gpu)
+        pictures[gpu.key] = (gpu.model, *pic)
+        free_total += pic[2]
+        if not gpu.usable:
+            continue
+        if gpu.sharing_mode is SharingMode.EXCLUSIVE:
+            if not gpu.whole_bound:
+                whole_exclusive += 1
+                whole_any += 1
+        elif gpu.sharing_mode is SharingMode.SHARED:
+            if gpu.used_milli == 0:
+                whole_any += 1
+            shared_max = max(shared_max, MILLI - gpu.used_milli)
+        elif mig_plans.geometry_of(gpu.model) is not None:
+            hostable |= mig_plans.hostable(gpu.model, pic[3])
+    open_ = node.schedulable and (node.max_tasks is None or node.tasks < node.max_tasks)
+    signature = (tuple(sorted(pictures.values())), node.cpu_milli_free, node.memory_mib_free,
+                 node.environment, open_)
+    return NodeSummary(open_, frozenset(g.model for g in node.gpus), whole_exclusive,
+                       whole_any, shared_max, frozenset(hostable), free_total, signature,
+                       pictures)
+
+
+Bucket = dict[tuple, dict[str, None]]  # signature -> names (an ordered set)
+
+
+class Pool:
+    """Nodes of one (model, environment), bucketed by what they can take."""
+
+    def __init__(self, model: str, environment: str):
+        self.model = model
+        self.environment = environment
+        self.whole_exclusive: dict[int, Bucket] = {}
+        self.whole_any: dict[int, Bucket] = {}
+        self.shared: dict[int, Bucket] = {}
+        self.mig: dict[int, Bucket] = {}
+        self.host: dict[int, Bucket] = {}
+        self.task_limited: dict[str, None] = {}  # schedulable nodes at their task limit
+        self.max_gpus = 0
+
+
+class FleetState:
+    """The mutable fleet a `Placer` decides against; see the module docstring."""
+
+    def __init__(self, nodes: Iterable[NodeState]):
+        self._nodes: dict[str, NodeState] = {}
+        self._gpus: dict[str, tuple[GpuState, str]] = {}
+        self._summaries: dict[str, NodeSummary] = {}
+        self._entries: dict[str, list[tuple[dict, int, tuple]]] = {}
+        self.pools: dict[tuple[str, str], Pool] = {}
+        self.models: dict[str, int] = {}  # model -> GPUs of it
+        for node in nodes:
+            self.add_node(node)
+
+    # --- lookups ---------------------------------------------------------------------
+    def node(self, name: str) -> NodeState:
+        return self._nodes[name]
+
+    def gpu(self, key: str) -> GpuState:
+        return self._gpus[key][0]
+
+    @property
+    def gpu_keys(self):
+        return self._gpus.keys()
+
+    def node_of_gpu(self, key: str) -> NodeState:
+        return self._nodes[self._gpus[key][1]]
+
+    def summary(self, name: str) -> NodeSummary:
+        return self._summaries[name]
+
+    @property
+    def nodes(self) -> Iterator[NodeState]:
+        return iter(self._nodes.values())
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._nodes
+
+    # --- changes ---------------------------------------------------------------------
+    def add_node(self, node: NodeState) -> None:
+        """Add a node (or replace one of the same name) and index it."""
+        if node.name in self._nodes:
+            self.remove_node(node.name)
+        for gpu in node.gpus:
+            if gpu.key in self._gpus:
+                raise ValueError(f"GPU {gpu.key} is on two nodes: "
+                                 f"{self._gpus[gpu.key][1]} and {node.name}")
+        self._nodes[node.name] = node
+        for gpu in node.gpus:
+            self._gpus[gpu.key] = (gpu, node.name)
+            self.models[gpu.model] = self.models.get(gpu.model, 0) + 1
+        self._index(node)
+
+    def remove_node(self, name: str) -> NodeState:
+        self._unindex(name)
+        node = self._nodes.pop(name)
+        for gpu in node.gpus:
+            del self._gpus[gpu.key]
+            self.models[gpu.model] -= 1
+            if not self.models[gpu.model]:
+                del self.models[gpu.model]
+        return node
+
+    def refresh(self, name: str) -> None:
+        """Re-index a node after its state changed outside a `Placer`."""
+        self._unindex(name)
+        self._index(self._nodes[name])
+
+    # --- the index -------------------------------------------------------------------
+    def _pool(self, model: str, environment: str) -> Pool:
+        pool = self.pools.get((model, environment))
+        if pool is None:
+            pool = self.pools[(model, environment)] = Pool(model, environment)
+        return pool
+
+    def _index(self, node: NodeState) -> None:
+        summary = summarise(node)
+        self._summaries[node.name] = summary
+        entries: list[tuple[dict, int, tuple]] = []
+        self._entries[node.name] = entries
+        for model in summary.models:
+            pool = self._pool(model, node.environment)
+            pool.max_gpus = max(pool.max_gpus, sum(g.model == model for g in node.gpus))
+            if not summary.open:
+                if node.schedulable:
+                    pool.task_limited[node.name] = None
+                    entries.append((pool.task_limited, node.name, ()))
+                continue
+            places = [(pool.host, summary.free_milli // HOST_LEVEL_MILLI)]
+            if summary.whole_exclusive:
+                places.append((pool.whole_exclusive, summary.whole_exclusive))
+            if summary.whole_any:
+                places.append((pool.whole_any, summary.whole_any))
+            if summary.shared_max_milli:
+                places.append((pool.shared, summary.shared_max_milli // SHARED_LEVEL_MILLI))
+            places.extend((pool.mig, profile_id) for profile_id in summary.mig_hostable)
+            for levels, level in places:
+                bucket = levels.get(level)
+                if bucket is None:
+                    bucket = levels[level] = {}
+                names = bucket.get(summary.signature)
+                if names is None:
+                    names = bucket[summary.signature] = {}
+                names[node.name] = None
+                entries.append((levels, level, summary.signature))
+
+    def _unindex(self, name: str) -> None:
+        for levels, level, signature in self._entries.pop(name, ()):
+            if level == name:
+                del levels[name]
+                continue
+            bucket = levels[level]
+            names = bucket[signature]
+            del names[name]
+            if not names:
+                del bucket[signature]
+                if not bucket:
+                    del levels[level]
+        self._summaries.pop(name, None)
+
+    # --- JSON ------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        """Plain JSON data (`from_json` reads it back): what the API serves for what-if."""
+        return {"version": JSON_VERSION, "nodes": [_node_json(n) for n in self._nodes.values()]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> FleetState:
+        """A fleet from `to_json` data; ValueError naming the first problem if malformed."""
+        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+            raise ValueError("fleet state JSON must be an object with a 'nodes' list")
+        if data.get("version", JSON_VERSION) != JSON_VERSION:
+            raise ValueError(f"fleet state JSON version {data.get('version')!r} is not "
+                             f"supported (expected {JSON_VERSION})")
+        nodes = []
+        for number, item in enumerate(data["nodes"]):
+            try:
+                nodes.append(_node_from_json(item))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"fleet state JSON: nodes[{number}] is malformed: "
+                                 f"{exc!r}") from None
+        return cls(nodes)
+
+
+def _node_json(node: NodeState) -> dict:
+    return {
+        "name": node.name, "environment": node.environment, "schedulable": node.schedulable,
+        "cpu_milli_free": node.cpu_milli_free, "memory_mib_free": node.memory_mib_free,
+        "max_tasks": node.max_tasks, "tasks": node.tasks,
+        "gpus": [{
+            "key": g.key, "index": g.index, "model": g.model,
+            "sharing_mode": g.sharing_mode.value, "usable": g.usable,
+            "whole_bound": g.whole_bound, "used_milli": g.used_milli,
+            "mig_instances": [{"profile_id": s.profile_id, "start": s.start, "bound": s.bound}
+                              for s in g.mig_instances],
+            "nvlink_peers": sorted(g.nvlink_peers),
+        } for g in node.gpus],
+    }
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else int(value)
+
+
+def _node_from_json(item: dict) -> NodeState:
+    gpus = [GpuState(
+        key=str(g["key"]), index=int(g["index"]), model=str(g["model"]),
+        sharing_mode=SharingMode(g["sharing_mode"]), usable=bool(g.get("usable", True)),
+        whole_bound=bool(g.get("whole_bound", False)), used_milli=int(g.get("used_milli", 0)),
+        mig_instances=[MigSlot(int(s["profile_id"]), int(s["start"]), bool(s.get("bound")))
+                       for s in g.get("mig_instances", [])],
+        nvlink_peers=frozenset(str(p) for p in g.get("nvlink_peers", [])),
+    ) for g in item["gpus"]]
+    return NodeState(
+        name=str(item["name"]), gpus=gpus, environment=str(item.get("environment", "")),
+        schedulable=bool(item.get("schedulable", True)),
+        cpu_milli_free=_optional_int(item.get("cpu_milli_free")),
+        memory_mib_free=_optional_int(item.get("memory_mib_free")),
+        max_tasks=_optional_int(item.get("max_tasks")), tasks=int(item.get("tasks", 0)),
+    )

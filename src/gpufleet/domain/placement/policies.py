@@ -1,0 +1,94 @@
+"""Placement policies: how a policy ranks the plans a `Placer` found for a demand.
+
+A policy gives each candidate plan a sort key (lower is better) and orders GPUs where a
+plan has a free choice. Three policies:
+
+- ``default`` — fragmentation-aware (FGD, Weng et al. ATC '23): the plan that increases
+  the node's expected fragmentation least against the workload seen so far; ties go to
+  the tighter node, then to the fuller GPU, then to the node with less host CPU left.
+- ``binpack`` — the fullest node that fits, then the fullest GPU (consolidate).
+- ``spread`` — the emptiest node, then the emptiest GPU (balance load).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .model import MILLI, GpuState
+from .workload import FragmentationMeter, Workload
+
+if TYPE_CHECKING:
+    from .fleet import FleetState
+    from .placer import NodePlan
+
+POLICIES: tuple[str, ...] = ("default", "binpack", "spread")
+
+
+def _free_after(plan: NodePlan) -> int:
+    return sum(p[3] for p in plan.pictures_after)
+
+
+def _host_after(plan: NodePlan) -> tuple[int, int]:
+    node = plan.node
+    cpu = (node.cpu_milli_free - plan.cpu_milli) if node.cpu_milli_free is not None else 0
+    memory = (node.memory_mib_free - plan.memory_mib) if node.memory_mib_free is not None else 0
+    return cpu, memory
+
+
+class Scorer:
+    def key(self, fleet: FleetState, plan: NodePlan) -> tuple:
+        raise NotImplementedError
+
+    def gpu_order(self, gpus: list[GpuState]) -> list[GpuState]:
+        """GPUs to fill first when a plan takes several fractions on one node."""
+        return sorted(gpus, key=lambda g: (-g.used_milli, g.index))
+
+    def mig_gpu_rank(self, bound_milli: int) -> int:
+        """Among GPUs offering the same kind of MIG option, which to use first."""
+        return -bound_milli
+
+
+class BinpackScorer(Scorer):
+    def key(self, fleet: FleetState, plan: NodePlan) -> tuple:
+        return (_free_after(plan), plan.gpu_free_after, *_host_after(plan), plan.node.name)
+
+
+class SpreadScorer(Scorer):
+    def key(self, fleet: FleetState, plan: NodePlan) -> tuple:
+        cpu, memory = _host_after(plan)
+        return (-_free_after(plan), -plan.gpu_free_after, -cpu, -memory, plan.node.name)
+
+    def gpu_order(self, gpus: list[GpuState]) -> list[GpuState]:
+        return sorted(gpus, key=lambda g: (g.used_milli, g.index))
+
+    def mig_gpu_rank(self, bound_milli: int) -> int:
+        return bound_milli
+
+
+class FragmentationScorer(Scorer):
+    def __init__(self, workload: Workload, whole_gpus_from_shared: bool):
+        self.meter = FragmentationMeter(workload, whole_gpus_from_shared)
+
+    def key(self, fleet: FleetState, plan: NodePlan) -> tuple:
+        node = plan.node
+        summary = fleet.summary(node.name)
+        before = self.meter.node(summary.signature[0], node.cpu_milli_free,
+                                 node.memory_mib_free, summary.open)
+        cpu = node.cpu_milli_free - plan.cpu_milli if node.cpu_milli_free is not None else None
+        memory = (node.memory_mib_free - plan.memory_mib
+                  if node.memory_mib_free is not None else None)
+        open_after = node.max_tasks is None or node.tasks + 1 < node.max_tasks
+        after = self.meter.node(plan.pictures_after, cpu, memory, open_after)
+        return (round(after - before, 6), _free_after(plan), plan.gpu_free_after,
+                *_host_after(plan), node.name)
+
+
+def make_scorer(policy: str, workload: Workload, whole_gpus_from_shared: bool) -> Scorer:
+    if policy == "binpack":
+        return BinpackScorer()
+    if policy == "spread":
+        return SpreadScorer()
+    return FragmentationScorer(workload, whole_gpus_from_shared)
+
+
+__all__ = ["MILLI", "POLICIES", "Scorer", "make_scorer"]

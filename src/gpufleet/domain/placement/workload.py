@@ -1,0 +1,184 @@
+"""The workload a fragmentation-aware policy protects, and the fragmentation it measures.
+
+Fragmentation follows FGD (Weng et al., USENIX ATC '23): from the point of view of one
+kind of task, a node's free GPU capacity is *fragmented* when that task cannot use it —
+all of it when the task does not fit on the node at all (GPUs, host CPU / memory, model,
+task limit), else the free capacity of the GPUs that cannot hold one of its units. A
+node's fragmentation is the expectation over the workload's task kinds, weighted by how
+often each kind arrives. The default policy places each demand where it *increases*
+fragmentation least.
+
+The workload is learnt online from the demands the placer has seen (no look-ahead), or
+seeded with a target distribution. Task kinds are (unit kind, units, fraction or MIG
+profile, model list); host CPU and memory of a kind are the mean over its tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from . import mig_plans
+from .model import MILLI, Demand, UnitKind
+
+ClassKey = tuple
+
+
+@dataclass
+class TaskClass:
+    kind: UnitKind
+    count: int
+    milli: int
+    mig_profile: str | None
+    models: frozenset[str] | None
+    seen: float = 0.0
+    cpu_milli_sum: float = 0.0
+    memory_mib_sum: float = 0.0
+    mig_ids: dict[str, int | None] = field(default_factory=dict)  # model -> profile id
+
+    @property
+    def cpu_milli(self) -> float:
+        return self.cpu_milli_sum / self.seen if self.seen else 0.0
+
+    @property
+    def memory_mib(self) -> float:
+        return self.memory_mib_sum / self.seen if self.seen else 0.0
+
+    def mig_id(self, model: str) -> int | None:
+        if model not in self.mig_ids:
+            geometry = mig_plans.geometry_of(model)
+            profile = geometry.profile_named(self.mig_profile) if geometry else None
+            self.mig_ids[model] = profile.profile_id if profile else None
+        return self.mig_ids[model]
+
+
+def class_key(demand: Demand) -> ClassKey:
+    milli = demand.milli if demand.kind is UnitKind.SHARED else MILLI
+    return (demand.kind.value, demand.count, milli, demand.mig_profile, demand.models)
+
+
+class Workload:
+    """Task kinds and their frequencies; `observe` learns, `weights` are refreshed lazily.
+
+    Weights are recomputed when the number of tasks seen has grown by `refresh_ratio`
+    (or a new kind appears), so scores stay comparable between refreshes and the caches
+    that depend on them live long enough to pay off.
+    """
+
+    def __init__(self, demands: Iterable[Demand] = (), refresh_ratio: float = 1.02):
+        self.classes: dict[ClassKey, TaskClass] = {}
+        self.refresh_ratio = refresh_ratio
+        self.generation = 0  # bumps whenever `classes` gains a kind
+        self.weights_generation = 0  # bumps whenever weights change
+        self._seen = 0.0
+        self._seen_at_refresh = 0.0
+        self.gpu_classes: list[TaskClass] = []
+        self.weights: list[float] = []
+        self.hosts: list[tuple[float, float]] = []  # (cpu milli, memory MiB) per GPU class
+        for demand in demands:
+            self.observe(demand)
+
+    def observe(self, demand: Demand, weight: float = 1.0) -> None:
+        key = class_key(demand)
+        task = self.classes.get(key)
+        if task is None:
+            milli = demand.milli if demand.kind is UnitKind.SHARED else MILLI
+            task = self.classes[key] = TaskClass(demand.kind, demand.count, milli,
+                                                 demand.mig_profile, demand.models)
+            self.generation += 1
+        task.seen += weight
+        task.cpu_milli_sum += demand.cpu_milli * weight
+        task.memory_mib_sum += demand.memory_mib * weight
+        self._seen += weight
+        if (task.seen == weight or self._seen >= self._seen_at_refresh * self.refresh_ratio
+                or self._seen - self._seen_at_refresh >= 64):
+            self._refresh()
+
+    def _refresh(self) -> None:
+        self._seen_at_refresh = self._seen
+        self.gpu_classes = [c for c in self.classes.values() if c.count > 0]
+        total = sum(c.seen for c in self.classes.values()) or 1.0
+        self.weights = [c.seen / total for c in self.gpu_classes]
+        self.hosts = [(c.cpu_milli, c.memory_mib) for c in self.gpu_classes]
+        self.weights_generation += 1
+
+
+# One GPU for the meter: (model, sharing mode, usable, free milli, MIG layout key).
+Picture = tuple[str, str, bool, int, mig_plans.LayoutKey]
+
+
+class FragmentationMeter:
+    """Expected fragmentation of a node, in milli-GPU, against a `Workload`.
+
+    The GPU part (per task kind: how many units fit, and the free capacity of GPUs that
+    cannot hold one) depends only on the node's GPU picture and is cached by it; the host
+    part (CPU, memory, task limit) is checked per call.
+    """
+
+    def __init__(self, workload: Workload, whole_gpus_from_shared: bool = False):
+        self.workload = workload
+        self.whole_from_shared = whole_gpus_from_shared
+        self._gpu_memo: dict[tuple, tuple] = {}
+        self._memo: dict[tuple, float] = {}
+        self._classes_seen = -1
+        self._weights_seen = -1
+
+    def node(self, pictures: tuple[Picture, ...], cpu_milli: int | None,
+             memory_mib: int | None, open_: bool) -> float:
+        workload = self.workload
+        if workload.weights_generation != self._weights_seen:
+            self._weights_seen = workload.weights_generation
+            self._memo.clear()
+            if len(workload.gpu_classes) != self._classes_seen:
+                self._classes_seen = len(workload.gpu_classes)
+                self._gpu_memo.clear()
+        key = (pictures, cpu_milli, memory_mib, open_)
+        found = self._memo.get(key)
+        if found is not None:
+            return found
+        gpu_part = self._gpu_memo.get(pictures)
+        if gpu_part is None:
+            gpu_part = self._gpu_memo[pictures] = self._gpu_part(pictures)
+        total, fits = gpu_part
+        value = 0.0
+        for (n_fit, frag), weight, task, (cpu, memory) in zip(
+                fits, workload.weights, workload.gpu_classes, workload.hosts, strict=True):
+            if (open_ and n_fit >= task.count and (cpu_milli is None or cpu_milli >= cpu)
+                    and (memory_mib is None or memory_mib >= memory)):
+                value += weight * frag
+            else:
+                value += weight * total
+        if len(self._memo) > 200_000:
+            self._memo.clear()
+        self._memo[key] = value
+        return value
+
+    def _gpu_part(self, pictures: tuple[Picture, ...]) -> tuple[int, tuple]:
+        total = sum(p[3] for p in pictures)
+        fits = tuple(self._fit(task, pictures) for task in self.workload.gpu_classes)
+        if len(self._gpu_memo) > 200_000:
+            self._gpu_memo.clear()
+        return total, fits
+
+    def _fit(self, task: TaskClass, pictures: tuple[Picture, ...]) -> tuple[int, int]:
+        n_fit = frag = 0
+        for model, mode, usable, free, layout in pictures:
+            if not usable or not free:
+                continue
+            if task.models is not None and model not in task.models:
+                frag += free
+                continue
+            if task.kind is UnitKind.WHOLE:
+                fit = free == MILLI and (mode == "exclusive"
+                                         or (mode == "shared" and self.whole_from_shared))
+            elif task.kind is UnitKind.SHARED:
+                fit = mode == "shared" and free >= task.milli
+            else:
+                profile_id = task.mig_id(model)
+                fit = (mode == "mig" and profile_id is not None
+                       and profile_id in mig_plans.hostable(model, layout))
+            if fit:
+                n_fit += 1
+            else:
+                frag += free
+        return n_fit, frag
