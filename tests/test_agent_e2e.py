@@ -18,6 +18,7 @@ from gpufleet.api.app import create_app
 from gpufleet.sim.backend import standalone_backend
 from gpufleet.sim.fleet_runner import run_simulated_fleet
 from gpufleet.sim.fleet_spec import parse_spec_text
+from gpufleet.store.tables import MigPlan
 from tests.helpers import create_environment, join_token
 
 SERVER = "http://gpufleet.test"
@@ -148,3 +149,39 @@ def test_simulated_fleet_registers_every_node(api, gf, admin_token, tmp_path, co
     mig = api.get("/api/v1/gpus?sharing_mode=mig&limit=100").json()["items"]
     assert len(mig) == 16
     assert all(g["mig_instances"] for g in mig)
+
+
+def test_mig_plan_is_applied_by_the_sim_agent_and_learned_back(api, gf, tmp_path):
+    """A MIG grant on a MIG-enabled GPU without instances: the plan reaches the agent in its
+    heartbeat reply, the simulator creates the instances, the agent registers again, and
+    the allocation's exports carry the new MIG device UUIDs; the applied plan is retired."""
+    create_environment(api, name="onprem-slicing", default_sharing_mode="shared")
+    api.post("/api/v1/projects", json={"name": "vision", "organisation": "research"})
+    backend = standalone_backend("mig-h100", "mig-test-1", seed=5)
+    # Start from GPUs with MIG on and no instances: every grant needs a plan.
+    registration = backend.discover()
+    backend._registration = registration.model_copy(update={"gpus": [
+        gpu.model_copy(update={"mig_instances": []}) for gpu in registration.gpus]})
+
+    async def scenario():
+        async with asgi_http(gf) as http:
+            runner = AgentRunner(SERVER, backend, tmp_path,
+                                 join_token=join_token(api, "onprem-slicing"), http=http)
+            await runner.register()
+            created = api.post("/api/v1/requests", json={
+                "project": "vision", "count": 4, "mig_profile": "1g.10gb"}).json()
+            granted = api.post(f"/api/v1/requests/{created['code']}/approve").json()
+            assert granted["state"] == "active"
+            assert granted["exports"]["CUDA_VISIBLE_DEVICES"].startswith("pending:")
+            await run_briefly(runner, heartbeats=3)
+            return created["code"]
+
+    code = asyncio.run(scenario())
+    shown = api.get(f"/api/v1/requests/{code}").json()
+    devices = shown["exports"]["CUDA_VISIBLE_DEVICES"].split(",")
+    assert len(devices) == 4 and all(d.startswith("MIG-") for d in devices)
+    reported = {(i.profile_id, i.placement_start) for g in backend.discover().gpus
+                for i in g.mig_instances}
+    assert {(u["mig_profile_id"], u["mig_start"]) for u in shown["units"]} <= reported
+    with gf.store.read() as session:  # the plan is done: the node's report rules again
+        assert session.query(MigPlan).count() == 0

@@ -131,9 +131,13 @@ def test_desired_state_is_applied_and_its_version_reported(tmp_path):
     server.desired_version = 4
     server.mig_plans = [{"gpu_uuid": uuid, "instances": [
         {"profile_id": 0, "placement_start": 0}]}]
-    run_agent(server, tmp_path, token, steps=2, backend=backend)
+    run_agent(server, tmp_path, token, steps=3, backend=backend)
     assert backend.applied_version == 4
     assert [(i.profile_name) for i in backend.discover().gpus[0].mig_instances] == ["7g.80gb"]
+    # The new instances have new MIG UUIDs: the agent registers again to report them.
+    registered = server.nodes[backend.discover().machine_id].gpus[0].mig_instances
+    assert [i.profile_name for i in registered] == ["7g.80gb"]
+    assert server.requests.count("/api/v1/agent/register") == 2
     assert [hb.applied_desired_state_version for _, hb in server.heartbeats] == [4]
 
 

@@ -8,9 +8,9 @@ a new route without one fails `test_every_route_is_in_the_matrix`.
 from __future__ import annotations
 
 import itertools
-from datetime import timedelta
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -92,6 +92,7 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/v1/pools/{code}/approve"): OPERATORS,
     ("POST", "/api/v1/pools/{code}/reject"): OPERATORS,
     ("GET", "/api/v1/projects/{name}/quotas"): READERS,
+    ("GET", "/api/v1/placement/fleet-state"): READERS,
     ("PUT", "/api/v1/projects/{name}/quotas"): OPERATORS,
     ("DELETE", "/api/v1/projects/{name}/quotas/{flavour:path}"): OPERATORS,
     ("PUT", "/api/v1/projects/{name}/auto-approve"): OPERATORS,

@@ -93,6 +93,7 @@ class AgentSession:
         """Hand a new desired-state version to the backend; never raises."""
         if state.version in (self.applied_version, self._refused_version):
             return
+        before = self._mig_layouts()
         try:
             self.backend.apply_desired_state(state)
         except Exception as exc:  # a backend failure must not stop the heartbeats
@@ -102,3 +103,11 @@ class AgentSession:
             return
         self.applied_version = state.version
         log.debug("node %s: applied desired state version %d", self.node, state.version)
+        if self._mig_layouts() != before:
+            # New MIG instances have new MIG UUIDs the server must learn: register again
+            # (idempotent) on the next step, with the inventory as it is now.
+            self.registered = False
+
+    def _mig_layouts(self) -> dict[str, frozenset]:
+        return {gpu.uuid: frozenset(m.key for m in gpu.mig_instances)
+                for gpu in self.backend.discover().gpus}

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.errors import Conflict
@@ -30,6 +30,7 @@ from gpufleet.store.tables import (
     MigInstance,
     MigPlan,
     Node,
+    Project,
     SlotClaim,
 )
 from gpufleet.wire.agent import DesiredState, MigPlanInstance, UnitBinding
@@ -142,6 +143,17 @@ def _write_mig_plans(session: Session, decision: Decision, gpu_ids: dict[str, in
                                 created_at=now, request_id=request.id))
         else:
             plan.layout, plan.created_at, plan.request_id = instances, now, request.id
+
+
+def retire_applied_mig_plans(session: Session, gpus: Iterable[Gpu]) -> None:
+    """Drop the MIG plans a node now reports as done: its instances are the truth again."""
+    by_id = {gpu.id: gpu for gpu in gpus}
+    if not by_id:
+        return
+    for plan in session.scalars(select(MigPlan).where(MigPlan.gpu_id.in_(by_id))):
+        reported = {(m.profile_id, m.placement_start) for m in by_id[plan.gpu_id].mig_instances}
+        if reported == {(p, s) for p, s in plan.layout}:
+            session.delete(plan)
 
 
 def bump_desired_state(session: Session, node_ids: Iterable[int]) -> None:
@@ -286,14 +298,8 @@ def _unit_name(uuid: str, binding: Binding) -> str:
 
 
 def _project_names(session: Session, project_ids: set[int]) -> dict[int, str]:
-    from gpufleet.store.tables import Project
-
     if not project_ids:
         return {}
     rows = session.execute(select(Project.id, Project.name).where(Project.id.in_(project_ids)))
     return {project_id: name for project_id, name in rows}
 
-
-def open_binding_exists(session: Session, gpu_id: int) -> bool:
-    return session.scalar(select(Binding.id).where(
-        and_(Binding.gpu_id == gpu_id, Binding.ended_at.is_(None))).limit(1)) is not None

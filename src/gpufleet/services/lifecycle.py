@@ -14,7 +14,7 @@ from gpufleet.clock import Clock
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import Conflict
 from gpufleet.domain.requests import RequestState
-from gpufleet.services import people, pools, quotas, requests
+from gpufleet.services import people, placement_state, pools, quotas, requests
 from gpufleet.services.bindings import UnitTaken
 from gpufleet.services.people import get_project
 from gpufleet.services.principal import Principal
@@ -145,6 +145,11 @@ class Lifecycle:
         """One round of the lifecycle loop: expire what ended, then grant what waits."""
         expired = self.expire_due()
         return expired, self.grant_waiting()
+
+    def placement_fleet_state(self, principal: Principal) -> dict:
+        principal.require(Action.READ_INVENTORY)
+        with self.store.read() as session:
+            return placement_state.load(session).state.to_json()
 
     # --- quotas and auto-approval --------------------------------------------------------
     def project_quotas(self, principal: Principal, project: str) -> wr.ProjectQuotas:

@@ -111,6 +111,8 @@ def register(session: Session, caller: RegistrationCaller, body: NodeRegistratio
 
     moves, missing, added, gpus = _apply_gpus(session, node, environment, body.gpus, now)
     refresh_status(session, node, gpus)
+    session.flush()
+    bindings.retire_applied_mig_plans(session, gpus)
 
     credential = None
     if join_token is not None:

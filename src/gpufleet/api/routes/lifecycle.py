@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import page_limit, principal, services
@@ -100,6 +102,14 @@ def release_request(code: str, body: Decide | None = None, p: Principal = Depend
 def extend_request(code: str, body: Extend, p: Principal = Depends(principal),
                    gf: Gpufleet = Depends(services)):
     return gf.lifecycle.extend(p, code, body)
+
+
+@router.get("/placement/fleet-state", tags=["placement"])
+def placement_fleet_state(p: Principal = Depends(principal), gf: Gpufleet = Depends(services)
+                          ) -> dict[str, Any]:
+    """The live fleet as the placement engine sees it (what `gpufleet whatif --live` replays
+    against): schedulable nodes, usable GPUs, what is bound and what is free."""
+    return gf.lifecycle.placement_fleet_state(p)
 
 
 @router.post("/pools", response_model=PoolView, status_code=201, tags=POOLS)
