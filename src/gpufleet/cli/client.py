@@ -61,7 +61,8 @@ def _error_from(response: httpx.Response) -> ApiError:
 
 
 class ApiClient:
-    """One server and one token; `get` / `post` return decoded JSON or raise `CliError`."""
+    """One server and one token; `get` / `post` / `put` / `delete` return decoded JSON or
+    raise `CliError`."""
 
     def __init__(self, http: httpx.Client, url: str, token: str):
         self.http = http
@@ -73,6 +74,12 @@ class ApiClient:
 
     def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         return self._send("POST", path, json=body)
+
+    def put(self, path: str, body: dict[str, Any]) -> Any:
+        return self._send("PUT", path, json=body)
+
+    def delete(self, path: str) -> Any:
+        return self._send("DELETE", path)
 
     def pages(self, path: str, params: Params, *, follow: bool) -> dict[str, Any]:
         """A listing's first page, or with `follow` every page merged into one.
