@@ -20,7 +20,9 @@ from gpufleet.cli.commands import (
     gpus,
     nodes,
     people,
+    pools,
     processes,
+    requests,
     tokens,
 )
 from gpufleet.cli.errors import CliError
@@ -53,6 +55,8 @@ app.add_typer(gpus.app, name="gpu")
 app.add_typer(tokens.app, name="token")
 app.add_typer(people.users, name="user")
 app.add_typer(people.projects, name="project")
+app.add_typer(requests.app, name="request")
+app.add_typer(pools.app, name="pool")
 app.add_typer(environments.app, name="environment")
 app.add_typer(audit.app, name="audit")
 app.command("serve")(processes.serve)

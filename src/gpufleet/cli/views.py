@@ -1,4 +1,4 @@
-"""Inventory objects as tables: the fleet summary, GPUs and nodes.
+"""Objects as tables: the fleet summary, GPUs and nodes, and project quotas.
 
 Each function takes the API's JSON (a dict, exactly as `--json` would print it) and
 returns a Rich renderable, so what a table shows can never drift from what the API said.
@@ -119,3 +119,14 @@ def node_detail(node: dict[str, Any]) -> RenderableType:
         "GPUs": node["gpus"], "desired state version": node["desired_state_version"],
     }, title=f"node {node['name']}")
     return Group(about, "", gpus_table(node["gpu_list"], title="GPUs"))
+
+
+def _units(value: float | None) -> str | None:
+    return None if value is None else f"{value:g}"
+
+
+def quota_table(quotas: list[dict[str, Any]], *, title: str | None = None) -> RenderableType:
+    """Quota rows (`project quota show`, `request why`); a limit of `-` means none."""
+    return table(["flavour", "limit", "used", "pooled", "available"],
+                 [[q["flavour"], _units(q["limit"]), _units(q["used"]), _units(q["pooled"]),
+                   _units(q["available"])] for q in quotas], title=title)

@@ -1,12 +1,16 @@
-"""`gpufleet user …` and `gpufleet project …`: who may use GPUs, and the unit of ownership."""
+"""`gpufleet user …` and `gpufleet project …`: who may use GPUs, and the unit of ownership
+(with its quotas and auto-approve policy: `project quota …`, `project auto-approve …`)."""
 
 from typing import Annotated, Any
 
 import typer
+from rich.console import Group
+from rich.text import Text
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import JsonFlag, body
 from gpufleet.cli.output import done, emit, fields, print_json, table, when
+from gpufleet.cli.views import quota_table
 from gpufleet.domain.access import Role
 
 users = typer.Typer(help="Users: people who hold tokens and belong to projects.",
@@ -103,3 +107,92 @@ def add_member(project: ProjectName,
         updated = api.post(api_path("projects", project, "members"), body(user=user))
     done(f"added {user} to project {updated['name']} "
          f"(members: {', '.join(updated['members'])})")
+
+
+# --- project quota … and project auto-approve …: how much a project may hold, and when no
+# operator needs to approve --------------------------------------------------------------
+quota = typer.Typer(help="Quotas: the most a project may hold at once, per flavour.",
+                    no_args_is_help=True)
+auto_approve = typer.Typer(help="Auto-approval: requests small and short enough need no "
+                                "operator.", no_args_is_help=True)
+projects.add_typer(quota, name="quota")
+projects.add_typer(auto_approve, name="auto-approve")
+
+Flavour = Annotated[str, typer.Argument(
+    help="H100-80GB (whole GPUs), H100-80GB/1g.10gb (a MIG profile) or L40S-48GB/shared.")]
+
+
+def _policy_text(policy: dict[str, Any] | None) -> str:
+    if policy is None:
+        return "auto-approve: off (an operator approves every request)"
+    return (f"auto-approve: requests of at most {policy['max_gpus']:g} GPUs and "
+            f"{policy['max_hours']:g} hours")
+
+
+def _quotas_view(data: dict[str, Any]) -> Any:
+    return Group(quota_table(data["quotas"], title=f"quotas of project {data['project']}"),
+                 "", Text(_policy_text(data["auto_approve"])))
+
+
+@quota.command("set")
+def set_quota(project: ProjectName, flavour: Flavour,
+              limit: Annotated[float, typer.Argument(
+                  help="Units: GPUs, MIG instances, or GPUs' worth of shared fractions.")],
+              as_json: JsonFlag = False) -> None:
+    """Set (or change) a project's quota of one flavour."""
+    with connect() as api:
+        data = api.put(api_path("projects", project, "quotas"),
+                       body(flavour=flavour, limit=limit))
+    if as_json:
+        print_json(data)
+        return
+    done(f"project {data['project']} may hold {limit:g} of {flavour}")
+
+
+@quota.command("show")
+def show_quota(project: ProjectName, as_json: JsonFlag = False) -> None:
+    """A project's quotas, what it uses and has pooled of each, and its auto-approve policy."""
+    with connect() as api:
+        data = api.get(api_path("projects", project, "quotas"))
+    emit(data, as_json, _quotas_view)
+
+
+@quota.command("rm")
+def remove_quota(project: ProjectName, flavour: Flavour, as_json: JsonFlag = False) -> None:
+    """Remove a quota: requests of that flavour then always need an operator."""
+    with connect() as api:
+        data = api.delete(api_path("projects", project, "quotas", flavour))
+    if as_json:
+        print_json(data)
+        return
+    done(f"removed the {flavour} quota of project {data['project']}")
+
+
+@auto_approve.command("set")
+def set_auto_approve(
+    project: ProjectName,
+    max_gpus: Annotated[float, typer.Option(
+        "--max-gpus", help="Largest request, in GPUs (a MIG instance or fraction counts as "
+                           "its share).")],
+    max_hours: Annotated[float, typer.Option("--max-hours", help="Longest request.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Approve a project's requests within these limits (and its quotas) without a person."""
+    with connect() as api:
+        data = api.put(api_path("projects", project, "auto-approve"),
+                       body(max_gpus=max_gpus, max_hours=max_hours))
+    if as_json:
+        print_json(data)
+        return
+    done(f"project {data['project']}: {_policy_text(data['auto_approve'])}")
+
+
+@auto_approve.command("rm")
+def remove_auto_approve(project: ProjectName, as_json: JsonFlag = False) -> None:
+    """Stop auto-approving a project's requests."""
+    with connect() as api:
+        data = api.delete(api_path("projects", project, "auto-approve"))
+    if as_json:
+        print_json(data)
+        return
+    done(f"project {data['project']}: {_policy_text(data['auto_approve'])}")
