@@ -178,7 +178,8 @@ class Placer:
                 and (demand.kind is not UnitKind.MIG or model in profile_ids)]
 
     # --- candidates ------------------------------------------------------------------
-    def _candidates(self, context: _Context, units_on_one_node: int) -> Iterator[NodeState]:
+    def _candidates(self, context: _Context, units_on_one_node: int, *,
+                    every_node: bool = False) -> Iterator[NodeState]:
         """Distinct candidate nodes in the policy's order.
 
         Nodes with the same signature are interchangeable, so one of each is offered
@@ -189,7 +190,8 @@ class Placer:
         demand = context.demand
         pools = self._pools(demand, context.profile_ids)
         seen: set[str] = set()
-        per_signature = context.gpu_filter is not None
+        # Spanning several nodes needs each of a signature's nodes, not one of them.
+        per_signature = every_node or context.gpu_filter is not None
         if self.policy == "default":
             walks = [self._walk(pools, context, units_on_one_node, True, seen, per_signature),
                      self._walk(pools, context, units_on_one_node, False, seen, per_signature)]
@@ -366,8 +368,8 @@ class Placer:
         """Units spread over several nodes, fewest nodes first; None if they do not fit."""
         demand = context.demand
         options: list[tuple[tuple, NodePlan]] = []
-        for node in self._candidates(context, 1):
-            if len(options) >= self.max_candidates:
+        for node in self._candidates(context, 1, every_node=True):
+            if len(options) >= max(self.max_candidates, demand.count):
                 break
             for units in range(demand.count - 1, 0, -1):
                 cpu = ceil(demand.cpu_milli * units / demand.count)
