@@ -17,6 +17,7 @@ from gpufleet.domain.admission import QuotaFact
 from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.requests import Flavour, FlavourKind, parse_flavour
 from gpufleet.services import audit
+from gpufleet.services.lookup import not_found
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import (
     AutoApprovePolicy,
@@ -119,16 +120,15 @@ def set_quota(session: Session, principal: Principal, project: Project, flavour_
 
 
 def remove_quota(session: Session, principal: Principal, project: Project, flavour_key: str,
-                 now: datetime) -> bool:
+                 now: datetime) -> None:
     flavour = parse_flavour(flavour_key)
     row = session.get(Quota, (project.id, flavour.key))
     if row is None:
-        return False
+        raise not_found("quota", flavour.key)
     session.delete(row)
     audit.record(session, at=now, actor=principal.actor, action="quota.removed",
                  subject_kind="project", subject=project.name, flavour=flavour.key,
                  previous_limit_milli=row.limit_milli)
-    return True
 
 
 def auto_approve_view(session: Session, project: Project) -> AutoApproveView | None:

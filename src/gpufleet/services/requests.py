@@ -202,7 +202,7 @@ def _largest_group(session: Session, body: RequestCreate, mode: str,
             profile = catalogue_model(model_key).mig.profile_named(body.mig_profile)
             best = max(best, gpus * (profile.max_instances if profile else 0))
         elif body.kind is FlavourKind.SHARED:
-            best = max(best, gpus * (1000 // body.milli))
+            best = max(best, gpus)  # the engine puts a request's fractions on distinct GPUs
         else:
             best = max(best, gpus)
     return best

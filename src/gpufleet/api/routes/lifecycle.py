@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 
@@ -120,7 +120,8 @@ def request_pool(body: PoolCreate, p: Principal = Depends(principal),
 
 
 @router.get("/pools", response_model=list[PoolView], tags=POOLS)
-def list_pools(project: str | None = None, state: str | None = None,
+def list_pools(project: str | None = None,
+               state: Literal["pending", "active", "rejected"] | None = None,
                p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
     return gf.lifecycle.list_pools(p, project=project, state=state)
 
