@@ -5,6 +5,12 @@ are simulated (`gpufleet.sim`) but speak the real agent protocol over HTTP, so t
 exercises join tokens, registration and heartbeats exactly as a real fleet would. The data
 dir is kept between runs: the second start reuses the state store, the admin token and the
 agents' credentials (`--reset` starts over).
+
+Once every GPU has registered, the fleet is put to use (`demo.lifecycle_seed`: quotas,
+pools, history, allocations on ~70 % of the GPUs, a queue). That goes through the lifecycle
+services one request at a time, which takes longer than the start itself, so it runs in a
+worker thread after the banner while the server already answers; it is done once per data
+dir.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import logging
 import shutil
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +30,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpufleet.api.app import create_app
+from gpufleet.demo.lifecycle_seed import (
+    LifecycleSummary,
+    lifecycle_summary,
+    needs_lifecycle_seed,
+    seed_lifecycle,
+)
 from gpufleet.demo.seed import seed_people
 from gpufleet.server import (
     admin_token_path,
@@ -138,14 +151,44 @@ async def _demo(settings: Settings, seed: int | None) -> None:
         await server_task
         fleet_task.result()
         raise DemoError("the simulated fleet stopped before it registered")
-    _banner(url, token, settings, progress_bar.last, time.monotonic() - started_s, seeded)
+    to_seed = needs_lifecycle_seed(gf)
+    _banner(url, token, settings, progress_bar.last, time.monotonic() - started_s, seeded,
+            None if to_seed else lifecycle_summary(gf))
+    halt = threading.Event()
+    seeding = asyncio.create_task(_put_fleet_to_use(gf, spec.seed, halt)) if to_seed else None
     await stop.wait()
+    if seeding is not None:
+        halt.set()  # the worker stops after the request it is making
+        await seeding
     console.print("stopping: agents, then server …")
     with contextlib.suppress(asyncio.CancelledError):
         await fleet_task
     server.should_exit = True
     await server_task
     gf.store.dispose()
+
+
+async def _put_fleet_to_use(gf, seed: int, halt: threading.Event) -> None:
+    """Seed the lifecycle in a worker thread, then print what it made (one line)."""
+    out = Console(soft_wrap=True)
+    try:
+        summary = await asyncio.to_thread(seed_lifecycle, gf, seed, halt)
+    except Exception:  # the demo keeps running without its requests
+        log.exception("seeding the demo's requests failed")
+        return
+    if summary is None:
+        return
+    if halt.is_set():
+        out.print(f"seeding stopped early: {summary.line()}")
+        return
+    out.print(f"\n[bold green]fleet in use[/] (seeded in {summary.seconds:.1f} s): "
+              f"{summary.line()}")
+    out.print(_try_lifecycle(summary))
+
+
+def _try_lifecycle(summary: LifecycleSummary) -> str:
+    why = f"   gpufleet request why {summary.waiting_code}" if summary.waiting_code else ""
+    return f"  gpufleet request ls --state pending   gpufleet pool ls{why}"
 
 
 class _ProgressBar:
@@ -175,7 +218,7 @@ class _ProgressBar:
 
 
 def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | None,
-            elapsed_s: float, seeded) -> None:
+            elapsed_s: float, seeded, in_use: LifecycleSummary | None) -> None:
     login_note = "(GPUFLEET_URL / GPUFLEET_TOKEN below)"
     current = stored_login_url()
     if current is None or current.startswith(("http://127.0.0.1", "http://localhost")):
@@ -188,6 +231,12 @@ def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | 
               f"registered {elapsed_s:.1f} s after start")
     if seeded:
         out.print(f"seeded {seeded.projects} projects, {seeded.users} users")
+    if in_use is None:
+        out.print("putting the fleet to use in the background: quotas, pools, past and "
+                  "current requests (about 30 s; a line follows)")
+    else:
+        out.print(f"in use: {in_use.line()}")
+        out.print(_try_lifecycle(in_use))
     out.print(f"  server      {url}   (API docs {url}/docs)")
     out.print(f"  admin token {token}   {login_note}")
     out.print(f"  token file  {admin_token_path(settings)}")
