@@ -24,6 +24,7 @@ from gpufleet.cli.commands import (
     processes,
     requests,
     tokens,
+    whatif,
 )
 from gpufleet.cli.errors import CliError
 
@@ -62,6 +63,7 @@ app.add_typer(audit.app, name="audit")
 app.command("serve")(processes.serve)
 app.command("demo")(processes.demo)
 app.command("agent")(processes.agent)
+app.command("whatif")(whatif.whatif)
 
 
 def run() -> None:
