@@ -3,10 +3,13 @@
 Fragmentation follows FGD (Weng et al., USENIX ATC '23): from the point of view of one
 kind of task, a node's free GPU capacity is *fragmented* when that task cannot use it —
 all of it when the task does not fit on the node at all (GPUs, host CPU / memory, model,
-task limit), else the free capacity of the GPUs that cannot hold one of its units. A
-node's fragmentation is the expectation over the workload's task kinds, weighted by how
-often each kind arrives. The default policy places each demand where it *increases*
-fragmentation least.
+task limit), else the free capacity of the GPUs that cannot hold one of its units. One
+extension over FGD: when the node's host CPU or memory would run out before its fitting
+GPUs do (it can take k more such tasks but has GPUs for more), the share of the fitting
+GPUs those k tasks cannot reach counts as fragmented too — FGD only notices host
+resources once not even one task fits. A node's fragmentation is the expectation over the
+workload's task kinds, weighted by how often each kind arrives. The default policy places
+each demand where it *increases* fragmentation least.
 
 The workload is learnt online from the demands the placer has seen (no look-ahead), or
 seeded with a target distribution. Task kinds are (unit kind, units, fraction or MIG
@@ -143,11 +146,19 @@ class FragmentationMeter:
         value = 0.0
         for (n_fit, frag), weight, task, (cpu, memory) in zip(
                 fits, workload.weights, workload.gpu_classes, workload.hosts, strict=True):
-            if (open_ and n_fit >= task.count and (cpu_milli is None or cpu_milli >= cpu)
+            if not (open_ and n_fit >= task.count and (cpu_milli is None or cpu_milli >= cpu)
                     and (memory_mib is None or memory_mib >= memory)):
-                value += weight * frag
-            else:
                 value += weight * total
+                continue
+            # How many such tasks the node can still take: host CPU and memory may run out
+            # before its GPUs do, and the GPUs they leave behind are stranded.
+            tasks = n_fit // task.count
+            if cpu_milli is not None and cpu > 0:
+                tasks = min(tasks, int(cpu_milli // cpu))
+            if memory_mib is not None and memory > 0:
+                tasks = min(tasks, int(memory_mib // memory))
+            stranded = max(0.0, 1.0 - tasks * task.count / n_fit)
+            value += weight * (frag + stranded * (total - frag))
         if len(self._memo) > 200_000:
             self._memo.clear()
         self._memo[key] = value
