@@ -60,7 +60,7 @@ class NodeSummary:
     whole_exclusive: int  # usable exclusive GPUs not held
     whole_any: int  # ... plus usable shared GPUs with nothing on them
     shared_max_milli: int  # largest free fraction of a usable shared GPU
-    mig_hostable: frozenset[int]  # profile ids one more instance of can be had
+    mig_hostable: dict[int, int]  # profile id -> best tier (mig_plans.EXISTING, ...)
     free_milli: int
     signature: tuple  # (sorted GPU pictures, cpu free, memory free, environment, open)
     pictures: dict[str, tuple]  # GPU key -> (model, *picture)
@@ -68,7 +68,7 @@ class NodeSummary:
 
 def summarise(node: NodeState) -> NodeSummary:
     whole_exclusive = whole_any = shared_max = free_total = 0
-    hostable: set[int] = set()
+    hostable: dict[int, int] = {}
     pictures = {}
     for gpu in node.gpus:
         pic = picture(gpu)
@@ -85,12 +85,14 @@ def summarise(node: NodeState) -> NodeSummary:
                 whole_any += 1
             shared_max = max(shared_max, MILLI - gpu.used_milli)
         elif mig_plans.geometry_of(gpu.model) is not None:
-            hostable |= mig_plans.hostable(gpu.model, pic[3])
+            for profile_id, tier in mig_plans.best_tiers(gpu.model, pic[3]):
+                if tier < hostable.get(profile_id, mig_plans.REPARTITION + 1):
+                    hostable[profile_id] = tier
     open_ = node.schedulable and (node.max_tasks is None or node.tasks < node.max_tasks)
     signature = (tuple(sorted(pictures.values())), node.cpu_milli_free, node.memory_mib_free,
                  node.environment, open_)
     return NodeSummary(open_, frozenset(g.model for g in node.gpus), whole_exclusive,
-                       whole_any, shared_max, frozenset(hostable), free_total, signature,
+                       whole_any, shared_max, hostable, free_total, signature,
                        pictures)
 
 
@@ -106,7 +108,7 @@ class Pool:
         self.whole_exclusive: dict[int, Bucket] = {}
         self.whole_any: dict[int, Bucket] = {}
         self.shared: dict[int, Bucket] = {}
-        self.mig: dict[int, Bucket] = {}
+        self.mig: dict[tuple[int, int], Bucket] = {}  # (profile id, best tier)
         self.host: dict[int, Bucket] = {}
         self.task_limited: dict[str, None] = {}  # schedulable nodes at their task limit
         self.max_gpus = 0
@@ -209,7 +211,8 @@ class FleetState:
                 places.append((pool.whole_any, summary.whole_any))
             if summary.shared_max_milli:
                 places.append((pool.shared, summary.shared_max_milli // SHARED_LEVEL_MILLI))
-            places.extend((pool.mig, profile_id) for profile_id in summary.mig_hostable)
+            places.extend((pool.mig, (profile_id, tier))
+                          for profile_id, tier in summary.mig_hostable.items())
             for levels, level in places:
                 bucket = levels.get(level)
                 if bucket is None:

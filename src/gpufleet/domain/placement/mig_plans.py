@@ -131,6 +131,17 @@ def hostable(model_key: str, layout: LayoutKey) -> frozenset[int]:
 
 
 @lru_cache(maxsize=65536)
+def best_tiers(model_key: str, layout: LayoutKey) -> tuple[tuple[int, int], ...]:
+    """(profile id, best tier) for every profile one more instance of can be had."""
+    found = []
+    for profile in geometry_of(model_key).profiles:
+        option = best_option(model_key, layout, profile.profile_id)
+        if option is not None:
+            found.append((profile.profile_id, option.tier))
+    return tuple(found)
+
+
+@lru_cache(maxsize=65536)
 def bound_milli(model_key: str, layout: LayoutKey) -> int:
     """Milli-GPU held by bound instances (what the GPU has allocated)."""
     return min(1000, sum(unit_milli(model_key, pid) for pid, _, bound in layout if bound))

@@ -17,7 +17,7 @@ from gpufleet.domain.inventory import SharingMode
 from gpufleet.domain.mig import MigGeometry, MigInstanceSpec, layout_problems
 
 from . import mig_plans
-from .fleet import SHARED_LEVEL_MILLI, FleetState, GpuPicture, Pool, layout_key
+from .fleet import SHARED_LEVEL_MILLI, FleetState, GpuPicture, Pool
 from .model import (
     MILLI,
     Decision,
@@ -74,7 +74,7 @@ class Placer:
     """
 
     def __init__(self, fleet: FleetState, policy: str = "default", *, seed: int = 0,
-                 whole_gpus_from_shared: bool = False, max_candidates: int = 64,
+                 whole_gpus_from_shared: bool = False, max_candidates: int = 32,
                  workload: Workload | None = None, learn: bool = True):
         if policy not in POLICIES:
             raise ValueError(f"unknown placement policy {policy!r}; "
@@ -211,19 +211,20 @@ class Placer:
         elif demand.kind is UnitKind.SHARED:
             attribute, levels = "shared", range(demand.milli // SHARED_LEVEL_MILLI,
                                                 MILLI // SHARED_LEVEL_MILLI + 1)
-        else:
-            attribute, levels = "mig", range(0, 1)
+        else:  # existing unbound instances first, then new instances, then re-partitions
+            attribute, levels = "mig", range(mig_plans.EXISTING, mig_plans.REPARTITION + 1)
         if not ascending:
             levels = reversed(levels)
         for level in levels:
             for pool in pools:
                 by_level = getattr(pool, attribute)
-                key = context.profile_ids[pool.model] if attribute == "mig" else level
+                key = (context.profile_ids[pool.model], level) if attribute == "mig" else level
                 bucket = by_level.get(key)
                 if not bucket:
                     continue
-                for names in list(bucket.values()):
-                    for name in (list(names) if per_signature else [next(iter(names))]):
+                # decide() changes nothing, so the buckets can be walked without copies
+                for names in bucket.values():
+                    for name in (names if per_signature else (next(iter(names)),)):
                         if name not in seen:
                             seen.add(name)
                             yield self.fleet.node(name)
@@ -330,7 +331,9 @@ class Placer:
                 and g.sharing_mode is SharingMode.MIG and g.model in context.profile_ids]
         if not gpus:
             return []
-        layouts = {g.key: layout_key(g) for g in gpus}
+        pictures = self.fleet.summary(node.name).pictures
+        before = {g.key: pictures[g.key][4] for g in gpus}
+        layouts = dict(before)
         units: list[UnitChoice] = []
         for _ in range(count):
             best = None
@@ -352,14 +355,15 @@ class Placer:
                 node.name, gpu.key, gpu.index, UnitKind.MIG,
                 mig_plans.unit_milli(gpu.model, profile_id), profile_id, option.start,
                 creates_mig_instance=option.tier != mig_plans.EXISTING))
-        changed = {key: layout for key, layout in layouts.items()
-                   if _without_bound(layout) != _without_bound(layout_key(self.fleet.gpu(key)))}
-        changes = {}
+        changes, changed = {}, {}
         for gpu in gpus:
             layout = layouts[gpu.key]
-            if layout != layout_key(gpu):
-                changes[gpu.key] = ("mig", True,
-                                    MILLI - mig_plans.bound_milli(gpu.model, layout), layout)
+            if layout == before[gpu.key]:
+                continue
+            changes[gpu.key] = ("mig", True,
+                                MILLI - mig_plans.bound_milli(gpu.model, layout), layout)
+            if _without_bound(layout) != _without_bound(before[gpu.key]):
+                changed[gpu.key] = layout  # instances created or dropped: part of the plan
         return [NodePlan(node, units, layouts=changed,
                          pictures_after=_pictures(self.fleet, node, changes))]
 
