@@ -46,7 +46,8 @@ class UnitTaken(Conflict):
     default_code = "unit_taken"
 
 
-def _slots(session: Session, gpu_id: int, unit: UnitChoice, model: str) -> list[int]:
+def _slots(unit: UnitChoice, model: str) -> list[int]:
+    """The slots a unit claims: the whole GPU, or the memory slices of its MIG instance."""
     if unit.kind is UnitKind.WHOLE:
         return [WHOLE_GPU_SLOT]
     found = catalogue_model(model)
@@ -84,7 +85,7 @@ def open_bindings(session: Session, request: GpuRequest, decision: Decision,
             _raise_shared_use(session, gpu, unit.milli)
         else:
             claims += [SlotClaim(gpu_id=gpu.id, slot=s, binding_id=binding.id)
-                       for s in _slots(session, gpu.id, unit, gpu.model)]
+                       for s in _slots(unit, gpu.model)]
     session.add_all(claims)
     session.flush()  # the claims' primary key refuses a unit held twice, here
     for gpu in gpus.values():

@@ -54,11 +54,11 @@ def candidate_flavours(session: Session, request: GpuRequest) -> list[Flavour]:
     models = request.models or fleet_models(session, kind)
     if kind is FlavourKind.MIG:
         return [Flavour(kind, m, request.mig_profile) for m in models
-                if _has_profile(m, request.mig_profile)]
+                if has_mig_profile(m, request.mig_profile)]
     return [Flavour(kind, m) for m in models]
 
 
-def _has_profile(model_key: str, profile_name: str | None) -> bool:
+def has_mig_profile(model_key: str, profile_name: str | None) -> bool:
     found = catalogue_model(model_key)
     return bool(found and found.mig and profile_name and found.mig.profile_named(profile_name))
 
@@ -101,7 +101,8 @@ def _pool_use(session: Session, pool_ids: list[int]) -> dict[int, tuple[int, int
 def pool_units_used(session: Session, pool: Pool) -> float:
     """Units of the pool held now (shared pools: GPUs' worth)."""
     count, milli = _pool_use(session, [pool.id]).get(pool.id, (0, 0))
-    return milli / 1000 if pool.flavour.endswith("/shared") else float(count)
+    shared = parse_flavour(pool.flavour).kind is FlavourKind.SHARED
+    return milli / 1000 if shared else float(count)
 
 
 def unused_reservations(session: Session) -> dict[tuple[str, str], int]:
@@ -187,8 +188,9 @@ def plan(session: Session, request: GpuRequest, *, policy: str, seed: int = 0
         if not allowed_keys:
             return NoGrant("quota_exhausted", "the project holds its quota of every flavour "
                            "the request accepts", tuple(governing))
+        reserved = unused_reservations(session)
         allowed = [f for f in flavours if f.key in allowed_keys
-                   and _unreserved_room(session, f, request)]
+                   and _unreserved_room(session, f, request, reserved)]
         if not allowed:
             return NoGrant("pool_reserved", "the free capacity of the flavours the request "
                            "accepts is reserved by projects' pools", tuple(governing))
@@ -202,8 +204,10 @@ def plan(session: Session, request: GpuRequest, *, policy: str, seed: int = 0
     return Grant(decision=outcome, live=live, pool_id=pool_id)
 
 
-def _unreserved_room(session: Session, flavour: Flavour, request: GpuRequest) -> bool:
-    reserved = unused_reservations(session).get((flavour.kind.value, flavour.model), 0)
+def _unreserved_room(session: Session, flavour: Flavour, request: GpuRequest,
+                     reservations: dict[tuple[str, str], int]) -> bool:
+    """Whether the free capacity left after every pool's unused reservation fits it."""
+    reserved = reservations.get((flavour.kind.value, flavour.model), 0)
     if not reserved:
         return True
     need = physical_milli(flavour, request.count, request.milli)

@@ -44,7 +44,7 @@ class Lifecycle:
             request_id, approved = request.id, request.state == RequestState.APPROVED.value
         if approved:
             self._grant(request_id)
-        return self._view(principal, request_id)
+        return self._view(request_id)
 
     def list_requests(self, principal: Principal, *, state: str | None, project: str | None,
                       cursor: str | None, limit: int) -> Page[wr.RequestView]:
@@ -64,7 +64,7 @@ class Lifecycle:
             request = requests.get_request(session, principal, code)
             return requests.view(session, request, with_history_units=True)
 
-    def _view(self, principal: Principal, request_id: int) -> wr.RequestView:
+    def _view(self, request_id: int) -> wr.RequestView:
         with self.store.read() as session:
             return requests.view(session, session.get(GpuRequest, request_id))
 
@@ -72,30 +72,30 @@ class Lifecycle:
         with self.store.write() as session:
             request_id = requests.approve(session, principal, code, self.clock.now(), reason).id
         self._grant(request_id)
-        return self._view(principal, request_id)
+        return self._view(request_id)
 
     def reject(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
         with self.store.write() as session:
             request_id = requests.reject(session, principal, code, self.clock.now(), reason).id
-        return self._view(principal, request_id)
+        return self._view(request_id)
 
     def cancel(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
         with self.store.write() as session:
             request_id = requests.cancel(session, principal, code, self.clock.now(), reason).id
-        return self._view(principal, request_id)
+        return self._view(request_id)
 
     def release(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
         with self.store.write() as session:
             request_id = requests.release(session, principal, code, self.clock.now(),
                                           reason).id
         self.grant_waiting()  # released units may be what the queue waits for
-        return self._view(principal, request_id)
+        return self._view(request_id)
 
     def extend(self, principal: Principal, code: str, body: wr.Extend) -> wr.RequestView:
         with self.store.write() as session:
             request_id = requests.extend(session, principal, code, body, self.clock.now(),
                                          self.settings.max_request_days).id
-        return self._view(principal, request_id)
+        return self._view(request_id)
 
     def why(self, principal: Principal, code: str) -> wr.RequestWhy:
         principal.require(Action.READ_REQUESTS)

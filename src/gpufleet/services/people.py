@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action, sees_all_projects
-from gpufleet.domain.errors import Conflict
+from gpufleet.domain.errors import Conflict, Forbidden
 from gpufleet.services import audit
 from gpufleet.services.lookup import not_found, one_where
 from gpufleet.services.principal import Principal
@@ -67,6 +67,13 @@ def _project_view(project: Project) -> ProjectView:
 
 def _visible(principal: Principal, project_name: str) -> bool:
     return sees_all_projects(principal.role) or project_name in principal.project_names
+
+
+def require_member(principal: Principal, project: Project) -> None:
+    """Members act only for their own projects (operators and admins for any)."""
+    if not _visible(principal, project.name):
+        raise Forbidden(f"you are not a member of project '{project.name}'",
+                        code="not_a_member", details={"project": project.name})
 
 
 def create_project(session: Session, principal: Principal, body: ProjectCreate,

@@ -61,9 +61,7 @@ def request_pool(session: Session, principal: Principal, body: PoolCreate,
                  now: datetime) -> Pool:
     principal.require(Action.REQUEST_GPUS)
     project = people.get_project(session, body.project)
-    if not sees_all_projects(principal.role) and project.name not in principal.project_names:
-        raise Forbidden(f"you are not a member of project '{project.name}'",
-                        code="not_a_member", details={"project": project.name})
+    people.require_member(principal, project)
     flavour = parse_flavour(body.flavour)
     if body.fraction is not None and flavour.kind is not FlavourKind.SHARED:
         raise InvalidInput("a fraction only applies to a shared flavour (`MODEL/shared`)",

@@ -22,6 +22,7 @@ from gpufleet.domain.requests import (
     Flavour,
     FlavourKind,
     RequestState,
+    pool_code,
     request_code,
     request_id_from_code,
     transition_event,
@@ -30,7 +31,7 @@ from gpufleet.services import audit, bindings, granting, people, quotas
 from gpufleet.services.lookup import not_found
 from gpufleet.services.placement_state import MODE_OF_KIND
 from gpufleet.services.principal import Principal
-from gpufleet.store.tables import AutoApprovePolicy, Gpu, GpuRequest, Pool, Project
+from gpufleet.store.tables import AutoApprovePolicy, Gpu, GpuRequest, Project
 from gpufleet.wire.requests import (
     Extend,
     QuotaView,
@@ -67,8 +68,6 @@ def views(session: Session, requests: list[GpuRequest], *, with_history_units: b
           ) -> list[RequestView]:
     units = bindings.unit_views(session, [r.id for r in requests],
                                 open_only=not with_history_units)
-    pools = {p.id: p for p in session.scalars(select(Pool).where(
-        Pool.id.in_({r.pool_id for r in requests if r.pool_id})))}
     result = []
     for r in requests:
         code = request_code(r.id)
@@ -81,7 +80,7 @@ def views(session: Session, requests: list[GpuRequest], *, with_history_units: b
             environment=r.environment, starts_at=r.starts_at, ends_at=r.ends_at,
             duration_s=r.duration_s, justification=r.justification, wait_code=r.wait_code,
             wait_message=r.wait_message, needs_operator=r.needs_operator,
-            pool=f"POOL-{r.pool_id}" if r.pool_id in pools else None,
+            pool=pool_code(r.pool_id) if r.pool_id else None,
             created_at=r.created_at, decided_by=r.decided_by, decided_at=r.decided_at,
             activated_at=r.activated_at, closed_at=r.closed_at, units=held,
             exports=bindings.exports(code, [u for u in held if u.ended_at is None])))
@@ -92,15 +91,13 @@ def list_requests(session: Session, principal: Principal, *, state: str | None =
                   project: str | None = None, before: int | None = None,
                   limit: int = 100) -> tuple[list[GpuRequest], int | None]:
     """Newest first; the second value is the id to pass as `before` for the next page."""
-    query = select(GpuRequest).order_by(GpuRequest.id.desc()).limit(limit + 1)
+    query = (select(GpuRequest).join(Project, Project.id == GpuRequest.project_id)
+             .order_by(GpuRequest.id.desc()).limit(limit + 1))
     if state:
         query = query.where(GpuRequest.state == RequestState(state).value)
     if project:
-        query = query.join(Project, Project.id == GpuRequest.project_id).where(
-            Project.name == project)
+        query = query.where(Project.name == project)
     if not sees_all_projects(principal.role):
-        query = query.join(Project, Project.id == GpuRequest.project_id) if not project \
-            else query
         query = query.where(Project.name.in_(principal.project_names or {""}))
     if before is not None:
         query = query.where(GpuRequest.id < before)
@@ -115,9 +112,7 @@ def create(session: Session, principal: Principal, body: RequestCreate, now: dat
            max_request_days: float) -> GpuRequest:
     principal.require(Action.REQUEST_GPUS)
     project = people.get_project(session, body.project)
-    if not sees_all_projects(principal.role) and project.name not in principal.project_names:
-        raise Forbidden(f"you are not a member of project '{project.name}'",
-                        code="not_a_member", details={"project": project.name})
+    people.require_member(principal, project)
     _check_feasible(session, body)
     request = GpuRequest(
         project_id=project.id, project=project, requested_by=principal.actor,
@@ -162,8 +157,7 @@ def _check_feasible(session: Session, body: RequestCreate) -> None:
         if found.key != key:
             raise InvalidInput(f"GPU model '{key}' is spelled '{found.key}'",
                                code="unknown_model", details={"model": key})
-    candidates = body.models or list(session.scalars(
-        select(Gpu.model).where(Gpu.sharing_mode == mode).distinct()))
+    candidates = body.models or granting.fleet_models(session, body.kind)
     if body.kind is FlavourKind.MIG:
         _check_mig_profile(body, candidates)
     if not candidates:
@@ -183,7 +177,7 @@ def _check_mig_profile(body: RequestCreate, candidates: list[str]) -> None:
         if catalogue_model(key).mig is None:
             raise InvalidInput(f"{key} cannot do MIG", code="mig_model_unknown",
                                details={"model": key})
-    knowing = [m for m in candidates if granting._has_profile(m, body.mig_profile)]
+    knowing = [m for m in candidates if granting.has_mig_profile(m, body.mig_profile)]
     if not knowing:
         raise InvalidInput(f"no GPU model in the fleet has MIG profile '{body.mig_profile}'",
                            code="unknown_mig_profile", details={"mig_profile": body.mig_profile})
@@ -246,7 +240,7 @@ def _gpu_share_milli(request: GpuRequest) -> int:
         models = request.models or list(catalogue())
         weights = [granting.physical_milli(Flavour(FlavourKind.MIG, m, request.mig_profile),
                                            1, request.milli)
-                   for m in models if granting._has_profile(m, request.mig_profile)]
+                   for m in models if granting.has_mig_profile(m, request.mig_profile)]
         return request.count * (max(weights) if weights else 1000)
     return request.count * 1000
 
@@ -291,28 +285,18 @@ def reject(session: Session, principal: Principal, code: str, now: datetime,
     return request
 
 
-def _require_owner_or_operator(principal: Principal, request: GpuRequest) -> None:
-    principal.require(Action.REQUEST_GPUS)
-    if sees_all_projects(principal.role):
-        if principal.role is Role.VIEWER:
-            raise Forbidden("a viewer cannot change requests", code="forbidden")
-        return
-    if request.project.name not in principal.project_names:
-        raise not_found("request", request_code(request.id))
-
-
 def cancel(session: Session, principal: Principal, code: str, now: datetime,
            reason: str | None) -> GpuRequest:
+    principal.require(Action.REQUEST_GPUS)  # get_request hides other projects' requests
     request = get_request(session, principal, code)
-    _require_owner_or_operator(principal, request)
     _transition(session, request, RequestState.CANCELLED, principal.actor, now, reason)
     return request
 
 
 def release(session: Session, principal: Principal, code: str, now: datetime,
             reason: str | None) -> GpuRequest:
+    principal.require(Action.REQUEST_GPUS)
     request = get_request(session, principal, code)
-    _require_owner_or_operator(principal, request)
     _close(session, request, RequestState.RELEASED, principal.actor, now, reason)
     return request
 
@@ -326,8 +310,8 @@ def _close(session: Session, request: GpuRequest, target: RequestState, actor: s
 
 def extend(session: Session, principal: Principal, code: str, body: Extend, now: datetime,
            max_request_days: float) -> GpuRequest:
+    principal.require(Action.REQUEST_GPUS)
     request = get_request(session, principal, code)
-    _require_owner_or_operator(principal, request)
     if RequestState(request.state).is_final:
         raise InvalidInput(f"{code} is {request.state}; only an open request can be extended",
                            code="invalid_transition", details={"state": request.state})
@@ -374,7 +358,7 @@ def try_activate(session: Session, request: GpuRequest, now: datetime, policy: s
     request.duration_s = None if request.ends_at else request.duration_s
     _transition(session, request, RequestState.ACTIVE, SYSTEM_ACTOR, now, None,
                 units=len(opened), nodes=sorted(outcome.decision.nodes),
-                pool=f"POOL-{outcome.pool_id}" if outcome.pool_id else None,
+                pool=pool_code(outcome.pool_id) if outcome.pool_id else None,
                 mig_plans=len(outcome.decision.mig_layouts))
     return True
 
