@@ -2,35 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
-from tests.helpers import create_environment, register
-
-
-@pytest.fixture
-def fleet(api):
-    """Two 8 × H100 nodes, projects `vision` and `speech`, member `mia` of `vision`."""
-    create_environment(api)
-    register(api, 1)
-    register(api, 2)
-    api.post("/api/v1/users", json={"name": "mia", "role": "member"})
-    api.post("/api/v1/users", json={"name": "olga", "role": "operator"})
-    for project in ("vision", "speech"):
-        api.post("/api/v1/projects", json={"name": project, "organisation": "research"})
-    api.post("/api/v1/projects/vision/members", json={"user": "mia"})
-    member = api.post("/api/v1/tokens", json={"name": "mia", "user": "mia"}).json()["token"]
-    operator = api.post("/api/v1/tokens", json={"name": "olga", "user": "olga"}).json()["token"]
-    return api.as_(member), api.as_(operator)
+from tests.helpers import register
+from tests.lifecycle_world import create
 
 
-def create(api, **body):
-    response = api.post("/api/v1/requests", json={"project": "vision", **body})
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def test_request_approve_bind_and_release(fleet, api):
-    member, operator = fleet
+def test_request_approve_bind_and_release(h100s, api):
+    member, operator = h100s
     request = create(member, count=8, models=["H100-80GB"], same_node=True,
                      duration_hours=24 * 14, reason="pretraining")
     code = request["code"]
@@ -61,8 +38,8 @@ def test_request_approve_bind_and_release(fleet, api):
                        "request.released"]
 
 
-def test_heartbeat_carries_the_bindings(fleet, api):
-    member, operator = fleet
+def test_heartbeat_carries_the_bindings(h100s, api):
+    member, operator = h100s
     code = create(member, count=2, models=["H100-80GB"], same_node=True)["code"]
     units = operator.post(f"/api/v1/requests/{code}/approve").json()["units"]
     node = units[0]["node"]
@@ -73,10 +50,10 @@ def test_heartbeat_carries_the_bindings(fleet, api):
     assert {b["allocation"] for b in state["bindings"]} == {code}
 
 
-def test_placement_fleet_state_round_trips(fleet, api):
+def test_placement_fleet_state_round_trips(h100s, api):
     from gpufleet.domain.placement import FleetState
 
-    member, operator = fleet
+    member, operator = h100s
     code = create(member, count=3, same_node=True)["code"]
     operator.post(f"/api/v1/requests/{code}/approve")
     data = api.get("/api/v1/placement/fleet-state").json()

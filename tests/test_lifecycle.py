@@ -13,42 +13,9 @@ from gpufleet.domain.gpu_models import model
 from gpufleet.domain.mig import MigInstanceSpec, layout_problems
 from gpufleet.domain.requests import TRANSITIONS, RequestState, transition_event
 from tests.helpers import create_environment, gpu, join_token, register, registration
+from tests.lifecycle_world import act, create
 
 HOUR = 3600
-
-
-@pytest.fixture
-def people(api):
-    """Projects `vision` and `speech`; member `mia` (vision) and operator `olga`."""
-    api.post("/api/v1/users", json={"name": "mia", "role": "member"})
-    api.post("/api/v1/users", json={"name": "olga", "role": "operator"})
-    for project in ("vision", "speech"):
-        api.post("/api/v1/projects", json={"name": project, "organisation": "research"})
-    api.post("/api/v1/projects/vision/members", json={"user": "mia"})
-    member = api.post("/api/v1/tokens", json={"name": "mia", "user": "mia"}).json()["token"]
-    operator = api.post("/api/v1/tokens", json={"name": "olga", "user": "olga"}).json()["token"]
-    return api.as_(member), api.as_(operator)
-
-
-@pytest.fixture
-def h100s(api, people):
-    """Two ready nodes of 8 × H100 each."""
-    create_environment(api)
-    register(api, 1)
-    register(api, 2)
-    return people
-
-
-def create(api, expect: int = 201, **body):
-    response = api.post("/api/v1/requests", json={"project": "vision", **body})
-    assert response.status_code == expect, response.text
-    return response.json()
-
-
-def act(api, code: str, action: str, expect: int = 200, **body):
-    response = api.post(f"/api/v1/requests/{code}/{action}", json=body or None)
-    assert response.status_code == expect, response.text
-    return response.json()
 
 
 def open_units(api) -> dict[str, int]:
