@@ -55,6 +55,14 @@ def done(message: str) -> None:
     typer.echo(message)
 
 
+def emit_done(data: Any, as_json: bool, message: str) -> None:
+    """The raw API JSON with `--json`, otherwise one line saying what changed."""
+    if as_json:
+        print_json(data)
+    else:
+        done(message)
+
+
 def note(message: str) -> None:
     """A hint beside the result (stderr: keeps stdout clean for pipes)."""
     typer.echo(message, err=True)

@@ -6,7 +6,7 @@ import typer
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import JsonFlag, body
-from gpufleet.cli.output import done, emit, print_json, table
+from gpufleet.cli.output import emit, emit_done, table
 from gpufleet.domain.inventory import EnvironmentKind, SharingMode
 
 app = typer.Typer(help="Environments: where GPUs live (cloud regions, on-prem clusters).",
@@ -30,11 +30,9 @@ def create(
         environment = api.post(api_path("environments"), body(
             name=name, kind=kind, provider=provider, region=region,
             default_sharing_mode=default_sharing_mode, description=description))
-    if as_json:
-        print_json(environment)
-        return
-    done(f"created environment {environment['name']} ({environment['kind']}, default "
-         f"sharing mode {environment['default_sharing_mode']})")
+    emit_done(environment, as_json,
+              f"created environment {environment['name']} ({environment['kind']}, default "
+              f"sharing mode {environment['default_sharing_mode']})")
 
 
 @app.command("ls")

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import JsonFlag, body
-from gpufleet.cli.output import done, emit, fields, print_json, table, when
+from gpufleet.cli.output import done, emit, emit_done, fields, table, when
 from gpufleet.cli.views import quota_table
 from gpufleet.domain.access import Role
 
@@ -33,10 +33,7 @@ def create_user(
     with connect() as api:
         user = api.post(api_path("users"), body(name=name, role=role, email=email,
                                                 display_name=display_name))
-    if as_json:
-        print_json(user)
-        return
-    done(f"created user {user['name']} (role {user['role']})")
+    emit_done(user, as_json, f"created user {user['name']} (role {user['role']})")
 
 
 @users.command("ls")
@@ -65,10 +62,8 @@ def create_project(
         project = api.post(api_path("projects"), body(
             name=name, organisation=organisation, department=department,
             cost_centre=cost_centre, description=description))
-    if as_json:
-        print_json(project)
-        return
-    done(f"created project {project['name']} (organisation {project['organisation']})")
+    emit_done(project, as_json, f"created project {project['name']} "
+                                f"(organisation {project['organisation']})")
 
 
 @projects.command("ls")
@@ -143,10 +138,7 @@ def set_quota(project: ProjectName, flavour: Flavour,
     with connect() as api:
         data = api.put(api_path("projects", project, "quotas"),
                        body(flavour=flavour, limit=limit))
-    if as_json:
-        print_json(data)
-        return
-    done(f"project {data['project']} may hold {limit:g} of {flavour}")
+    emit_done(data, as_json, f"project {data['project']} may hold {limit:g} of {flavour}")
 
 
 @quota.command("show")
@@ -162,10 +154,7 @@ def remove_quota(project: ProjectName, flavour: Flavour, as_json: JsonFlag = Fal
     """Remove a quota: requests of that flavour then always need an operator."""
     with connect() as api:
         data = api.delete(api_path("projects", project, "quotas", flavour))
-    if as_json:
-        print_json(data)
-        return
-    done(f"removed the {flavour} quota of project {data['project']}")
+    emit_done(data, as_json, f"removed the {flavour} quota of project {data['project']}")
 
 
 @auto_approve.command("set")
@@ -181,10 +170,7 @@ def set_auto_approve(
     with connect() as api:
         data = api.put(api_path("projects", project, "auto-approve"),
                        body(max_gpus=max_gpus, max_hours=max_hours))
-    if as_json:
-        print_json(data)
-        return
-    done(f"project {data['project']}: {_policy_text(data['auto_approve'])}")
+    emit_done(data, as_json, f"project {data['project']}: {_policy_text(data['auto_approve'])}")
 
 
 @auto_approve.command("rm")
@@ -192,7 +178,4 @@ def remove_auto_approve(project: ProjectName, as_json: JsonFlag = False) -> None
     """Stop auto-approving a project's requests."""
     with connect() as api:
         data = api.delete(api_path("projects", project, "auto-approve"))
-    if as_json:
-        print_json(data)
-        return
-    done(f"project {data['project']}: {_policy_text(data['auto_approve'])}")
+    emit_done(data, as_json, f"project {data['project']}: {_policy_text(data['auto_approve'])}")

@@ -12,7 +12,7 @@ from rich.console import RenderableType
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import JsonFlag, Reason, body, query
-from gpufleet.cli.output import done, emit, fields, print_json, table, when
+from gpufleet.cli.output import done, emit, emit_done, fields, print_json, table, when
 
 app = typer.Typer(help="Pools: capacity dedicated to one project.", no_args_is_help=True)
 
@@ -72,10 +72,7 @@ def request_pool(
     with connect() as api:
         pool = api.post(api_path("pools"), body(project=project, flavour=flavour, count=count,
                                                 fraction=fraction, reason=reason))
-    if as_json:
-        print_json(pool)
-        return
-    done(f"{pool['code']} {pool['state']}")
+    emit_done(pool, as_json, f"{pool['code']} {pool['state']}")
 
 
 @app.command("ls")
