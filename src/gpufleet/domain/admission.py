@@ -63,6 +63,8 @@ class AdmissionFacts:
     quotas: Sequence[QuotaFact] = ()
     capacity: CapacityFact | None = None
     pool_headroom_milli: int | None = None  # the project's pool of this flavour, if any
+    awaiting_approval: bool = False         # pending: no operator or policy has decided
+    needs_operator: bool = False            # no quota covers it, so no policy may decide
 
 
 class Rule:
@@ -70,6 +72,19 @@ class Rule:
 
     def check(self, facts: AdmissionFacts) -> Verdict:
         raise NotImplementedError
+
+
+class Approval(Rule):
+    """A pending request waits for a decision, an operator's when no quota covers it."""
+
+    name = "approval"
+
+    def check(self, facts: AdmissionFacts) -> Verdict:
+        if not facts.awaiting_approval:
+            return Verdict.accept()
+        unquoted = " (no quota covers its flavour)" if facts.needs_operator else ""
+        return Verdict(Outcome.WAIT, "awaiting_approval",
+                       f"waiting for an operator to approve it{unquoted}")
 
 
 class TimeWindow(Rule):
@@ -177,6 +192,7 @@ class PoolCapacity(Rule):
 
 ON_CREATE: tuple[Rule, ...] = (TimeWindow(), MaximumDuration(), Quota())
 ON_GRANT: tuple[Rule, ...] = (TimeWindow(), Quota(), PoolCapacity(), Capacity())
+WHILE_PENDING: tuple[Rule, ...] = (Approval(), *ON_CREATE)
 
 
 def evaluate(rules: Iterable[Rule], facts: AdmissionFacts) -> list[Verdict]:

@@ -212,7 +212,9 @@ def _admission(session: Session, request: GpuRequest, now: datetime, max_request
     return admission.evaluate(rules, AdmissionFacts(
         now=now, demand_milli=granting.demand_milli(request), starts_at=request.starts_at,
         ends_at=ends_at, max_duration=timedelta(days=max_request_days),
-        quotas=granting.governing_quotas(facts), capacity=capacity))
+        quotas=granting.governing_quotas(facts), capacity=capacity,
+        awaiting_approval=request.state == RequestState.PENDING.value,
+        needs_operator=request.needs_operator))
 
 
 def _auto_approvable(session: Session, request: GpuRequest, verdicts: list[Verdict],
@@ -396,9 +398,8 @@ def why(session: Session, principal: Principal, code: str, now: datetime,
         outcome = granting.plan(session, request, policy=policy)
         if isinstance(outcome, granting.NoGrant):
             capacity = outcome.capacity
-    verdicts = _admission(session, request, now, max_request_days,
-                          admission.ON_GRANT if state is RequestState.APPROVED
-                          else admission.ON_CREATE, capacity)
+    rules = _rules_for(state)
+    verdicts = _admission(session, request, now, max_request_days, rules, capacity)
     waiting_on = [v for v in verdicts if v.outcome is not Outcome.ACCEPT]
     position = length = None
     if state in (RequestState.PENDING, RequestState.APPROVED):
@@ -409,13 +410,7 @@ def why(session: Session, principal: Principal, code: str, now: datetime,
         position = int(ahead) + 1
     views_ = [VerdictView(rule=rule.name, outcome=v.outcome.value, code=v.code,
                           message=v.message, details=v.details)
-              for rule, v in zip(_rules_for(state), verdicts, strict=True)]
-    if state is RequestState.PENDING:
-        views_.insert(0, VerdictView(rule="approval", outcome="wait", code="awaiting_approval",
-                                     message="waiting for an operator to approve it"
-                                     + (" (no quota covers its flavour)"
-                                        if request.needs_operator else "")))
-        waiting_on.insert(0, Verdict(Outcome.WAIT, "awaiting_approval", ""))
+              for rule, v in zip(rules, verdicts, strict=True)]
     summary = _summary(request, state, waiting_on, position, length)
     return RequestWhy(code=code, state=state.value, waiting=bool(waiting_on),
                       wait_code=waiting_on[0].code if waiting_on else None, summary=summary,
@@ -424,6 +419,8 @@ def why(session: Session, principal: Principal, code: str, now: datetime,
 
 
 def _rules_for(state: RequestState) -> tuple[admission.Rule, ...]:
+    if state is RequestState.PENDING:
+        return admission.WHILE_PENDING
     return admission.ON_GRANT if state is RequestState.APPROVED else admission.ON_CREATE
 
 
