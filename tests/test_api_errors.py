@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from gpufleet.api.app import create_app
 from gpufleet.services.app import Gpufleet
-from tests.helpers import create_environment, register
+from tests.helpers import create_environment, join_token, register, registration
 from tests.module_world import shared_client
 
 
@@ -227,16 +227,54 @@ def test_body_validation(api):
         assert all(set(e) == {"field", "problem", "type"} for e in error["details"]["errors"])
 
     check_all([
-        ({"kind": "onprem"}, "body.name"),
-        ({"name": "x", "kind": "moon"}, "body.kind"),
-        ({"name": "Not Valid!", "kind": "onprem"}, "body.name"),
-        ({"name": "x", "kind": "onprem", "colour": "blue"}, "body.colour"),
-        ({"name": "x" * 64, "kind": "onprem"}, "body.name"),
+        ({"kind": "onprem"}, "name"),
+        ({"name": "x", "kind": "moon"}, "kind"),
+        ({"name": "Not Valid!", "kind": "onprem"}, "name"),
+        ({"name": "x", "kind": "onprem", "colour": "blue"}, "colour"),
+        ({"name": "x" * 64, "kind": "onprem"}, "name"),
     ], run)
     error = assert_error(api.post("/api/v1/environments", json={"name": "", "kind": "moon"}),
                          422, "validation_failed")
     assert len(error["details"]["errors"]) == 2
     assert "(and 1 more)" in error["message"]
+
+
+@SQLITE_ONLY
+def test_validation_messages_name_the_field_as_the_caller_wrote_it(fleet):
+    """No "body." before every field, no "Value error, " before a validator's own sentence:
+    the message is `field: problem`, and `details.errors` says the same."""
+    registering = fleet.as_(join_token(fleet))
+    duplicate = registration(2, gpus=2)
+    duplicate["gpus"][1]["uuid"] = duplicate["gpus"][0]["uuid"]
+    extra = registration(3, gpus=2)
+    extra["gpus"][1]["colour"] = "blue"
+
+    def run(response, message):
+        error = assert_error(response, 422, "validation_failed")
+        assert error["message"] == message, error
+        first = error["details"]["errors"][0]
+        assert f"{first['field']}: {first['problem']}" == message, error
+
+    check_all([
+        (fleet.post("/api/v1/requests", json={"project": "p", "count": 2, "fraction": 1.5}),
+         "request body: fraction must be strictly between 0 and 1, not 1.5"),
+        (fleet.post("/api/v1/requests", json={"project": "p", "count": 0}),
+         "count: Input should be greater than or equal to 1"),
+        (fleet.post("/api/v1/environments", json=[]),
+         "request body: Input should be a valid dictionary or object to extract fields from"),
+        (fleet.client.post("/api/v1/environments", content=b"{not json",
+                           headers={**bearer(fleet.token), "content-type": "application/json"}),
+         "request body: invalid JSON at character 1: "
+         "Expecting property name enclosed in double quotes"),
+        (registering.post("/api/v1/agent/register", json=duplicate),
+         f"gpus: GPU {duplicate['gpus'][0]['uuid']} appears twice in one registration"),
+        (registering.post("/api/v1/agent/register", json=extra),
+         "gpus[1].colour: Extra inputs are not permitted"),
+        (fleet.get("/api/v1/gpus?limit=ten"),
+         "limit: Input should be a valid integer, unable to parse string as an integer"),
+        (fleet.post("/api/v1/tokens/abc/revoke"),
+         "token_id: Input should be a valid integer, unable to parse string as an integer"),
+    ], run)
 
 
 @SQLITE_ONLY

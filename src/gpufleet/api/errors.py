@@ -33,8 +33,42 @@ def error_response(status: int, code: str, message: str,
     return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
 
 
+# What a location names when it stops at the part of the request itself.
+_WHOLE = {"body": "request body", "query": "query string", "path": "URL path",
+          "header": "headers", "cookie": "cookies"}
+# Prefixes pydantic puts before the message of a ValueError / AssertionError raised in a
+# validator: they name Python's exception class, not anything the caller did.
+_NOISE = ("Value error, ", "Assertion failed, ")
+
+
 def _location(loc: tuple) -> str:
-    return ".".join(str(part) for part in loc)
+    """`("body", "gpus", 1, "uuid")` → `gpus[1].uuid`; `("body",)` → `request body`."""
+    if not loc:
+        return "request"
+    if len(loc) == 1 and loc[0] in _WHOLE:
+        return _WHOLE[loc[0]]
+    parts = loc[1:] if loc[0] in _WHOLE else loc
+    field = ""
+    for part in parts:
+        field += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return field.lstrip(".")
+
+
+def _problem(error: dict) -> str:
+    message = error.get("msg") or "invalid"
+    for prefix in _NOISE:
+        message = message.removeprefix(prefix)
+    return message
+
+
+def _field_error(error: dict) -> dict[str, str]:
+    kind, loc = error.get("type", ""), tuple(error.get("loc", ()))
+    if kind == "json_invalid":  # FastAPI puts the character offset where a field would be
+        at = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+        reason = (error.get("ctx") or {}).get("error")
+        return {"field": "request body", "type": kind,
+                "problem": f"invalid JSON{at}" + (f": {reason}" if reason else "")}
+    return {"field": _location(loc), "problem": _problem(error), "type": kind}
 
 
 async def _gpufleet_error(_request: Request, exc: GpufleetError) -> JSONResponse:
@@ -43,8 +77,7 @@ async def _gpufleet_error(_request: Request, exc: GpufleetError) -> JSONResponse
 
 
 async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = [{"field": _location(e.get("loc", ())), "problem": e.get("msg", "invalid"),
-               "type": e.get("type", "")} for e in exc.errors()]
+    errors = [_field_error(e) for e in exc.errors()]
     first = errors[0] if errors else {"field": "request", "problem": "invalid"}
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return error_response(422, "validation_failed",
