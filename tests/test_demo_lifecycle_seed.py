@@ -2,22 +2,30 @@
 
 A small fleet of every kind (whole GPUs with and without NVLink, MIG, shared) registers
 through the services as the simulated agents would, the demo's people are seeded, then the
-lifecycle: the allocated share, the queue, the labels on the GPUs, and idempotence.
+lifecycle: the allocated share, the queue, the labels on the GPUs, idempotence, and a seeding
+stopped part-way (Ctrl-C during the first start) that the next start finishes.
 """
 
 from __future__ import annotations
 
+import shutil
+import threading
 from collections import defaultdict
 
 import pytest
 from sqlalchemy import func, select
 
-from gpufleet.demo.lifecycle_seed import lifecycle_summary, seed_lifecycle
+from gpufleet.clock import ManualClock
+from gpufleet.demo.lifecycle_seed import lifecycle_summary, seed_lifecycle, seeding_todo
 from gpufleet.demo.seed import seed_people
+from gpufleet.demo.seed_journal import FILE_NAME as JOURNAL
+from gpufleet.domain.access import Role
 from gpufleet.domain.requests import request_code
-from gpufleet.services.principal import SYSTEM
+from gpufleet.services.app import Gpufleet
+from gpufleet.services.principal import SYSTEM, Principal
 from gpufleet.sim.fleet_spec import load_default_spec, parse_spec
 from gpufleet.sim.nodes import iter_nodes
+from gpufleet.store.database import StateStore
 from gpufleet.store.tables import (
     AuditEvent,
     Binding,
@@ -26,8 +34,11 @@ from gpufleet.store.tables import (
     GpuRequest,
     Pool,
     Project,
+    ProjectMember,
     Quota,
+    User,
 )
+from gpufleet.wire import requests as wr
 from gpufleet.wire.inventory import EnvironmentCreate, JoinTokenCreate
 
 SEED = 20260101
@@ -76,12 +87,15 @@ def counts(gf) -> dict[str, int]:
 # SQLite only: the demo's own store, and ~60 requests through the services take 5 s here
 # but 15 s on PostgreSQL; the lifecycle services have their own PostgreSQL tests.
 @pytest.mark.parametrize("store", ["sqlite"], indirect=True)
-def test_the_seeded_fleet_is_in_use_and_seeding_is_done_once(gf, clock):
+def test_the_seeded_fleet_is_in_use_and_seeding_is_done_once(gf, clock, settings):
+    journal = settings.data_dir / JOURNAL
     gpus = register(gf, small_spec())
     assert gpus == 76
     seed_people(gf, SEED)
-    summary = seed_lifecycle(gf, SEED)
+    assert seeding_todo(gf, journal) == "seed"
+    summary = seed_lifecycle(gf, SEED, journal=journal)
     assert summary is not None and summary.gpus_total == gpus
+    assert summary.complete and not summary.resumed
 
     assert 0.6 <= summary.allocated_share <= 0.8, summary.line()
     assert summary.pending_requests >= 3
@@ -127,7 +141,8 @@ def test_the_seeded_fleet_is_in_use_and_seeding_is_done_once(gf, clock):
 
     # A second start on the same data dir seeds nothing and changes nothing.
     before = counts(gf)
-    assert seed_lifecycle(gf, SEED) is None
+    assert seeding_todo(gf, journal) is None
+    assert seed_lifecycle(gf, SEED, journal=journal) is None
     assert counts(gf) == before
 
     # The allocations held for seconds expire once their end has passed.
@@ -135,3 +150,92 @@ def test_the_seeded_fleet_is_in_use_and_seeding_is_done_once(gf, clock):
     expired, _ = gf.lifecycle.tick()
     assert expired
     assert lifecycle_summary(gf).gpus_allocated <= summary.gpus_allocated
+
+    # What a user makes in the demo afterwards is theirs: later starts leave it alone.
+    member, project = a_member(gf)
+    mine = gf.lifecycle.create_request(member, wr.RequestCreate(
+        project=project, count=1, duration_hours=1, reason="mine"))
+    before = rows(gf)
+    assert seed_lifecycle(gf, SEED, journal=journal) is None
+    assert rows(gf) == before
+    assert mine.code in {request_code(row[0]) for row in before[GpuRequest.__tablename__]}
+
+
+def a_member(gf) -> tuple[Principal, str]:
+    """A member user of the demo's people, and one of their projects."""
+    with gf.store.read() as session:
+        user_id, user, project = session.execute(
+            select(User.id, User.name, Project.name)
+            .join(ProjectMember, ProjectMember.user_id == User.id)
+            .join(Project, Project.id == ProjectMember.project_id)
+            .where(User.role == Role.MEMBER.value).order_by(User.id).limit(1)).one()
+    return Principal(role=Role.MEMBER, user_id=user_id, user_name=user,
+                     project_names=frozenset({project})), project
+
+
+SEEDED_TABLES = (GpuRequest, Pool, Quota, Binding, GpuLabel, AuditEvent)
+
+
+def rows(gf) -> dict[str, list[tuple]]:
+    """Every row the seeding writes, column by column (the clock is fixed, so times too)."""
+    with gf.store.read() as session:
+        return {table.__tablename__: [
+            tuple(getattr(row, c.key) for c in table.__mapper__.column_attrs)
+            for row in session.scalars(select(table).order_by(*table.__table__.primary_key))]
+            for table in SEEDED_TABLES}
+
+
+class CtrlC:
+    """Ctrl-C while the seeding's n-th grant is being made: the halt the demo sets on SIGINT
+    is set during that call, which completes; the seeding makes no call after it."""
+
+    def __init__(self, gf, monkeypatch, during_grant: int):
+        self.halt = threading.Event()
+        approve, made = gf.lifecycle.approve, []
+
+        def approving(*args, **kwargs):
+            made.append(args)
+            if len(made) == during_grant:
+                self.halt.set()
+            return approve(*args, **kwargs)
+
+        monkeypatch.setattr(gf.lifecycle, "approve", approving)
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+def test_a_seeding_stopped_part_way_is_finished_by_the_next_start(
+        gf, settings, clock, sqlite_template, tmp_path, monkeypatch):
+    journal = settings.data_dir / JOURNAL
+    # What one uninterrupted seeding leaves, in a store of its own at the same time.
+    shutil.copy(sqlite_template, tmp_path / "fresh.db")
+    fresh = Gpufleet(StateStore(f"sqlite:///{tmp_path / 'fresh.db'}"), settings,
+                     ManualClock(clock.now()))
+    for each in (fresh, gf):
+        register(each, small_spec())
+        seed_people(each, SEED)
+    assert seed_lifecycle(fresh, SEED, journal=tmp_path / "fresh" / JOURNAL).complete
+    expected = rows(fresh)
+    fresh.store.dispose()
+
+    # First start: Ctrl-C during the 20th grant (the allocations); the data dir holds
+    # requests now, so before the journal the next start seeded nothing more.
+    with monkeypatch.context() as patch:
+        stopped = seed_lifecycle(gf, SEED, CtrlC(gf, patch, 20).halt, journal=journal)
+    assert stopped is not None and not stopped.complete
+    assert 0 < stopped.gpus_allocated < len(expected["bindings"])
+    assert seeding_todo(gf, journal) == "resume"
+    with journal.open("a") as torn:  # killed while writing a line: the half line is dropped
+        torn.write('{"call": "crea')
+
+    # Second start: stopped again, during its own 3rd grant; its --seed is not the first's.
+    with monkeypatch.context() as patch:
+        again = seed_lifecycle(gf, SEED + 1, CtrlC(gf, patch, 3).halt, journal=journal)
+    assert again is not None and again.resumed and not again.complete
+    assert again.gpus_allocated > stopped.gpus_allocated
+
+    # Third start finishes it: row for row what the uninterrupted seeding made.
+    done = seed_lifecycle(gf, SEED, journal=journal)
+    assert done is not None and done.resumed and done.complete
+    assert rows(gf) == expected
+    assert seeding_todo(gf, journal) is None
+

@@ -7,26 +7,32 @@ fleet's. The demo's clock is the system clock and nothing is back-dated: the "pa
 this creates and then releases, rejects or cancels now, and a few allocations last seconds
 so that the lifecycle loop expires them.
 
-Deterministic for a seed and a fleet (the placement engine is too), and idempotent: a store
-that already holds requests or pools is left as it is.
+Deterministic for a seed and a fleet (the placement engine is too), and done once per data
+dir: a store that already holds requests or pools is left as it is, unless the journal
+(`demo.seed_journal`) shows a seeding that was stopped part-way — Ctrl-C during the first
+start — which the next start finishes: the calls already made are replayed from the journal,
+the rest are made, and the fleet ends as one uninterrupted seeding would have left it.
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
+import json
 import math
 import random
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 from sqlalchemy import func, select
 
+from gpufleet.demo.seed_journal import Header, JournalMismatch, SeedJournal, read_header
+from gpufleet.demo.seeder import People, Seeder, SeedingHalted
 from gpufleet.domain.access import Role
-from gpufleet.domain.errors import GpufleetError
 from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.requests import RequestState, request_code
 from gpufleet.services.app import Gpufleet
@@ -80,6 +86,9 @@ class LifecycleSummary:
     pools_pending: int
     waiting_code: str | None = None  # an approved request that waits: `request why` has a story
     seconds: float | None = None  # how long the seeding took; None when nothing was seeded
+    resumed: bool = False   # it finished a seeding an earlier start left part-way
+    complete: bool = True   # False: stopped part-way (the demo is stopping); the next start
+                            # finishes it
 
     @property
     def allocated_share(self) -> float:
@@ -93,7 +102,8 @@ class LifecycleSummary:
                 f"within 24 h; {self.pools_active} pools ({self.pools_pending} requested)")
 
 
-def lifecycle_summary(gf: Gpufleet, seconds: float | None = None) -> LifecycleSummary:
+def lifecycle_summary(gf: Gpufleet, seconds: float | None = None, resumed: bool = False,
+                      complete: bool = True) -> LifecycleSummary:
     now = gf.clock.now()
     with gf.store.read() as session:
         total = session.scalar(select(func.count()).select_from(Gpu)) or 0
@@ -116,7 +126,8 @@ def lifecycle_summary(gf: Gpufleet, seconds: float | None = None) -> LifecycleSu
         projects_holding=holding, pending_requests=by_state.get(RequestState.PENDING.value, 0),
         waiting_requests=by_state.get(RequestState.APPROVED.value, 0), expiring_24h=expiring,
         pools_active=pools.get("active", 0), pools_pending=pools.get("pending", 0),
-        waiting_code=request_code(waiting) if waiting is not None else None, seconds=seconds)
+        waiting_code=request_code(waiting) if waiting is not None else None, seconds=seconds,
+        resumed=resumed, complete=complete)
 
 
 # --- what the store holds before seeding ----------------------------------------------------
@@ -149,6 +160,14 @@ class _World:
     projects: list[str]                 # ranked: the biggest users first
     members: dict[str, list[Principal]]  # project -> its member users
     operators: list[Principal]
+
+    def digest(self) -> str:
+        """What the plan is made from; a resumed seeding needs the same."""
+        return hashlib.sha256(json.dumps([
+            [astuple(g) for g in self.groups],
+            self.projects,
+            {p: [m.user_name for m in people] for p, people in sorted(self.members.items())},
+            [o.user_name for o in self.operators]]).encode()).hexdigest()
 
 
 def _read_world(gf: Gpufleet, rng: random.Random) -> _World:
@@ -303,36 +322,7 @@ def _nice(units: float) -> int:
 
 
 # --- doing it ---------------------------------------------------------------------------
-class _Seeder:
-    def __init__(self, gf: Gpufleet, world: _World, rng: random.Random,
-                 halt: threading.Event | None):
-        self.gf = gf
-        self.lc = gf.lifecycle
-        self.world = world
-        self.rng = rng
-        self.halt = halt
-
-    def halted(self) -> bool:
-        return self.halt is not None and self.halt.is_set()
-
-    def member(self, project: str) -> Principal:
-        return self.rng.choice(self.world.members[project])
-
-    def operator(self) -> Principal:
-        return self.rng.choice(self.world.operators)
-
-    def create(self, project: str, body: wr.RequestCreate) -> wr.RequestView:
-        return self.lc.create_request(self.member(project), body)
-
-    def create_and_approve(self, project: str, body: wr.RequestCreate,
-                           reason: str | None = None) -> wr.RequestView:
-        view = self.create(project, body)
-        if view.state == RequestState.PENDING.value:
-            view = self.lc.approve(self.operator(), view.code, reason)
-        return view
-
-
-def _past(seeder: _Seeder, plan: _Plan, rng: random.Random) -> list[str]:
+def _past(seeder: Seeder, plan: _Plan, rng: random.Random) -> list[str]:
     """History: released, rejected and cancelled requests, and short-lived ones to expire.
 
     Returns the codes of the short-lived ones."""
@@ -340,36 +330,33 @@ def _past(seeder: _Seeder, plan: _Plan, rng: random.Random) -> list[str]:
     rng.shuffle(small)
     short_lived = []
     for i, planned in enumerate(small[:24]):
-        if seeder.halted():
-            break
         body = planned.body
         if i < 10:  # granted, used, released
-            view = seeder.create_and_approve(planned.project, body)
-            if view.state == RequestState.ACTIVE.value:
-                seeder.lc.release(seeder.member(planned.project), view.code, "job finished")
+            made = seeder.create_and_approve(planned.project, body)
+            if made.state == RequestState.ACTIVE.value:
+                seeder.release(planned.project, made.code, "job finished")
         elif i < 15:  # turned down
-            view = seeder.create(planned.project, body)
-            if view.state == RequestState.PENDING.value:
-                seeder.lc.reject(seeder.operator(), view.code, rng.choice((
+            made = seeder.create(planned.project, body)
+            if made.state == RequestState.PENDING.value:
+                seeder.reject(made.code, rng.choice((
                     "please use the project's pool", "duplicate of an earlier request",
                     "the justification does not say what it is for")))
         elif i < 20:  # withdrawn by the requester
-            view = seeder.create(planned.project, body)
-            if view.state == RequestState.PENDING.value:
-                seeder.lc.cancel(seeder.member(planned.project), view.code,
-                                 "not needed any more")
+            made = seeder.create(planned.project, body)
+            if made.state == RequestState.PENDING.value:
+                seeder.cancel(planned.project, made.code, "not needed any more")
         else:  # held for seconds: the lifecycle loop expires them
             short = body.model_copy(update={"duration_hours": SHORT_LIVED_S / 3600,
                                             "reason": "smoke test of the training image"})
-            view = seeder.create_and_approve(planned.project, short)
-            if view.state == RequestState.ACTIVE.value:
-                short_lived.append(view.code)
+            made = seeder.create_and_approve(planned.project, short)
+            if made.state == RequestState.ACTIVE.value:
+                short_lived.append(made.code)
     return short_lived
 
 
-def _set_policies(seeder: _Seeder, plan: _Plan, pools: list[tuple[str, str, int]],
-                  rng: random.Random) -> None:
-    world, admin = seeder.world, seeder.operator()
+def _set_policies(seeder: Seeder, world: _World, plan: _Plan,
+                  pools: list[tuple[str, str, int]], rng: random.Random) -> None:
+    admin = seeder.operator()
     tail = world.projects[12:]
     no_quota = set(rng.sample(tail, round(len(tail) * NO_QUOTA_SHARE))) - set(
         AUTO_APPROVE_PROJECTS)
@@ -382,11 +369,11 @@ def _set_policies(seeder: _Seeder, plan: _Plan, pools: list[tuple[str, str, int]
         if project in no_quota:
             continue
         limit = _nice(units * rng.choice((1.25, 1.5, 2.0)))
-        seeder.lc.set_quota(admin, project, wr.QuotaSet(flavour=flavour, limit=limit))
+        seeder.set_quota(admin, project, flavour, limit)
     for project in AUTO_APPROVE_PROJECTS:
         if project in world.members:
-            seeder.lc.set_auto_approve(admin, project, wr.AutoApproveSet(max_gpus=1,
-                                                                         max_hours=24))
+            seeder.set_auto_approve(admin, project, wr.AutoApproveSet(max_gpus=1,
+                                                                      max_hours=24))
 
 
 def _pools(world: _World, groups: list[GpuGroup]) -> tuple[list[tuple[str, str, int]],
@@ -417,18 +404,61 @@ def needs_lifecycle_seed(gf: Gpufleet) -> bool:
                 and session.scalar(select(Pool.id).limit(1)) is None)
 
 
+def seeding_todo(gf: Gpufleet, journal: Path | None) -> str | None:
+    """"seed" for a fresh data dir, "resume" when the journal shows a seeding an earlier
+    start stopped part-way, None when the fleet is already in use (or in the user's hands)."""
+    if needs_lifecycle_seed(gf):
+        return "seed"
+    if journal is not None:
+        header, complete = read_header(journal)
+        if header is not None and not complete:
+            return "resume"
+    return None
+
+
 def seed_lifecycle(gf: Gpufleet, seed: int, halt: threading.Event | None = None,
-                   on_step: Callable[[str], None] | None = None) -> LifecycleSummary | None:
-    """Make the registered fleet look used; None when the store already has requests or
-    pools (a reused data dir), or no GPUs or projects to use."""
+                   on_step: Callable[[str], None] | None = None,
+                   journal: Path | None = None) -> LifecycleSummary | None:
+    """Make the registered fleet look used, or finish the seeding `journal` shows was stopped
+    part-way (with the journal's seed; `seed` is then not used).
+
+    None when there is nothing to do: the store already has requests or pools and no
+    unfinished seeding, or there are no GPUs or projects to use. With `halt` set the seeding
+    stops before its next call and the summary says `complete=False`; `journal` (None: keep
+    none) lets the next start finish it. Raises JournalMismatch when the fleet or its people
+    changed since the seeding was stopped, so that it cannot be finished as it was planned.
+    """
     started_s = time.monotonic()
-    if not needs_lifecycle_seed(gf):
+    todo = seeding_todo(gf, journal)
+    if todo is None:
         return None
-    rng = random.Random(seed)
+    resumed = todo == "resume"
+    header = read_header(journal)[0] if resumed else None
+    rng = random.Random(header.seed if header else seed)
     world = _read_world(gf, rng)
     if not world.groups or not world.projects or not world.operators:
         return None
-    step = on_step or (lambda _what: None)
+    if header is None:
+        log = SeedJournal.start(journal, Header(seed, world.digest()))
+    elif header.world == world.digest():
+        log = SeedJournal.resume(journal)
+    else:
+        raise JournalMismatch("the fleet or its people changed since it was stopped")
+    seeder = Seeder(gf, People(world.members, world.operators), rng, log, halt)
+    try:
+        short_lived = _seed(seeder, world, rng, on_step or (lambda _what: None))
+    except SeedingHalted:
+        return lifecycle_summary(gf, time.monotonic() - started_s, resumed=resumed,
+                                 complete=False)
+    if short_lived:
+        gf.lifecycle.expire_due()  # those whose seconds have passed; the loop does the rest
+    log.complete()
+    return lifecycle_summary(gf, time.monotonic() - started_s, resumed=resumed)
+
+
+def _seed(seeder: Seeder, world: _World, rng: random.Random,
+          step: Callable[[str], None]) -> list[str]:
+    """The seeding's calls, in order; returns the codes of the short-lived allocations."""
     plan = _Plan()
     for group in world.groups:
         if group.mode == "exclusive":
@@ -437,49 +467,47 @@ def seed_lifecycle(gf: Gpufleet, seed: int, halt: threading.Event | None = None,
             _plan_mig(rng, world, group, plan)
         elif group.mode == "shared":
             _plan_shared(rng, world, group, plan)
-    seeder = _Seeder(gf, world, rng, halt)
     approved_pools, pending_pools = _pools(world, world.groups)
 
     step("quotas")
-    _set_policies(seeder, plan, approved_pools, rng)
+    _set_policies(seeder, world, plan, approved_pools, rng)
     step("pools")
     for project, flavour, count in approved_pools + pending_pools:
-        pool = seeder.lc.request_pool(seeder.member(project), wr.PoolCreate(
+        pool = seeder.request_pool(wr.PoolCreate(
             project=project, flavour=flavour, count=count,
             reason="dedicated capacity for the quarter's roadmap"))
         if (project, flavour, count) in approved_pools:
-            seeder.lc.approve_pool(seeder.operator(), pool.code, "budget approved")
+            seeder.approve_pool(pool.code, "budget approved")
 
     step("history")
     short_lived = _past(seeder, plan, rng)
 
     step("allocations")
+    _allocate(seeder, world, plan)
+
+    step("queue")
+    _queue(seeder, world, rng)
+    return short_lived
+
+
+def _allocate(seeder: Seeder, world: _World, plan: _Plan) -> None:
     stuck: list[tuple[str, str]] = []
     targets = {g.key: g.target for g in world.groups}
     allocated: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for planned in plan.requests:
-        if seeder.halted():
-            break
         have, target = len(allocated[planned.group]), targets[planned.group]
         if have >= target or (planned.body.kind.value == "whole"
                               and have + planned.body.count > target):
             continue  # the plan over-asks; the fill stops near the group's target
-        view = seeder.create_and_approve(planned.project, planned.body)
-        allocated[planned.group].update(u.gpu_uuid for u in view.units)
-        if view.state == RequestState.APPROVED.value:
-            stuck.append((planned.project, view.code))
+        made = seeder.create_and_approve(planned.project, planned.body)
+        allocated[planned.group].update(made.gpus)
+        if made.state == RequestState.APPROVED.value:
+            stuck.append((planned.project, made.code))
     for project, code in stuck:  # fragmentation left a plan without room: withdraw it
-        seeder.lc.cancel(seeder.member(project), code, "ran it elsewhere")
-
-    if not seeder.halted():
-        step("queue")
-        _queue(seeder, world, rng)
-    if short_lived:
-        seeder.lc.expire_due()  # those whose seconds have passed; the loop does the rest
-    return lifecycle_summary(gf, time.monotonic() - started_s)
+        seeder.cancel(project, code, "ran it elsewhere")
 
 
-def _queue(seeder: _Seeder, world: _World, rng: random.Random) -> None:
+def _queue(seeder: Seeder, world: _World, rng: random.Random) -> None:
     """Pending requests, and approved ones that wait (for capacity, for their start)."""
     whole = [g for g in world.groups if g.mode == "exclusive"]
     mig = [g for g in world.groups if g.mode == "mig"]
@@ -499,10 +527,8 @@ def _queue(seeder: _Seeder, world: _World, rng: random.Random) -> None:
             count=2, models=[mig[0].model], mig_profile="3g.40gb", duration_hours=168,
             reason="evaluation of the distilled model")))
     for project, body in asks:
-        try:
-            seeder.create(project, wr.RequestCreate(project=project, **body))
-        except GpufleetError:
-            continue  # a quota smaller than the ask: that request simply is not made
+        # A quota smaller than the ask refuses it: that request simply is not made.
+        seeder.create(project, wr.RequestCreate(project=project, **body), refusable=True)
 
     # Waiting for capacity: more L40S (or the smallest whole model) than are free.
     group = next((g for g in whole if g.model == "L40S-48GB"), None) or (whole[0] if whole
@@ -517,8 +543,7 @@ def _queue(seeder: _Seeder, world: _World, rng: random.Random) -> None:
         admin = seeder.operator()
         held = seeder.lc.project_quotas(admin, project)
         used = next((q.used for q in held.quotas if q.flavour == group.model), 0)
-        seeder.lc.set_quota(admin, project, wr.QuotaSet(flavour=group.model,
-                                                        limit=_nice(used + count)))
+        seeder.set_quota(admin, project, group.model, _nice(used + count))
         seeder.create_and_approve(project, wr.RequestCreate(
             project=project, count=count, models=[group.model], duration_hours=168,
             reason="nightly batch inference for the whole catalogue"),
@@ -528,8 +553,7 @@ def _queue(seeder: _Seeder, world: _World, rng: random.Random) -> None:
         project = projects[1 % len(projects)]
         starts = (seeder.gf.clock.now() + timedelta(days=1)).replace(
             hour=0, minute=0, second=0, microsecond=0)
-        with contextlib.suppress(GpufleetError):  # over the project's quota: not made
-            seeder.create_and_approve(project, wr.RequestCreate(
-                project=project, count=whole[0].per_node, models=[whole[0].model],
-                same_node=True, starts_at=starts, ends_at=starts + timedelta(days=2),
-                reason="reserved for the quarterly benchmark"))
+        seeder.create_and_approve(project, wr.RequestCreate(  # over the quota: not made
+            project=project, count=whole[0].per_node, models=[whole[0].model],
+            same_node=True, starts_at=starts, ends_at=starts + timedelta(days=2),
+            reason="reserved for the quarterly benchmark"), refusable=True)

@@ -10,7 +10,8 @@ Once every GPU has registered, the fleet is put to use (`demo.lifecycle_seed`: q
 pools, history, allocations on ~70 % of the GPUs, a queue). That goes through the lifecycle
 services one request at a time, which takes longer than the start itself, so it runs in a
 worker thread after the banner while the server already answers; it is done once per data
-dir.
+dir. Ctrl-C stops it between two requests; the next start finishes it from its journal
+(`demo.seed_journal`) and says so.
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ from gpufleet.api.app import create_app
 from gpufleet.demo.lifecycle_seed import (
     LifecycleSummary,
     lifecycle_summary,
-    needs_lifecycle_seed,
     seed_lifecycle,
+    seeding_todo,
 )
 from gpufleet.demo.seed import seed_people
+from gpufleet.demo.seed_journal import FILE_NAME as SEED_JOURNAL
+from gpufleet.demo.seed_journal import JournalMismatch
 from gpufleet.server import (
     admin_token_path,
     bootstrap_admin_token,
@@ -151,11 +154,13 @@ async def _demo(settings: Settings, seed: int | None) -> None:
         await server_task
         fleet_task.result()
         raise DemoError("the simulated fleet stopped before it registered")
-    to_seed = needs_lifecycle_seed(gf)
+    journal = settings.data_dir / SEED_JOURNAL
+    todo = seeding_todo(gf, journal)
     _banner(url, token, settings, progress_bar.last, time.monotonic() - started_s, seeded,
-            None if to_seed else lifecycle_summary(gf))
+            todo, None if todo else lifecycle_summary(gf))
     halt = threading.Event()
-    seeding = asyncio.create_task(_put_fleet_to_use(gf, spec.seed, halt)) if to_seed else None
+    seeding = asyncio.create_task(_put_fleet_to_use(gf, spec.seed, halt, journal)) \
+        if todo else None
     await stop.wait()
     if seeding is not None:
         halt.set()  # the worker stops after the request it is making
@@ -168,20 +173,26 @@ async def _demo(settings: Settings, seed: int | None) -> None:
     gf.store.dispose()
 
 
-async def _put_fleet_to_use(gf, seed: int, halt: threading.Event) -> None:
+async def _put_fleet_to_use(gf, seed: int, halt: threading.Event, journal: Path) -> None:
     """Seed the lifecycle in a worker thread, then print what it made (one line)."""
     out = Console(soft_wrap=True)
     try:
-        summary = await asyncio.to_thread(seed_lifecycle, gf, seed, halt)
+        summary = await asyncio.to_thread(seed_lifecycle, gf, seed, halt, journal=journal)
+    except JournalMismatch as exc:
+        out.print(f"the demo seeding an earlier start left part-way cannot be finished "
+                  f"({exc}); `gpufleet demo --reset` starts over")
+        return
     except Exception:  # the demo keeps running without its requests
         log.exception("seeding the demo's requests failed")
         return
     if summary is None:
         return
-    if halt.is_set():
-        out.print(f"seeding stopped early: {summary.line()}")
+    if not summary.complete:
+        out.print(f"seeding stopped part-way: {summary.line()}; the next `gpufleet demo` on "
+                  "this data dir finishes it")
         return
-    out.print(f"\n[bold green]fleet in use[/] (seeded in {summary.seconds:.1f} s): "
+    how = "resumed and finished" if summary.resumed else "seeded"
+    out.print(f"\n[bold green]fleet in use[/] ({how} in {summary.seconds:.1f} s): "
               f"{summary.line()}")
     out.print(_try_lifecycle(summary))
 
@@ -218,7 +229,8 @@ class _ProgressBar:
 
 
 def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | None,
-            elapsed_s: float, seeded, in_use: LifecycleSummary | None) -> None:
+            elapsed_s: float, seeded, todo: str | None,
+            in_use: LifecycleSummary | None) -> None:
     login_note = "(GPUFLEET_URL / GPUFLEET_TOKEN below)"
     current = stored_login_url()
     if current is None or current.startswith(("http://127.0.0.1", "http://localhost")):
@@ -231,10 +243,13 @@ def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | 
               f"registered {elapsed_s:.1f} s after start")
     if seeded:
         out.print(f"seeded {seeded.projects} projects, {seeded.users} users")
-    if in_use is None:
+    if todo == "resume":
+        out.print("resuming the demo seeding an earlier start left part-way, in the "
+                  "background (a line follows)")
+    elif todo == "seed":
         out.print("putting the fleet to use in the background: quotas, pools, past and "
                   "current requests (about 30 s; a line follows)")
-    else:
+    elif in_use is not None:
         out.print(f"in use: {in_use.line()}")
         out.print(_try_lifecycle(in_use))
     out.print(f"  server      {url}   (API docs {url}/docs)")
