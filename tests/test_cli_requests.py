@@ -202,8 +202,9 @@ def test_json_output_is_the_api_reply(fleet):
 
 def test_bad_input_is_one_error_line_from_the_server(fleet):
     for args, fragment in [
-        (("--gpus", 0), "body.count: Input should be greater than or equal to 1"),
-        (("--count", 2, "--fraction", 1.5), "fraction must be strictly between 0 and 1"),
+        (("--gpus", 0), "error: count: Input should be greater than or equal to 1"),
+        (("--count", 2, "--fraction", 1.5),
+         "error: request body: fraction must be strictly between 0 and 1"),
         (("--gpus", 1, "--model", "H100-NOPE"), "unknown GPU model 'H100-NOPE'"),
     ]:
         result = invoke("request", "create", "-p", "vision", "--reason", "r", *args)
