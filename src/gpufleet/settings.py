@@ -109,6 +109,11 @@ class Settings(BaseSettings):
     lifecycle_interval_s: float = Field(default=15.0, gt=0, le=3600, description=(
         "How often the server expires ended allocations and grants approved requests that "
         "wait for capacity or their start time."))
+    placement_cache_max_age_s: float = Field(default=300.0, gt=0, le=86400, description=(
+        "Longest the server decides placements on its in-memory copy of the fleet before "
+        "re-reading all of it. Changes made through this server are followed at once; this "
+        "bounds how long one made by another server process can go unseen (the database "
+        "still refuses a unit held twice)."))
 
     # --- CLI client ----------------------------------------------------------------------
     url: str = Field(default="http://127.0.0.1:8080", description=(

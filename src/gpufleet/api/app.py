@@ -37,7 +37,12 @@ async def _silent_node_loop(gf: Gpufleet) -> None:
 
 
 async def _lifecycle_loop(gf: Gpufleet) -> None:
-    """Expire allocations whose end passed and grant approved requests that wait."""
+    """Expire allocations whose end passed and grant approved requests that wait; first,
+    read the fleet into the placement cache, so the first grant does not wait for it."""
+    try:
+        await run_in_threadpool(gf.lifecycle.warm)
+    except Exception:  # a grant reads it then
+        log.exception("placement cache warm-up failed")
     while True:
         await asyncio.sleep(gf.settings.lifecycle_interval_s)
         try:

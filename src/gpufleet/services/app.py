@@ -13,6 +13,7 @@ from datetime import timedelta
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import InvalidInput, Unauthenticated
+from gpufleet.domain.inventory import NodeStatus
 from gpufleet.services import (
     audit,
     environments,
@@ -154,9 +155,11 @@ class Gpufleet:
         try:
             with self.store.write() as session:
                 caller = registration.identify_caller(session, raw_token, now)
-                return registration.register(
+                reply = registration.register(
                     session, caller, body, now,
                     token_ttl=None, heartbeat_interval_s=self.settings.heartbeat_interval_s)
+            self.lifecycle.placement.mark_stale([reply.node])
+            return reply
         except registration.GpuClaimConflict as conflict:
             with self.store.write() as session:
                 registration.mark_claims_suspect(session, conflict, body.machine_id, now)
@@ -164,16 +167,20 @@ class Gpufleet:
 
     def heartbeat(self, principal: Principal, body: Heartbeat) -> HeartbeatReply:
         with self.store.write() as session:
-            return registration.heartbeat(session, principal, body, self.clock.now(),
-                                          self.settings.heartbeat_interval_s)
+            reply = registration.heartbeat(session, principal, body, self.clock.now(),
+                                           self.settings.heartbeat_interval_s)
+        self.lifecycle.placement.observe_node(reply.node, reply.node_status is NodeStatus.READY)
+        return reply
 
     def mark_silent_nodes_unreachable(self) -> list[str]:
         with self.store.write() as session:
             if not self.store.try_leader_lock(session, "silent-nodes"):
                 return []
-            return nodes.mark_silent_nodes_unreachable(
+            silent = nodes.mark_silent_nodes_unreachable(
                 session, self.clock.now(), self.settings.heartbeat_interval_s,
                 self.settings.unreachable_after_missed_heartbeats)
+        self.lifecycle.placement.mark_stale(silent)
+        return silent
 
     # --- inventory -----------------------------------------------------------------------
     def fleet_summary(self, principal: Principal) -> wi.FleetSummary:
@@ -193,12 +200,16 @@ class Gpufleet:
                        body: wi.GpuHealthChange) -> wi.GpuView:
         with self.store.write() as session:
             canonical = gpus.set_health(session, principal, uuid, body, self.clock.now())
-        return self.get_gpu(principal, canonical)
+        view = self.get_gpu(principal, canonical)
+        self.lifecycle.placement.mark_stale([view.node])
+        return view
 
     def approve_gpu_move(self, principal: Principal, uuid: str,
                          body: wi.GpuMoveApprovalCreate) -> wi.GpuMoveApprovalView:
         with self.store.write() as session:
-            return gpus.approve_move(session, principal, uuid, body, self.clock.now())
+            approval = gpus.approve_move(session, principal, uuid, body, self.clock.now())
+        self.lifecycle.placement.mark_all_stale()  # the GPU may turn up on another node
+        return approval
 
     def list_nodes(self, principal: Principal, f: fleet.NodeFilter, sort: str,
                    cursor: str | None, limit: int) -> Page[wi.NodeView]:
@@ -214,6 +225,7 @@ class Gpufleet:
         change = {"cordon": nodes.cordon, "uncordon": nodes.uncordon, "retire": nodes.retire}
         with self.store.write() as session:
             change[action](session, principal, name, self.clock.now(), reason)
+        self.lifecycle.placement.mark_stale([name])
         return self.get_node(principal, name)
 
     def audit_events(self, principal: Principal, *, subject_kind: str | None,

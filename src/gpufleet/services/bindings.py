@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session, raiseload
 
 from gpufleet.domain.errors import Conflict
 from gpufleet.domain.gpu_models import model as catalogue_model
-from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, gpu_status
+from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, SharingMode, gpu_status
 from gpufleet.domain.placement import Decision, UnitChoice, UnitKind
 from gpufleet.domain.requests import request_code
 from gpufleet.store.tables import (
@@ -38,6 +39,10 @@ from gpufleet.wire.agent import MigPlan as MigPlanView
 from gpufleet.wire.requests import UnitView
 
 WHOLE_GPU_SLOT = -1
+MIB = 1024**2
+RELEASED_NODE_IDS = "gpufleet.released_node_ids"  # session.info key: nodes whose units freed
+MODE_OF_UNIT = {UnitKind.WHOLE: SharingMode.EXCLUSIVE, UnitKind.MIG: SharingMode.MIG,
+                UnitKind.SHARED: SharingMode.SHARED}
 
 
 class UnitTaken(Conflict):
@@ -60,54 +65,141 @@ def _slots(unit: UnitChoice, model: str) -> list[int]:
     return list(placement.slices)
 
 
-def open_bindings(session: Session, request: GpuRequest, decision: Decision,
-                  gpu_ids: dict[str, int], node_ids: dict[str, int], now: datetime,
-                  project_name: str) -> list[Binding]:
-    """Write a placement decision: bindings, claims, usage, labels, MIG plans, versions.
+@dataclass(frozen=True)
+class Opening:
+    """One granted request to write: its decision, on the fleet's keys."""
 
-    Raises UnitTaken (409) when the database refuses a claim; the caller's transaction then
-    rolls back, so nothing is half-allocated.
+    request: GpuRequest
+    decision: Decision
+    project_name: str
+
+
+def open_bindings(session: Session, openings: Sequence[Opening], gpu_ids: dict[str, int],
+                  node_ids: dict[str, int], now: datetime) -> dict[int, list[Binding]]:
+    """Write placement decisions: bindings, claims, usage, labels, MIG plans, versions.
+
+    A batch of grants is written together, in a handful of statements whatever its size.
+    The placement may have been decided on a cached fleet, so what it relied on is checked
+    here, inside the transaction. Raises UnitTaken (409) when the database refuses a claim
+    or a check fails; the caller's transaction then rolls back, so nothing is
+    half-allocated. Returns each request's bindings.
     """
-    units = sorted(decision.units, key=lambda u: (gpu_ids[u.gpu], u.mig_start or 0))
+    placed = [(o, sorted(o.decision.units, key=lambda u: (gpu_ids[u.gpu], u.mig_start or 0)))
+              for o in openings]
     gpus = {g.id: g for g in session.scalars(
-        select(Gpu).where(Gpu.id.in_({gpu_ids[u.gpu] for u in units})))}
-    _check_usable(session, gpus.values())
-    bindings = [Binding(request_id=request.id, project_id=request.project_id,
-                        gpu_id=gpu_ids[u.gpu], node_id=node_ids[u.node], kind=u.kind.value,
-                        mig_profile_id=u.mig_profile_id, mig_start=u.mig_start,
-                        milli=u.milli, started_at=now) for u in units]
-    session.add_all(bindings)
+        select(Gpu).options(raiseload(Gpu.labels), raiseload(Gpu.mig_instances))
+        .where(Gpu.id.in_({gpu_ids[u.gpu] for _, units in placed for u in units})))}
+    _check_usable(session, gpus.values(), placed, gpu_ids)
+    opened = {o.request.id: [Binding(
+        request_id=o.request.id, project_id=o.request.project_id, gpu_id=gpu_ids[u.gpu],
+        node_id=node_ids[u.node], kind=u.kind.value, mig_profile_id=u.mig_profile_id,
+        mig_start=u.mig_start, milli=u.milli, started_at=now) for u in units]
+        for o, units in placed}
+    session.add_all(b for bindings in opened.values() for b in bindings)
     session.flush()
-    claims = []
-    for unit, binding in zip(units, bindings, strict=True):
-        gpu = gpus[binding.gpu_id]
-        if unit.kind is UnitKind.SHARED:
-            _raise_shared_use(session, gpu, unit.milli)
-        else:
-            claims += [SlotClaim(gpu_id=gpu.id, slot=s, binding_id=binding.id)
-                       for s in _slots(unit, gpu.model)]
+    claims, shared_milli = [], defaultdict(int)
+    for opening, units in placed:
+        for unit, binding in zip(units, opened[opening.request.id], strict=True):
+            gpu = gpus[binding.gpu_id]
+            if unit.kind is UnitKind.SHARED:
+                shared_milli[gpu.id] += unit.milli
+            else:
+                claims += [SlotClaim(gpu_id=gpu.id, slot=s, binding_id=binding.id)
+                           for s in _slots(unit, gpu.model)]
     session.add_all(claims)
     session.flush()  # the claims' primary key refuses a unit held twice, here
-    for gpu in gpus.values():
-        gpu.allocated = True
-        gpu.status = GpuStatus.ALLOCATED.value
-    _stamp_labels(session, gpus.keys(), request_code(request.id), project_name)
-    _write_mig_plans(session, decision, gpu_ids, node_ids, request, now)
-    bump_desired_state(session, {b.node_id for b in bindings})
-    return bindings
+    for gpu_id, milli in shared_milli.items():
+        _raise_shared_use(session, gpus[gpu_id], milli)
+    session.execute(update(Gpu).where(Gpu.id.in_(list(gpus)))
+                    .values(allocated=True, status=GpuStatus.ALLOCATED.value)
+                    .execution_options(synchronize_session=False))
+    _check_host_capacity(session, openings, node_ids)
+    _stamp_labels(session, [(o.request.id, o.project_name,
+                             {b.gpu_id for b in opened[o.request.id]}) for o in openings])
+    _write_mig_plans(session, openings, gpu_ids, node_ids, now)
+    bump_desired_state(session, {b.node_id for bs in opened.values() for b in bs})
+    return opened
 
 
-def _check_usable(session: Session, gpus: Iterable[Gpu]) -> None:
-    """Re-check, inside the transaction, what the placement read: healthy GPUs, ready nodes."""
-    gpus = list(gpus)
-    for gpu in gpus:
-        if gpu.health == GpuHealth.QUARANTINED.value:
-            raise UnitTaken(f"GPU {gpu.uuid} was quarantined meanwhile")
-    node_ids = {gpu.node_id for gpu in gpus}
+def _check_usable(session: Session, gpus: Iterable[Gpu],
+                  placed: list[tuple[Opening, list[UnitChoice]]],
+                  gpu_ids: dict[str, int]) -> None:
+    """Re-check, inside the transaction, what the placement read: healthy GPUs in the
+    sharing mode of their units, ready nodes, and MIG layouts as the decision saw them."""
+    by_id = {gpu.id: gpu for gpu in gpus}
+    for _, units in placed:
+        for unit in units:
+            gpu = by_id[gpu_ids[unit.gpu]]
+            if gpu.health == GpuHealth.QUARANTINED.value:
+                raise UnitTaken(f"GPU {gpu.uuid} was quarantined meanwhile")
+            if gpu.sharing_mode != MODE_OF_UNIT[unit.kind].value:
+                raise UnitTaken(f"GPU {gpu.uuid} is in {gpu.sharing_mode} mode now")
     not_ready = session.scalars(select(Node.name).where(
-        Node.id.in_(node_ids), Node.status != NodeStatus.READY.value)).all()
+        Node.id.in_({gpu.node_id for gpu in by_id.values()}),
+        Node.status != NodeStatus.READY.value)).all()
     if not_ready:
         raise UnitTaken(f"node {not_ready[0]} is no longer ready")
+    _check_mig_layouts(session, placed, gpu_ids)
+
+
+def _check_mig_layouts(session: Session, placed: list[tuple[Opening, list[UnitChoice]]],
+                       gpu_ids: dict[str, int]) -> None:
+    """A MIG unit binds an instance the GPU has (or the batch plans), and a re-partition
+    replaces the layout the GPU has now."""
+    mig_gpus = {gpu_ids[u.gpu] for _, units in placed for u in units if u.kind is UnitKind.MIG}
+    if not mig_gpus:
+        return
+    current = current_mig_layouts(session, mig_gpus)
+    for opening, units in placed:
+        for key, previous in opening.decision.previous_mig_layouts.items():
+            gpu_id = gpu_ids[key]
+            if current.get(gpu_id, set()) != {(s.profile_id, s.start) for s in previous}:
+                raise UnitTaken(f"the MIG layout of GPU {key} changed meanwhile")
+            current[gpu_id] = {(spec.profile_id, spec.start)
+                               for spec in opening.decision.mig_layouts[key]}
+        for unit in units:
+            if unit.kind is UnitKind.MIG and ((unit.mig_profile_id, unit.mig_start)
+                                              not in current.get(gpu_ids[unit.gpu], set())):
+                raise UnitTaken(f"MIG instance {unit.mig_profile_id}@{unit.mig_start} on "
+                                f"{unit.gpu} does not exist (or is no longer planned)")
+
+
+def current_mig_layouts(session: Session, gpu_ids: Iterable[int]
+                        ) -> dict[int, set[tuple[int, int]]]:
+    """Each MIG GPU's layout now: its pending plan, else the instances its node reports."""
+    gpu_ids = list(gpu_ids)
+    layouts = {gpu_id: {(int(p), int(s)) for p, s in layout} for gpu_id, layout in
+               session.execute(select(MigPlan.gpu_id, MigPlan.layout)
+                               .where(MigPlan.gpu_id.in_(gpu_ids)))}
+    reported: dict[int, set[tuple[int, int]]] = defaultdict(set)
+    for gpu_id, profile_id, start in session.execute(
+            select(MigInstance.gpu_id, MigInstance.profile_id, MigInstance.placement_start)
+            .where(MigInstance.gpu_id.in_(gpu_ids), MigInstance.placement_start.is_not(None))):
+        reported[gpu_id].add((profile_id, start))
+    for gpu_id, instances in reported.items():
+        layouts.setdefault(gpu_id, instances)
+    return layouts
+
+
+def _check_host_capacity(session: Session, openings: Sequence[Opening],
+                         node_ids: dict[str, int]) -> None:
+    """Host CPU and memory are not slots: sum what open bindings took on each node the
+    batch asked host resources of, and refuse the batch if a node is over."""
+    asking = {node_ids[name] for o in openings
+              if o.request.cpu_milli_per_unit or o.request.memory_mib_per_unit
+              for name in o.decision.nodes}
+    if not asking:
+        return
+    rows = session.execute(
+        select(Node.name, Node.cpu_cores, Node.memory_bytes,
+               func.sum(GpuRequest.cpu_milli_per_unit), func.sum(GpuRequest.memory_mib_per_unit))
+        .join(Binding, Binding.node_id == Node.id)
+        .join(GpuRequest, GpuRequest.id == Binding.request_id)
+        .where(Node.id.in_(asking), Binding.ended_at.is_(None))
+        .group_by(Node.id, Node.name, Node.cpu_cores, Node.memory_bytes))
+    for name, cores, memory_bytes, cpu_milli, memory_mib in rows:
+        if (cpu_milli or 0) > cores * 1000 or (memory_mib or 0) > memory_bytes // MIB:
+            raise UnitTaken(f"node {name} no longer has the host CPU or memory asked for")
 
 
 def _raise_shared_use(session: Session, gpu: Gpu, milli: int) -> None:
@@ -118,32 +210,38 @@ def _raise_shared_use(session: Session, gpu: Gpu, milli: int) -> None:
         .execution_options(synchronize_session=False))
     if result.rowcount != 1:
         raise UnitTaken(f"shared GPU {gpu.uuid} has no {milli} milli left")
-    session.refresh(gpu, ["used_milli"])
 
 
-def _stamp_labels(session: Session, gpu_ids: Iterable[int], allocation: str,
-                  project: str) -> None:
-    gpu_ids = list(gpu_ids)
-    wanted = {(g, k, v) for g in gpu_ids
-              for k, v in (("allocation", allocation), ("project", project))}
+def _stamp_labels(session: Session, grants: list[tuple[int, str, set[int]]]) -> None:
+    """`allocation` and `project` labels on the GPUs of each (request id, project, GPUs)."""
+    wanted = {(g, k, v) for request_id, project, gpu_ids in grants for g in gpu_ids
+              for k, v in (("allocation", request_code(request_id)), ("project", project))}
     existing = set(session.execute(
         select(GpuLabel.gpu_id, GpuLabel.key, GpuLabel.value)
-        .where(GpuLabel.gpu_id.in_(gpu_ids), GpuLabel.key.in_(("allocation", "project")))))
+        .where(GpuLabel.gpu_id.in_({g for g, _, _ in wanted}),
+               GpuLabel.key.in_(("allocation", "project")))))
     session.add_all(GpuLabel(gpu_id=g, key=k, value=v) for g, k, v in wanted - existing)
 
 
-def _write_mig_plans(session: Session, decision: Decision, gpu_ids: dict[str, int],
-                     node_ids: dict[str, int], request: GpuRequest, now: datetime) -> None:
-    node_of_gpu = {u.gpu: node_ids[u.node] for u in decision.units}
-    for gpu_key, layout in decision.mig_layouts.items():
-        gpu_id = gpu_ids[gpu_key]
-        plan = session.get(MigPlan, gpu_id)
+def _write_mig_plans(session: Session, openings: Sequence[Opening], gpu_ids: dict[str, int],
+                     node_ids: dict[str, int], now: datetime) -> None:
+    planned = [(o, key, layout) for o in openings
+               for key, layout in o.decision.mig_layouts.items()]
+    if not planned:
+        return
+    plans = {p.gpu_id: p for p in session.scalars(
+        select(MigPlan).where(MigPlan.gpu_id.in_({gpu_ids[key] for _, key, _ in planned})))}
+    for opening, key, layout in planned:
+        node = next(u.node for u in opening.decision.units if u.gpu == key)
         instances = [[spec.profile_id, spec.start] for spec in layout]
+        plan = plans.get(gpu_ids[key])
         if plan is None:
-            session.add(MigPlan(gpu_id=gpu_id, node_id=node_of_gpu[gpu_key], layout=instances,
-                                created_at=now, request_id=request.id))
+            plans[gpu_ids[key]] = plan = MigPlan(gpu_id=gpu_ids[key], node_id=node_ids[node],
+                                                 layout=instances, created_at=now,
+                                                 request_id=opening.request.id)
+            session.add(plan)
         else:
-            plan.layout, plan.created_at, plan.request_id = instances, now, request.id
+            plan.layout, plan.created_at, plan.request_id = instances, now, opening.request.id
 
 
 def retire_applied_mig_plans(session: Session, gpus: Iterable[Gpu]) -> None:
@@ -188,6 +286,7 @@ def close_bindings(session: Session, request: GpuRequest, project_name: str, now
     _unstamp_labels(session, gpu_ids, request_code(request.id), request.project_id, project_name)
     _refresh_allocated(session, gpu_ids)
     bump_desired_state(session, {b.node_id for b in bindings})
+    session.info.setdefault(RELEASED_NODE_IDS, set()).update(b.node_id for b in bindings)
     return bindings
 
 

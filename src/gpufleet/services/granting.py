@@ -3,12 +3,18 @@
 Order of choice (DESIGN.md §2): a project's own pool of a matching flavour first; otherwise
 free capacity, within the project's quota, that no pool has reserved. The placement engine
 decides which concrete units; `bindings.open_bindings` makes the database hold them.
+
+Everything a plan reads besides the request comes in: the fleet (the server's placement
+cache, or a fresh read for `why`) and the quota and pool ledgers, so a batch of grants
+reads them once and each grant sees the ones before it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -16,10 +22,11 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.admission import CapacityFact, QuotaFact
 from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus
-from gpufleet.domain.placement import Decision, Demand, Placer, Refusal, UnitKind
+from gpufleet.domain.placement import Decision, Demand, Placer, Refusal, UnitKind, free_milli
 from gpufleet.domain.requests import Flavour, FlavourKind, parse_flavour
-from gpufleet.services import placement_state, quotas
+from gpufleet.services import placement_state
 from gpufleet.services.placement_state import MODE_OF_KIND
+from gpufleet.services.quotas import QuotaLedger
 from gpufleet.store.tables import Binding, Gpu, GpuRequest, Node, Pool
 
 
@@ -46,16 +53,6 @@ def fleet_models(session: Session, kind: FlavourKind) -> list[str]:
     mode = MODE_OF_KIND[kind].value
     return sorted(session.scalars(select(Gpu.model).where(Gpu.sharing_mode == mode)
                                   .distinct()))
-
-
-def candidate_flavours(session: Session, request: GpuRequest) -> list[Flavour]:
-    """Every concrete flavour the request could be granted as."""
-    kind = FlavourKind(request.kind)
-    models = request.models or fleet_models(session, kind)
-    if kind is FlavourKind.MIG:
-        return [Flavour(kind, m, request.mig_profile) for m in models
-                if has_mig_profile(m, request.mig_profile)]
-    return [Flavour(kind, m) for m in models]
 
 
 def has_mig_profile(model_key: str, profile_name: str | None) -> bool:
@@ -105,22 +102,56 @@ def pool_units_used(session: Session, pool: Pool) -> float:
     return milli / 1000 if shared else float(count)
 
 
-def unused_reservations(session: Session) -> dict[tuple[str, str], int]:
-    """Physical milli that active pools reserve and do not use, per (kind, model)."""
-    pools = list(session.scalars(select(Pool).where(Pool.state == "active")))
-    use = _pool_use(session, [p.id for p in pools])
-    reserved: dict[tuple[str, str], int] = {}
-    for pool in pools:
-        flavour = parse_flavour(pool.flavour)
-        total = physical_milli(flavour, pool.count, pool.unit_milli)
-        held = use.get(pool.id, (0, 0))[1]
-        key = (flavour.kind.value, flavour.model)
-        reserved[key] = reserved.get(key, 0) + max(total - held, 0)
-    return reserved
+@dataclass
+class PoolLedger:
+    """The active pools and what their projects hold of them, read once; a batch of grants
+    keeps it current (`add`)."""
+
+    pools: list[Pool]  # by id: a project's oldest pool is drawn from first
+    use: dict[int, tuple[int, int]]  # pool id -> (units, physical milli) held
+
+    @classmethod
+    def read(cls, session: Session) -> PoolLedger:
+        pools = list(session.scalars(select(Pool).where(Pool.state == "active")
+                                     .order_by(Pool.id)))
+        return cls(pools, _pool_use(session, [p.id for p in pools]))
+
+    def matching(self, request: GpuRequest, flavours: list[Flavour]
+                 ) -> tuple[Pool, Flavour] | None:
+        """The project's active pool of a candidate flavour with room for the request."""
+        by_key = {f.key: f for f in flavours}
+        for pool in self.pools:
+            if pool.project_id != request.project_id or pool.flavour not in by_key:
+                continue
+            flavour = by_key[pool.flavour]
+            units_held, milli_held = self.use.get(pool.id, (0, 0))
+            if flavour.kind is FlavourKind.SHARED:
+                room = pool.count * pool.unit_milli - milli_held >= demand_milli(request)
+            else:
+                room = pool.count - units_held >= request.count
+            if room:
+                return pool, flavour
+        return None
+
+    def unused_reservations(self) -> dict[tuple[str, str], int]:
+        """Physical milli that pools reserve and do not use, per (kind, model)."""
+        reserved: dict[tuple[str, str], int] = {}
+        for pool in self.pools:
+            flavour = parse_flavour(pool.flavour)
+            total = physical_milli(flavour, pool.count, pool.unit_milli)
+            held = self.use.get(pool.id, (0, 0))[1]
+            key = (flavour.kind.value, flavour.model)
+            reserved[key] = reserved.get(key, 0) + max(total - held, 0)
+        return reserved
+
+    def add(self, pool_id: int, decision: Decision) -> None:
+        units, milli = self.use.get(pool_id, (0, 0))
+        self.use[pool_id] = (units + len(decision.units), milli + decision.milli)
 
 
 def free_capacity(session: Session, kind: FlavourKind, model: str) -> int:
-    """Physical milli of `model` in `kind`'s sharing mode that new units could take now."""
+    """Physical milli of `model` in `kind`'s sharing mode that new units could take now,
+    read from the state store (pool approval; grants ask the placement cache)."""
     usable = (Gpu.model == model, Gpu.sharing_mode == MODE_OF_KIND[kind].value)
     if kind is FlavourKind.WHOLE:
         free = session.scalar(select(func.count()).select_from(Gpu).where(
@@ -139,30 +170,59 @@ def free_capacity(session: Session, kind: FlavourKind, model: str) -> int:
     return len(gpu_ids) * 1000 - int(used)
 
 
-def matching_pool(session: Session, request: GpuRequest, flavours: list[Flavour]
-                  ) -> tuple[Pool, Flavour] | None:
-    """The project's active pool of a candidate flavour with room for the whole request."""
-    by_key = {f.key: f for f in flavours}
-    pools = [p for p in session.scalars(select(Pool).where(
-        Pool.project_id == request.project_id, Pool.state == "active").order_by(Pool.id))
-        if p.flavour in by_key]
-    use = _pool_use(session, [p.id for p in pools])
-    for pool in pools:
-        flavour = by_key[pool.flavour]
-        units_held, milli_held = use.get(pool.id, (0, 0))
-        if flavour.kind is FlavourKind.SHARED:
-            room = pool.count * pool.unit_milli - milli_held >= demand_milli(request)
-        else:
-            room = pool.count - units_held >= request.count
-        if room:
-            return pool, flavour
-    return None
+class FleetSource(Protocol):
+    """The fleet a plan decides against: the server's placement cache, or a fresh read."""
+
+    @property
+    def live(self) -> placement_state.LiveFleet: ...
+
+    def models(self, kind: FlavourKind) -> list[str]: ...
+
+    def decide(self, demand: Demand) -> Decision | Refusal: ...
+
+    def free_milli(self, kind: FlavourKind, model: str) -> int: ...
 
 
-def demand_of(request: GpuRequest) -> Demand:
+class FreshFleet:
+    """The fleet read from the state store for one plan (what `why` explains with): the
+    request's kind, models and environment only; nothing cached, nothing learnt."""
+
+    def __init__(self, session: Session, request: GpuRequest, policy: str):
+        self._session = session
+        self.live = placement_state.load(session, kinds=[FlavourKind(request.kind)],
+                                         models=request.models or None,
+                                         environment=request.environment)
+        self._placer = Placer(self.live.state, policy, learn=False)
+
+    def models(self, kind: FlavourKind) -> list[str]:
+        return fleet_models(self._session, kind)
+
+    def decide(self, demand: Demand) -> Decision | Refusal:
+        return self._placer.decide(demand)
+
+    def free_milli(self, kind: FlavourKind, model: str) -> int:
+        mode = MODE_OF_KIND[kind]
+        return sum(free_milli(self.live.state.gpu(key)) for key in self.live.state.gpu_keys
+                   if self.live.state.gpu(key).model == model
+                   and self.live.state.gpu(key).sharing_mode is mode)
+
+
+def candidate_flavours(request: GpuRequest, fleet_models: list[str]) -> list[Flavour]:
+    """Every concrete flavour the request could be granted as (`fleet_models`: the models
+    of its kind's sharing mode, for a request that accepts any)."""
+    kind = FlavourKind(request.kind)
+    models = request.models or fleet_models
+    if kind is FlavourKind.MIG:
+        return [Flavour(kind, m, request.mig_profile) for m in models
+                if has_mig_profile(m, request.mig_profile)]
+    return [Flavour(kind, m) for m in models]
+
+
+def demand_of(request: GpuRequest, models: Iterable[str] | None = None) -> Demand:
+    chosen = models if models is not None else request.models
     return Demand(
         kind=UnitKind(request.kind), count=request.count,
-        models=frozenset(request.models) if request.models else None,
+        models=frozenset(chosen) if chosen else None,
         mig_profile=request.mig_profile, milli=request.milli,
         cpu_milli=request.cpu_milli_per_unit * request.count,
         memory_mib=request.memory_mib_per_unit * request.count,
@@ -170,12 +230,12 @@ def demand_of(request: GpuRequest) -> Demand:
         environments=frozenset({request.environment}) if request.environment else None)
 
 
-def plan(session: Session, request: GpuRequest, *, policy: str, seed: int = 0
-         ) -> Grant | NoGrant:
+def plan(session: Session, request: GpuRequest, *, fleet: FleetSource, quota: QuotaLedger,
+         pools: PoolLedger) -> Grant | NoGrant:
     """Decide where the request would go now; writes nothing."""
-    flavours = candidate_flavours(session, request)
-    facts = quotas.quota_facts(session, request.project_id, flavours)
-    pooled = matching_pool(session, request, flavours)
+    flavours = candidate_flavours(request, fleet.models(FlavourKind(request.kind)))
+    facts = quota.facts(request.project_id, flavours)
+    pooled = pools.matching(request, flavours)
     if pooled is not None:
         pool, flavour = pooled
         allowed, pool_id = [flavour], pool.id
@@ -188,30 +248,38 @@ def plan(session: Session, request: GpuRequest, *, policy: str, seed: int = 0
         if not allowed_keys:
             return NoGrant("quota_exhausted", "the project holds its quota of every flavour "
                            "the request accepts", tuple(governing))
-        reserved = unused_reservations(session)
+        reserved = pools.unused_reservations()
         allowed = [f for f in flavours if f.key in allowed_keys
-                   and _unreserved_room(session, f, request, reserved)]
+                   and _unreserved_room(fleet, f, request, reserved)]
         if not allowed:
             return NoGrant("pool_reserved", "the free capacity of the flavours the request "
                            "accepts is reserved by projects' pools", tuple(governing))
-    live = placement_state.load(session, kinds=[FlavourKind(request.kind)],
-                                models=[f.model for f in allowed],
-                                environment=request.environment)
-    outcome = Placer(live.state, policy, seed=seed).decide(demand_of(request))
+    outcome = fleet.decide(demand_of(request, [f.model for f in allowed]))
     if isinstance(outcome, Refusal):
         return NoGrant("waiting_for_capacity", outcome.message, tuple(facts),
                        capacity_fact(session, request, outcome))
-    return Grant(decision=outcome, live=live, pool_id=pool_id)
+    return Grant(decision=outcome, live=fleet.live, pool_id=pool_id)
 
 
-def _unreserved_room(session: Session, flavour: Flavour, request: GpuRequest,
+def quota_use(request: GpuRequest, decision: Decision, live: placement_state.LiveFleet
+              ) -> dict[str, int]:
+    """Milli per flavour a granted decision holds against the project's quotas."""
+    use: dict[str, int] = {}
+    for unit in decision.units:
+        model = live.state.gpu(unit.gpu).model
+        key = Flavour(FlavourKind(request.kind), model, request.mig_profile).key
+        use[key] = use.get(key, 0) + (unit.milli if unit.kind is UnitKind.SHARED else 1000)
+    return use
+
+
+def _unreserved_room(fleet: FleetSource, flavour: Flavour, request: GpuRequest,
                      reservations: dict[tuple[str, str], int]) -> bool:
     """Whether the free capacity left after every pool's unused reservation fits it."""
     reserved = reservations.get((flavour.kind.value, flavour.model), 0)
     if not reserved:
         return True
     need = physical_milli(flavour, request.count, request.milli)
-    return free_capacity(session, flavour.kind, flavour.model) - reserved >= need
+    return fleet.free_milli(flavour.kind, flavour.model) - reserved >= need
 
 
 def capacity_fact(session: Session, request: GpuRequest, refusal: Refusal) -> CapacityFact:

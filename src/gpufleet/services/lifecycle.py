@@ -1,22 +1,30 @@
 """The lifecycle's front door: requests, approvals, pools, quotas, and the lifecycle loop.
 
 One method per use case, one transaction each — except granting, which runs after the
-decision that allowed it, in its own transaction, retried when the database refuses a claim
-another server won meanwhile (`UnitTaken`). The approval itself is never rolled back by a
-failed placement: the request then waits, approved, and the loop tries again.
+decision that allowed it, in transactions of its own (services/granter.py: batched when
+approvals arrive together, retried when the database refuses a claim another server won
+meanwhile). The approval itself is never rolled back by a failed placement: the request
+then waits, approved, and the loop tries again. Placement decides on the in-memory
+placement cache (services/placement_cache.py); whatever frees units or changes the fleet
+tells it which nodes to re-read.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock
 from gpufleet.domain.access import Action
-from gpufleet.domain.errors import Conflict
 from gpufleet.domain.requests import RequestState
 from gpufleet.services import people, placement_state, pools, quotas, requests
-from gpufleet.services.bindings import UnitTaken
+from gpufleet.services.bindings import RELEASED_NODE_IDS
+from gpufleet.services.granter import Granter
 from gpufleet.services.people import get_project
+from gpufleet.services.placement_cache import PlacementCache
 from gpufleet.services.principal import Principal
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
@@ -27,18 +35,19 @@ from gpufleet.wire.inventory import AuditEventView
 
 log = logging.getLogger(__name__)
 
-GRANT_ATTEMPTS = 5
-
 
 class Lifecycle:
     def __init__(self, store: StateStore, settings: Settings, clock: Clock):
         self.store = store
         self.settings = settings
         self.clock = clock
+        self.placement = PlacementCache(settings.placement_policy,
+                                        settings.placement_cache_max_age_s)
+        self.granter = Granter(store, clock, self.placement)
 
     # --- requests ------------------------------------------------------------------------
     def create_request(self, principal: Principal, body: wr.RequestCreate) -> wr.RequestView:
-        with self.store.write() as session:
+        with self._write() as session:
             request = requests.create(session, principal, body, self.clock.now(),
                                       self.settings.max_request_days)
             request_id, approved = request.id, request.state == RequestState.APPROVED.value
@@ -69,30 +78,30 @@ class Lifecycle:
             return requests.view(session, session.get(GpuRequest, request_id))
 
     def approve(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
-        with self.store.write() as session:
+        with self._write() as session:
             request_id = requests.approve(session, principal, code, self.clock.now(), reason).id
         self._grant(request_id)
         return self._view(request_id)
 
     def reject(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
-        with self.store.write() as session:
+        with self._write() as session:
             request_id = requests.reject(session, principal, code, self.clock.now(), reason).id
         return self._view(request_id)
 
     def cancel(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
-        with self.store.write() as session:
+        with self._write() as session:
             request_id = requests.cancel(session, principal, code, self.clock.now(), reason).id
         return self._view(request_id)
 
     def release(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
-        with self.store.write() as session:
+        with self._write() as session:
             request_id = requests.release(session, principal, code, self.clock.now(),
                                           reason).id
         self.grant_waiting()  # released units may be what the queue waits for
         return self._view(request_id)
 
     def extend(self, principal: Principal, code: str, body: wr.Extend) -> wr.RequestView:
-        with self.store.write() as session:
+        with self._write() as session:
             request_id = requests.extend(session, principal, code, body, self.clock.now(),
                                          self.settings.max_request_days).id
         return self._view(request_id)
@@ -112,24 +121,19 @@ class Lifecycle:
     # --- granting and the loop -----------------------------------------------------------
     def _grant(self, request_id: int) -> bool:
         """Try to place and bind one approved request; True when it became active."""
-        for attempt in range(1, GRANT_ATTEMPTS + 1):
-            try:
-                with self.store.write() as session:
-                    request = session.get(GpuRequest, request_id)
-                    return requests.try_activate(session, request, self.clock.now(),
-                                                 self.settings.placement_policy)
-            except UnitTaken as exc:
-                log.info("grant of request %d lost a unit (%s); attempt %d", request_id,
-                         exc, attempt)
-            except Conflict as exc:
-                if exc.code != "integrity_conflict":
-                    raise
-                log.info("grant of request %d hit a claimed slot; attempt %d", request_id,
-                         attempt)
-        return False
+        return request_id in self.granter.grant([request_id])
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        """A write transaction that may free units: once it commits, the placement cache
+        re-reads the nodes whose units it freed."""
+        with self.store.write() as session:
+            yield session
+            freed = session.info.get(RELEASED_NODE_IDS, ())
+        self.placement.mark_stale_ids(freed)
 
     def expire_due(self) -> list[str]:
-        with self.store.write() as session:
+        with self._write() as session:
             if not self.store.try_leader_lock(session, "lifecycle-expiry"):
                 return []
             return requests.expire_due(session, self.clock.now())
@@ -139,7 +143,11 @@ class Lifecycle:
         active."""
         with self.store.read() as session:
             waiting = requests.waiting_ids(session, self.clock.now())
-        return sum(self._grant(request_id) for request_id in waiting)
+        return len(self.granter.grant(waiting)) if waiting else 0
+
+    def warm(self) -> None:
+        """Load the placement cache (the server does this at start)."""
+        self.granter.warm()
 
     def tick(self) -> tuple[list[str], int]:
         """One round of the lifecycle loop: expire what ended, then grant what waits."""
@@ -164,7 +172,7 @@ class Lifecycle:
     def set_quota(self, principal: Principal, project: str, body: wr.QuotaSet
                   ) -> wr.ProjectQuotas:
         principal.require(Action.MANAGE_QUOTAS)
-        with self.store.write() as session:
+        with self._write() as session:
             quotas.set_quota(session, principal, get_project(session, project), body.flavour,
                              body.limit, self.clock.now())
         return self.project_quotas(principal, project)
@@ -172,7 +180,7 @@ class Lifecycle:
     def remove_quota(self, principal: Principal, project: str, flavour: str
                      ) -> wr.ProjectQuotas:
         principal.require(Action.MANAGE_QUOTAS)
-        with self.store.write() as session:
+        with self._write() as session:
             quotas.remove_quota(session, principal, get_project(session, project), flavour,
                                 self.clock.now())
         return self.project_quotas(principal, project)
@@ -180,21 +188,21 @@ class Lifecycle:
     def set_auto_approve(self, principal: Principal, project: str, body: wr.AutoApproveSet
                          ) -> wr.ProjectQuotas:
         principal.require(Action.MANAGE_QUOTAS)
-        with self.store.write() as session:
+        with self._write() as session:
             quotas.set_auto_approve(session, principal, get_project(session, project),
                                     body.max_gpus, body.max_hours, self.clock.now())
         return self.project_quotas(principal, project)
 
     def remove_auto_approve(self, principal: Principal, project: str) -> wr.ProjectQuotas:
         principal.require(Action.MANAGE_QUOTAS)
-        with self.store.write() as session:
+        with self._write() as session:
             quotas.remove_auto_approve(session, principal, get_project(session, project),
                                        self.clock.now())
         return self.project_quotas(principal, project)
 
     # --- pools ---------------------------------------------------------------------------
     def request_pool(self, principal: Principal, body: wr.PoolCreate) -> wr.PoolView:
-        with self.store.write() as session:
+        with self._write() as session:
             pool = pools.request_pool(session, principal, body, self.clock.now())
             return pools.pool_view(session, pool)
 
@@ -212,11 +220,11 @@ class Lifecycle:
 
     def approve_pool(self, principal: Principal, code: str, reason: str | None
                      ) -> wr.PoolView:
-        with self.store.write() as session:
+        with self._write() as session:
             return pools.pool_view(session, pools.approve_pool(session, principal, code,
                                                                self.clock.now(), reason))
 
     def reject_pool(self, principal: Principal, code: str, reason: str | None) -> wr.PoolView:
-        with self.store.write() as session:
+        with self._write() as session:
             return pools.pool_view(session, pools.reject_pool(session, principal, code,
                                                               self.clock.now(), reason))

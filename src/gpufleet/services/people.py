@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from gpufleet.domain.access import Action, sees_all_projects
 from gpufleet.domain.errors import Conflict, Forbidden
@@ -96,7 +96,8 @@ def create_project(session: Session, principal: Principal, body: ProjectCreate,
 def list_projects(session: Session, principal: Principal) -> list[ProjectView]:
     """Every project for operators and viewers; a member's own projects for members."""
     principal.require(Action.READ_PROJECTS)
-    projects = session.scalars(select(Project).order_by(Project.name))
+    projects = session.scalars(select(Project).options(selectinload(Project.members))
+                               .order_by(Project.name))
     return [_project_view(p) for p in projects if _visible(principal, p.name)]
 
 

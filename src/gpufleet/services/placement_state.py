@@ -44,7 +44,9 @@ class LiveFleet:
 
 
 def load(session: Session, *, kinds: Iterable[FlavourKind] = tuple(FlavourKind),
-         models: Iterable[str] | None = None, environment: str | None = None) -> LiveFleet:
+         models: Iterable[str] | None = None, environment: str | None = None,
+         node_names: Iterable[str] | None = None) -> LiveFleet:
+    """The usable part of the fleet, or of the nodes named (a cache refreshing them)."""
     modes = [MODE_OF_KIND[k].value for k in kinds]
     query = (select(Gpu.id, Gpu.uuid, Gpu.index, Gpu.model, Gpu.sharing_mode, Gpu.allocated,
                     Gpu.used_milli, Gpu.nvlink_peers, Node.id, Node.name, Node.cpu_cores,
@@ -59,6 +61,8 @@ def load(session: Session, *, kinds: Iterable[FlavourKind] = tuple(FlavourKind),
         query = query.where(Gpu.model.in_(list(models)))
     if environment is not None:
         query = query.where(Environment.name == environment)
+    if node_names is not None:
+        query = query.where(Node.name.in_(list(node_names)))
     rows = session.execute(query).all()
     node_ids = {row[8] for row in rows}
     mig_gpu_ids = [row[0] for row in rows if row[4] == SharingMode.MIG.value]
@@ -84,6 +88,14 @@ def load(session: Session, *, kinds: Iterable[FlavourKind] = tuple(FlavourKind),
         live.gpu_ids[uuid] = gpu_id
     live.state = FleetState(nodes.values())
     return live
+
+
+def models_by_mode(session: Session) -> defaultdict[str, set[str]]:
+    """Every GPU model in the fleet per sharing mode, usable or not."""
+    found: defaultdict[str, set[str]] = defaultdict(set)
+    for mode, model in session.execute(select(Gpu.sharing_mode, Gpu.model).distinct()):
+        found[mode].add(model)
+    return found
 
 
 def _mig_layouts(session: Session, gpu_ids: list[int]) -> dict[int, list[MigSlot]]:

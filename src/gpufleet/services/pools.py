@@ -2,7 +2,7 @@
 
 A pool is logical — flavour × count — not a set of pinned GPUs: approving it reserves that
 much of the fleet's free capacity of its flavour, which other projects' requests may then
-not take (`granting.unused_reservations`). Billing starts at approval (`approved_at`).
+not take (`granting.PoolLedger.unused_reservations`). Billing starts at approval (`approved_at`).
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ def approve_pool(session: Session, principal: Principal, code: str, now: datetim
     flavour = parse_flavour(pool.flavour)
     need = granting.physical_milli(flavour, pool.count, pool.unit_milli)
     free = granting.free_capacity(session, flavour.kind, flavour.model)
-    reserved = granting.unused_reservations(session).get((flavour.kind.value, flavour.model), 0)
+    reservations = granting.PoolLedger.read(session).unused_reservations()
+    reserved = reservations.get((flavour.kind.value, flavour.model), 0)
     if free - reserved < need:
         raise Conflict(f"the fleet has {max(free - reserved, 0) / 1000:g} GPUs' worth of free, "
                        f"unreserved {flavour.key} capacity; the pool needs {need / 1000:g}",

@@ -8,6 +8,8 @@ whether used or not) plus its open bindings outside pools.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, select
@@ -42,57 +44,89 @@ def binding_flavour(kind: str, model: str, mig_profile_id: int | None) -> Flavou
     return Flavour(flavour_kind, model)
 
 
-def held_outside_pools(session: Session, project_id: int) -> dict[str, int]:
-    """Milli held per flavour by the project's open bindings that no pool covers."""
+def held_outside_pools(session: Session, project_ids: Iterable[int]
+                       ) -> dict[int, dict[str, int]]:
+    """Per project, milli held per flavour by its open bindings that no pool covers."""
     units = func.sum(Binding.milli).label("milli")
     count = func.count().label("count")
     rows = session.execute(
-        select(Gpu.model, Binding.kind, Binding.mig_profile_id, units, count)
+        select(Binding.project_id, Gpu.model, Binding.kind, Binding.mig_profile_id, units,
+               count)
         .join(Gpu, Gpu.id == Binding.gpu_id)
         .join(GpuRequest, GpuRequest.id == Binding.request_id)
-        .where(Binding.project_id == project_id, Binding.ended_at.is_(None),
+        .where(Binding.project_id.in_(list(project_ids)), Binding.ended_at.is_(None),
                GpuRequest.pool_id.is_(None))
-        .group_by(Gpu.model, Binding.kind, Binding.mig_profile_id))
-    held: dict[str, int] = defaultdict(int)
-    for model, kind, profile_id, milli, n in rows:
+        .group_by(Binding.project_id, Gpu.model, Binding.kind, Binding.mig_profile_id))
+    held: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for project_id, model, kind, profile_id, milli, n in rows:
         flavour = binding_flavour(kind, model, profile_id)
-        held[flavour.key] += milli if flavour.kind is FlavourKind.SHARED else n * 1000
+        held[project_id][flavour.key] += milli if flavour.kind is FlavourKind.SHARED else n * 1000
     return held
 
 
-def pooled(session: Session, project_id: int) -> dict[str, int]:
-    """Milli reserved per flavour by the project's active pools."""
+def pooled(session: Session, project_ids: Iterable[int]) -> dict[int, dict[str, int]]:
+    """Per project, milli reserved per flavour by its active pools."""
     rows = session.execute(
-        select(Pool.flavour, func.sum(Pool.count * Pool.unit_milli))
-        .where(Pool.project_id == project_id, Pool.state == "active")
-        .group_by(Pool.flavour))
-    return {flavour: int(milli) for flavour, milli in rows}
+        select(Pool.project_id, Pool.flavour, func.sum(Pool.count * Pool.unit_milli))
+        .where(Pool.project_id.in_(list(project_ids)), Pool.state == "active")
+        .group_by(Pool.project_id, Pool.flavour))
+    reserved: dict[int, dict[str, int]] = defaultdict(dict)
+    for project_id, flavour, milli in rows:
+        reserved[project_id][flavour] = int(milli)
+    return reserved
 
 
-def limits(session: Session, project_id: int) -> dict[str, int]:
-    rows = session.execute(select(Quota.flavour, Quota.limit_milli)
-                           .where(Quota.project_id == project_id))
-    return {flavour: limit for flavour, limit in rows}
+def limits(session: Session, project_ids: Iterable[int]) -> dict[int, dict[str, int]]:
+    rows = session.execute(select(Quota.project_id, Quota.flavour, Quota.limit_milli)
+                           .where(Quota.project_id.in_(list(project_ids))))
+    found: dict[int, dict[str, int]] = defaultdict(dict)
+    for project_id, flavour, limit in rows:
+        found[project_id][flavour] = limit
+    return found
+
+
+@dataclass
+class QuotaLedger:
+    """Some projects' quotas and holdings, read once. A batch of grants keeps it current
+    (`add`), so each grant in the batch sees the ones before it without another read."""
+
+    limits: dict[int, dict[str, int]]
+    held: dict[int, dict[str, int]]  # open bindings outside pools
+    pooled: dict[int, dict[str, int]]  # active pools, used or not
+
+    @classmethod
+    def read(cls, session: Session, project_ids: Iterable[int]) -> QuotaLedger:
+        ids = set(project_ids)
+        return cls(limits(session, ids), held_outside_pools(session, ids), pooled(session, ids))
+
+    def used(self, project_id: int, flavour_key: str) -> int:
+        return (self.held.get(project_id, {}).get(flavour_key, 0)
+                + self.pooled.get(project_id, {}).get(flavour_key, 0))
+
+    def facts(self, project_id: int, flavours: list[Flavour]) -> list[QuotaFact]:
+        limit_by_flavour = self.limits.get(project_id, {})
+        return [QuotaFact(flavour=f.key, limit_milli=limit_by_flavour.get(f.key),
+                          used_milli=self.used(project_id, f.key)) for f in flavours]
+
+    def add(self, project_id: int, flavour_key: str, milli: int) -> None:
+        """A grant outside any pool now holds `milli` more of the flavour."""
+        held = self.held.setdefault(project_id, {})
+        held[flavour_key] = held.get(flavour_key, 0) + milli
 
 
 def quota_facts(session: Session, project_id: int, flavours: list[Flavour]) -> list[QuotaFact]:
-    limit_by_flavour = limits(session, project_id)
-    held = held_outside_pools(session, project_id)
-    reserved = pooled(session, project_id)
-    return [QuotaFact(flavour=f.key, limit_milli=limit_by_flavour.get(f.key),
-                      used_milli=held.get(f.key, 0) + reserved.get(f.key, 0))
-            for f in flavours]
+    return QuotaLedger.read(session, [project_id]).facts(project_id, flavours)
 
 
 def quota_views(session: Session, project: Project) -> list[QuotaView]:
     """Every flavour the project has a quota for or holds, with usage against it."""
-    limit_by_flavour = limits(session, project.id)
-    held = held_outside_pools(session, project.id)
-    reserved = pooled(session, project.id)
+    ledger = QuotaLedger.read(session, [project.id])
+    limit_by_flavour = ledger.limits.get(project.id, {})
+    held, reserved = ledger.held.get(project.id, {}), ledger.pooled.get(project.id, {})
     views = []
     for key in sorted(set(limit_by_flavour) | set(held) | set(reserved)):
         limit = limit_by_flavour.get(key)
-        used = held.get(key, 0) + reserved.get(key, 0)
+        used = ledger.used(project.id, key)
         views.append(QuotaView(
             project=project.name, flavour=key,
             limit=None if limit is None else limit / 1000, used=used / 1000,

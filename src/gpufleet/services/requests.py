@@ -6,6 +6,7 @@ writes its audit event; nothing else changes a request's state.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,6 +19,7 @@ from gpufleet.domain.admission import AdmissionFacts, Outcome, Verdict
 from gpufleet.domain.errors import Forbidden, InvalidInput
 from gpufleet.domain.gpu_models import catalogue
 from gpufleet.domain.gpu_models import model as catalogue_model
+from gpufleet.domain.placement import Decision
 from gpufleet.domain.requests import (
     Flavour,
     FlavourKind,
@@ -204,7 +206,8 @@ def _largest_group(session: Session, body: RequestCreate, mode: str,
 
 def _admission(session: Session, request: GpuRequest, now: datetime, max_request_days: float,
                rules: tuple[admission.Rule, ...], capacity=None) -> list[Verdict]:
-    flavours = granting.candidate_flavours(session, request)
+    flavours = granting.candidate_flavours(
+        request, granting.fleet_models(session, FlavourKind(request.kind)))
     facts = quotas.quota_facts(session, request.project_id, flavours)
     ends_at = request.ends_at
     if ends_at is None and request.duration_s:
@@ -340,29 +343,50 @@ def extend(session: Session, principal: Principal, code: str, body: Extend, now:
 
 
 # --- granting and expiry (the lifecycle loop and approval call these) ---------------------
-def try_activate(session: Session, request: GpuRequest, now: datetime, policy: str
-                 ) -> bool:
-    """Place and bind an approved request whose start has come; record why when it cannot."""
-    if request.state != RequestState.APPROVED.value:
-        return False
-    if request.starts_at is not None and request.starts_at > now:
-        _set_wait(request, "waiting_for_start", f"reserved from {request.starts_at.isoformat()}")
-        return False
-    outcome = granting.plan(session, request, policy=policy)
-    if isinstance(outcome, granting.NoGrant):
-        _set_wait(request, outcome.code, outcome.message)
-        return False
-    opened = bindings.open_bindings(session, request, outcome.decision, outcome.live.gpu_ids,
-                                    outcome.live.node_ids, now, request.project.name)
-    request.pool_id = outcome.pool_id
-    request.activated_at = now
-    request.ends_at = granting.end_time(request, now)
-    request.duration_s = None if request.ends_at else request.duration_s
-    _transition(session, request, RequestState.ACTIVE, SYSTEM_ACTOR, now, None,
-                units=len(opened), nodes=sorted(outcome.decision.nodes),
-                pool=pool_code(outcome.pool_id) if outcome.pool_id else None,
-                mig_plans=len(outcome.decision.mig_layouts))
-    return True
+def activate(session: Session, batch: Sequence[GpuRequest], now: datetime,
+             fleet: granting.FleetSource, cache_commit: Callable[[Decision], None]
+             ) -> list[int]:
+    """Place and bind the approved requests of `batch` whose start has come, in order;
+    record why for the others. Each placement is applied to the fleet (`cache_commit`) as
+    it is decided, so the next request sees it; the batch is written together. Returns
+    the ids that became active."""
+    projects = {r.project_id for r in batch}
+    quota = quotas.QuotaLedger.read(session, projects)
+    pools = granting.PoolLedger.read(session)
+    openings, pool_of = [], {}
+    for request in batch:
+        if request.state != RequestState.APPROVED.value:
+            continue
+        if request.starts_at is not None and request.starts_at > now:
+            _set_wait(request, "waiting_for_start",
+                      f"reserved from {request.starts_at.isoformat()}")
+            continue
+        outcome = granting.plan(session, request, fleet=fleet, quota=quota, pools=pools)
+        if isinstance(outcome, granting.NoGrant):
+            _set_wait(request, outcome.code, outcome.message)
+            continue
+        cache_commit(outcome.decision)
+        if outcome.pool_id is not None:
+            pools.add(outcome.pool_id, outcome.decision)
+        else:
+            for key, milli in granting.quota_use(request, outcome.decision,
+                                                 fleet.live).items():
+                quota.add(request.project_id, key, milli)
+        openings.append(bindings.Opening(request, outcome.decision, request.project.name))
+        pool_of[request.id] = outcome.pool_id
+    opened = bindings.open_bindings(session, openings, fleet.live.gpu_ids,
+                                    fleet.live.node_ids, now)
+    for opening in openings:
+        request, decision = opening.request, opening.decision
+        request.pool_id = pool_of[request.id]
+        request.activated_at = now
+        request.ends_at = granting.end_time(request, now)
+        request.duration_s = None if request.ends_at else request.duration_s
+        _transition(session, request, RequestState.ACTIVE, SYSTEM_ACTOR, now, None,
+                    units=len(opened[request.id]), nodes=sorted(decision.nodes),
+                    pool=pool_code(request.pool_id) if request.pool_id else None,
+                    mig_plans=len(decision.mig_layouts))
+    return [o.request.id for o in openings]
 
 
 def _set_wait(request: GpuRequest, code: str, message: str) -> None:
@@ -395,7 +419,10 @@ def why(session: Session, principal: Principal, code: str, now: datetime,
     state = RequestState(request.state)
     capacity = None
     if state is RequestState.APPROVED:
-        outcome = granting.plan(session, request, policy=policy)
+        outcome = granting.plan(session, request,
+                                fleet=granting.FreshFleet(session, request, policy),
+                                quota=quotas.QuotaLedger.read(session, [request.project_id]),
+                                pools=granting.PoolLedger.read(session))
         if isinstance(outcome, granting.NoGrant):
             capacity = outcome.capacity
     rules = _rules_for(state)
@@ -438,7 +465,8 @@ def _summary(request: GpuRequest, state: RequestState, waiting_on: list[Verdict]
 
 
 def _quota_views_for(session: Session, request: GpuRequest) -> list[QuotaView]:
-    keys = {f.key for f in granting.candidate_flavours(session, request)}
+    keys = {f.key for f in granting.candidate_flavours(
+        request, granting.fleet_models(session, FlavourKind(request.kind)))}
     return [q for q in quotas.quota_views(session, request.project) if q.flavour in keys]
 
 

@@ -207,8 +207,9 @@ class Project(Base):
     description: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
-    members: Mapped[list[ProjectMember]] = relationship(cascade="all, delete-orphan",
-                                                        lazy="selectin")
+    # Loaded when asked for (listings use selectinload): a project is read with every
+    # request and binding, which mostly do not need its members.
+    members: Mapped[list[ProjectMember]] = relationship(cascade="all, delete-orphan")
 
 
 class ProjectMember(Base):

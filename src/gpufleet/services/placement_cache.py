@@ -1,0 +1,176 @@
+"""The live fleet kept in memory between grants: the placement cache.
+
+Reading every usable GPU from the state store for each grant costs about a second at
+100,000 GPUs. The cache reads the fleet once and then follows it:
+
+- a grant decided here is applied to it at once (`Placer.commit`), so the next decision
+  sees it without a read;
+- every other change to what placement sees — releases and expiries, registrations,
+  cordons, quarantines, reachability — marks the nodes involved stale, and the next
+  decision re-reads just those nodes;
+- a full re-read happens once the cache is older than `max_age_s`, which bounds how long a
+  change made by another server process can stay unseen.
+
+The cache is never the guard. The slot claims and the conditional shared-GPU update refuse
+a unit that is no longer free (DESIGN.md §6); the grant then marks the nodes it touched
+stale and tries again. Deciding is serialised by the caller (`Lifecycle`'s grant lock):
+the marks are the only part other threads touch, under a lock of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.placement import (
+    Decision,
+    Demand,
+    FleetState,
+    NodeState,
+    Placer,
+    Refusal,
+    free_milli,
+)
+from gpufleet.domain.requests import FlavourKind
+from gpufleet.services import placement_state
+from gpufleet.services.placement_state import MODE_OF_KIND, LiveFleet
+
+log = logging.getLogger(__name__)
+
+FreeKey = tuple[str, str]  # (sharing mode, model)
+
+
+class PlacementCache:
+    def __init__(self, policy: str, max_age_s: float,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self.policy = policy
+        self.max_age_s = max_age_s
+        self._monotonic = monotonic
+        self._live: LiveFleet | None = None
+        self._placer: Placer | None = None
+        self._loaded_at = 0.0
+        self._free_milli: Counter[FreeKey] = Counter()
+        self._models: dict[str, set[str]] = {}  # sharing mode -> models
+        self._names_by_id: dict[int, str] = {}
+        self._marks_lock = threading.Lock()
+        self._stale: set[str] = set()
+        self._all_stale = True
+
+    # --- marks (any thread) ----------------------------------------------------------
+    def mark_stale(self, node_names: Iterable[str]) -> None:
+        """The named nodes changed in the state store; re-read them before deciding."""
+        with self._marks_lock:
+            self._stale.update(node_names)
+
+    def mark_stale_ids(self, node_ids: Iterable[int]) -> None:
+        """As `mark_stale`, by node id. A node the cache never held was not usable when it
+        was read; if it became usable since, whoever changed it marked it by name."""
+        names = [self._names_by_id[i] for i in node_ids if i in self._names_by_id]
+        self.mark_stale(names)
+
+    def mark_all_stale(self) -> None:
+        with self._marks_lock:
+            self._all_stale = True
+
+    def observe_node(self, name: str, ready: bool) -> None:
+        """A cheap consistency check from the heartbeat: a ready node the cache lacks, or a
+        node it holds that is no longer ready, is re-read."""
+        live = self._live
+        if live is not None and ready != (name in live.node_ids):
+            self.mark_stale([name])
+
+    # --- deciding (one caller at a time) --------------------------------------------
+    def refresh(self, session: Session) -> None:
+        """Bring the cache up to date where marked stale; call before deciding."""
+        with self._marks_lock:
+            stale, self._stale = self._stale, set()
+            everything = (self._all_stale or self._live is None
+                          or self._monotonic() - self._loaded_at > self.max_age_s)
+            self._all_stale = False
+        if everything:
+            self._load_all(session)
+        elif stale:
+            self._reload(session, stale)
+
+    @property
+    def live(self) -> LiveFleet:
+        assert self._live is not None, "refresh() first"
+        return self._live
+
+    def models(self, kind: FlavourKind) -> list[str]:
+        """Models of `kind`'s sharing mode in the fleet (usable or not when last read)."""
+        return sorted(self._models.get(MODE_OF_KIND[kind].value, ()))
+
+    def decide(self, demand: Demand) -> Decision | Refusal:
+        assert self._placer is not None, "refresh() first"
+        return self._placer.decide(demand)
+
+    def commit(self, decision: Decision) -> None:
+        """Apply a decision the caller is about to write (StaleDecision: nothing applied)."""
+        assert self._placer is not None
+        nodes = [self._placer.fleet.node(name) for name in decision.nodes]
+        before = [_free_by_kind(node) for node in nodes]
+        self._placer.commit(decision)
+        for node, old in zip(nodes, before, strict=True):
+            self._free_milli.subtract(old)
+            self._free_milli.update(_free_by_kind(node))
+
+    def free_milli(self, kind: FlavourKind, model: str) -> int:
+        """Free milli-GPU of usable GPUs of `model` in `kind`'s sharing mode, fleet-wide."""
+        return self._free_milli[(MODE_OF_KIND[kind].value, model)]
+
+    # --- reading ---------------------------------------------------------------------
+    def _load_all(self, session: Session) -> None:
+        started = self._monotonic()
+        live = placement_state.load(session)
+        workload = self._placer.workload if self._placer is not None else None
+        self._live = live
+        self._placer = Placer(live.state, self.policy, workload=workload)
+        self._names_by_id = {node_id: name for name, node_id in live.node_ids.items()}
+        self._models = placement_state.models_by_mode(session)
+        self._free_milli = Counter()
+        for node in live.state.nodes:
+            self._free_milli.update(_free_by_kind(node))
+        self._loaded_at = self._monotonic()
+        log.info("placement cache loaded %d GPUs on %d nodes in %.0f ms",
+                 len(live.gpu_ids), len(live.node_ids), (self._loaded_at - started) * 1000)
+
+    def _reload(self, session: Session, names: set[str]) -> None:
+        assert self._live is not None
+        fresh = placement_state.load(session, node_names=names)
+        state = self._live.state
+        try:
+            for name in names & set(self._live.node_ids):
+                self._drop(state, name)
+            for node in list(fresh.state.nodes):
+                fresh.state.remove_node(node.name)
+                state.add_node(node)
+                self._free_milli.update(_free_by_kind(node))
+                for gpu in node.gpus:
+                    self._models[gpu.sharing_mode.value].add(gpu.model)
+        except ValueError as exc:  # a GPU moved from a node nobody marked
+            log.info("placement cache re-read in full: %s", exc)
+            self._load_all(session)
+            return
+        self._live.gpu_ids.update(fresh.gpu_ids)
+        self._live.node_ids.update(fresh.node_ids)
+        self._names_by_id.update({i: name for name, i in fresh.node_ids.items()})
+
+    def _drop(self, state: FleetState, name: str) -> None:
+        node = state.remove_node(name)
+        self._free_milli.subtract(_free_by_kind(node))
+        for gpu in node.gpus:
+            self._live.gpu_ids.pop(gpu.key, None)
+        self._names_by_id.pop(self._live.node_ids.pop(name), None)
+
+
+def _free_by_kind(node: NodeState) -> Counter[FreeKey]:
+    free: Counter[FreeKey] = Counter()
+    for gpu in node.gpus:
+        free[(gpu.sharing_mode.value, gpu.model)] += free_milli(gpu)
+    return free
