@@ -97,6 +97,8 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("DELETE", "/api/v1/projects/{name}/quotas/{flavour:path}"): OPERATORS,
     ("PUT", "/api/v1/projects/{name}/auto-approve"): OPERATORS,
     ("DELETE", "/api/v1/projects/{name}/auto-approve"): OPERATORS,
+    # MIG layouts as a mig-parted config: inventory, which every reader sees.
+    ("GET", "/api/v1/mig/configs"): READERS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.

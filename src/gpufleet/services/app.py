@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from gpufleet import __version__
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import InvalidInput, Unauthenticated
@@ -19,6 +20,7 @@ from gpufleet.services import (
     environments,
     fleet,
     gpus,
+    mig_configs,
     nodes,
     people,
     registration,
@@ -243,3 +245,11 @@ class Gpufleet:
             items = [wi.AuditEventView.model_validate(e) for e in events[:limit]]
         next_cursor = encode_cursor([items[-1].id]) if len(events) > limit else None
         return Page[wi.AuditEventView](items=items, next_cursor=next_cursor)
+
+    # --- MIG configs for operators -------------------------------------------------------
+    def export_mig_configs(self, principal: Principal, *, node: str | None,
+                           environment: str | None) -> mig_configs.MigConfigExport:
+        """The selected nodes' MIG layouts as a mig-parted config (pins no placements)."""
+        with self.store.read() as session:
+            return mig_configs.export(session, principal, node=node, environment=environment,
+                                      now=self.clock.now(), generator=f"gpufleet {__version__}")
