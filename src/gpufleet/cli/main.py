@@ -18,6 +18,7 @@ from gpufleet.cli.commands import (
     environments,
     fleet,
     gpus,
+    mig,
     nodes,
     people,
     pools,
@@ -60,6 +61,7 @@ app.add_typer(requests.app, name="request")
 app.add_typer(pools.app, name="pool")
 app.add_typer(environments.app, name="environment")
 app.add_typer(audit.app, name="audit")
+app.add_typer(mig.app, name="mig")
 app.command("serve")(processes.serve)
 app.command("demo")(processes.demo)
 app.command("agent")(processes.agent)
