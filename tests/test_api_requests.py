@@ -23,6 +23,8 @@ def test_request_approve_bind_and_release(h100s, api):
     assert len(body["units"]) == 8 and len({u["node"] for u in body["units"]}) == 1
     assert body["exports"]["GPUFLEET_ALLOCATION"] == code
     assert len(body["exports"]["CUDA_VISIBLE_DEVICES"].split(",")) == 8
+    why = member.get(f"/api/v1/requests/{code}/why").json()
+    assert not why["waiting"] and why["verdicts"] == []  # active: nothing to wait on
 
     listed = api.get("/api/v1/gpus", params={"label": f"allocation={code}"}).json()["items"]
     assert len(listed) == 8

@@ -446,9 +446,11 @@ def why(session: Session, principal: Principal, code: str, now: datetime,
 
 
 def _rules_for(state: RequestState) -> tuple[admission.Rule, ...]:
+    """The rules a request in `state` still waits on: none once it is active or closed
+    (its own units count against its quota then, which is no reason to wait)."""
     if state is RequestState.PENDING:
         return admission.WHILE_PENDING
-    return admission.ON_GRANT if state is RequestState.APPROVED else admission.ON_CREATE
+    return admission.ON_GRANT if state is RequestState.APPROVED else ()
 
 
 def _summary(request: GpuRequest, state: RequestState, waiting_on: list[Verdict],
