@@ -390,7 +390,7 @@ class Binding(Base):
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     end_reason: Mapped[str | None] = mapped_column(String(31))
 
-    gpu: Mapped[Gpu] = relationship(lazy="joined")
+    gpu: Mapped[Gpu] = relationship(lazy="raise")  # unit_views joins what it needs
 
     __table_args__ = (Index("ix_bindings_gpu_ended", "gpu_id", "ended_at"),)
 
