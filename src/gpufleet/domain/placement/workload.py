@@ -114,20 +114,27 @@ class FragmentationMeter:
     """Expected fragmentation of a node, in milli-GPU, against a `Workload`.
 
     The GPU part (per task kind: how many units fit, and the free capacity of GPUs that
-    cannot hold one) depends only on the node's GPU picture and is cached by it; the host
-    part (CPU, memory, task limit) is checked per call.
+    cannot hold one) depends only on the node's GPU picture and is cached by it; the
+    fragmentation per task kind (GPU part and host CPU, memory, task limit) is cached
+    while the kinds and their mean host demands stay the same, and the weighted sum
+    while the weights do.
     """
 
     def __init__(self, workload: Workload, whole_gpus_from_shared: bool = False):
         self.workload = workload
         self.whole_from_shared = whole_gpus_from_shared
         self._gpu_memo: dict[tuple, tuple] = {}
+        self._gpu_fits: dict[Picture, tuple[bool, ...]] = {}  # one GPU: fits per task kind
+        self._per_kind: dict[tuple, tuple[float, ...]] = {}
         self._memo: dict[tuple, float] = {}
         self._classes_seen = -1
+        self._hosts_seen: list[tuple[float, float]] = []
         self._weights_seen = -1
 
     def node(self, pictures: tuple[Picture, ...], cpu_milli: int | None,
-             memory_mib: int | None, open_: bool) -> float:
+             memory_mib: int | None, open_: bool, *, key: int | None = None) -> float:
+        """`key`: a small stand-in for `pictures` in the caches (a `FleetState.ids` id),
+        the same for the same pictures; the pictures themselves when None."""
         workload = self.workload
         if workload.weights_generation != self._weights_seen:
             self._weights_seen = workload.weights_generation
@@ -135,20 +142,44 @@ class FragmentationMeter:
             if len(workload.gpu_classes) != self._classes_seen:
                 self._classes_seen = len(workload.gpu_classes)
                 self._gpu_memo.clear()
-        key = (pictures, cpu_milli, memory_mib, open_)
-        found = self._memo.get(key)
+                self._gpu_fits.clear()
+                self._per_kind.clear()
+            elif workload.hosts != self._hosts_seen:
+                self._per_kind.clear()
+            self._hosts_seen = workload.hosts
+        short = pictures if key is None else key
+        memo_key = (short, cpu_milli, memory_mib, open_)
+        found = self._memo.get(memo_key)
         if found is not None:
             return found
-        gpu_part = self._gpu_memo.get(pictures)
-        if gpu_part is None:
-            gpu_part = self._gpu_memo[pictures] = self._gpu_part(pictures)
-        total, fits = gpu_part
+        per_kind = self._per_kind.get(memo_key)
+        if per_kind is None:
+            gpu_part = self._gpu_memo.get(short)
+            if gpu_part is None:
+                gpu_part = self._gpu_memo[short] = self._gpu_part(pictures)
+            per_kind = self._fragmented_per_kind(gpu_part, cpu_milli, memory_mib, open_)
+            if len(self._per_kind) > 200_000:
+                self._per_kind.clear()
+            self._per_kind[memo_key] = per_kind
         value = 0.0
-        for (n_fit, frag), weight, task, (cpu, memory) in zip(
-                fits, workload.weights, workload.gpu_classes, workload.hosts, strict=True):
+        for weight, fragmented in zip(workload.weights, per_kind, strict=True):
+            value += weight * fragmented
+        if len(self._memo) > 200_000:
+            self._memo.clear()
+        self._memo[memo_key] = value
+        return value
+
+    def _fragmented_per_kind(self, gpu_part: tuple[int, tuple], cpu_milli: int | None,
+                             memory_mib: int | None, open_: bool) -> tuple[float, ...]:
+        """Free milli-GPU each task kind cannot use on the node."""
+        total, fits = gpu_part
+        workload = self.workload
+        found: list[float] = []
+        for (n_fit, frag), task, (cpu, memory) in zip(
+                fits, workload.gpu_classes, workload.hosts, strict=True):
             if not (open_ and n_fit >= task.count and (cpu_milli is None or cpu_milli >= cpu)
                     and (memory_mib is None or memory_mib >= memory)):
-                value += weight * total
+                found.append(total)
                 continue
             # How many such tasks the node can still take: host CPU and memory may run out
             # before its GPUs do, and the GPUs they leave behind are stranded.
@@ -158,38 +189,47 @@ class FragmentationMeter:
             if memory_mib is not None and memory > 0:
                 tasks = min(tasks, int(memory_mib // memory))
             stranded = max(0.0, 1.0 - tasks * task.count / n_fit)
-            value += weight * (frag + stranded * (total - frag))
-        if len(self._memo) > 200_000:
-            self._memo.clear()
-        self._memo[key] = value
-        return value
+            found.append(frag + stranded * (total - frag))
+        return tuple(found)
 
     def _gpu_part(self, pictures: tuple[Picture, ...]) -> tuple[int, tuple]:
-        total = sum(p[3] for p in pictures)
-        fits = tuple(self._fit(task, pictures) for task in self.workload.gpu_classes)
+        """(free milli-GPU, per task kind (GPUs that can hold one unit, free milli-GPU of
+        the others)); GPUs with nothing free count for neither."""
+        total = 0
+        copies: dict[Picture, int] = {}  # nodes often have several GPUs alike
+        for gpu in pictures:
+            total += gpu[3]
+            if gpu[2] and gpu[3]:  # usable, something free
+                copies[gpu] = copies.get(gpu, 0) + 1
+        classes = self.workload.gpu_classes
+        n_fit = [0] * len(classes)
+        frag = [0] * len(classes)
+        for gpu, count in copies.items():
+            fits = self._gpu_fits.get(gpu)
+            if fits is None:
+                if len(self._gpu_fits) > 100_000:
+                    self._gpu_fits.clear()
+                fits = self._gpu_fits[gpu] = tuple(self._fits(task, gpu) for task in classes)
+            free = gpu[3]
+            for number, fit in enumerate(fits):
+                if fit:
+                    n_fit[number] += count
+                else:
+                    frag[number] += count * free
         if len(self._gpu_memo) > 200_000:
             self._gpu_memo.clear()
-        return total, fits
+        return total, tuple(zip(n_fit, frag, strict=True))
 
-    def _fit(self, task: TaskClass, pictures: tuple[Picture, ...]) -> tuple[int, int]:
-        n_fit = frag = 0
-        for model, mode, usable, free, layout in pictures:
-            if not usable or not free:
-                continue
-            if task.models is not None and model not in task.models:
-                frag += free
-                continue
-            if task.kind is UnitKind.WHOLE:
-                fit = free == MILLI and (mode == "exclusive"
-                                         or (mode == "shared" and self.whole_from_shared))
-            elif task.kind is UnitKind.SHARED:
-                fit = mode == "shared" and free >= task.milli
-            else:
-                profile_id = task.mig_id(model)
-                fit = (mode == "mig" and profile_id is not None
-                       and profile_id in mig_plans.hostable(model, layout))
-            if fit:
-                n_fit += 1
-            else:
-                frag += free
-        return n_fit, frag
+    def _fits(self, task: TaskClass, gpu: Picture) -> bool:
+        """Whether one unit of `task` fits on a usable GPU with something free."""
+        model, mode, _, free, layout = gpu
+        if task.models is not None and model not in task.models:
+            return False
+        if task.kind is UnitKind.WHOLE:
+            return free == MILLI and (mode == "exclusive"
+                                      or (mode == "shared" and self.whole_from_shared))
+        if task.kind is UnitKind.SHARED:
+            return mode == "shared" and free >= task.milli
+        profile_id = task.mig_id(model)
+        return (mode == "mig" and profile_id is not None
+                and profile_id in mig_plans.hostable(model, layout))
