@@ -23,6 +23,7 @@ from gpufleet.domain.placement import (
     Placer,
     Refusal,
     UnitKind,
+    Workload,
     geometry_of,
 )
 
@@ -151,3 +152,59 @@ def test_invariants_hold_over_any_sequence(fleet, sequence, policy, from_shared)
         if release_one and held:
             placer.release(held.pop(0))
             check_invariants(fleet, held)
+
+
+@st.composite
+def twin_fleets(draw) -> FleetState:
+    """Nodes in groups alike in their GPUs (one shape) but not in their host resources."""
+    nodes = []
+    for group in range(draw(st.integers(1, 2))):
+        template = draw(gpus("t", draw(st.integers(1, 3))))
+        for copy in range(draw(st.integers(2, 3))):
+            name = f"n{group}{copy}"
+            states = [GpuState(f"{name}/{g.index}", g.index, g.model, g.sharing_mode,
+                               usable=g.usable, whole_bound=g.whole_bound,
+                               used_milli=g.used_milli,
+                               mig_instances=[MigSlot(s.profile_id, s.start, s.bound)
+                                              for s in g.mig_instances],
+                               nvlink_peers=frozenset(p.replace("t/", f"{name}/")
+                                                      for p in g.nvlink_peers))
+                      for g in template]
+            nodes.append(NodeState(
+                name, states, environment=draw(st.sampled_from(["a", "b"])),
+                cpu_milli_free=draw(st.none() | st.sampled_from([0, 2000, 8000])),
+                memory_mib_free=draw(st.none() | st.sampled_from([0, 16, 64])),
+                max_tasks=draw(st.none() | st.integers(1, 3))))
+    return FleetState(nodes)
+
+
+plain_demands = st.builds(  # no filters: most of them fit somewhere on a twin fleet
+    Demand,
+    kind=st.sampled_from(list(UnitKind)),
+    count=st.integers(0, 2),
+    mig_profile=st.sampled_from(MIG_PROFILES),
+    milli=st.sampled_from([250, 500, 700]),
+    cpu_milli=st.sampled_from([0, 1000, 3000]),
+    memory_mib=st.sampled_from([0, 8, 20]),
+    same_node=st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleet=twin_fleets(), sequence=st.lists(plain_demands, min_size=1, max_size=10),
+       policy=st.sampled_from(POLICIES), from_shared=st.booleans())
+def test_cached_plans_and_ranks_never_change_an_answer(fleet, sequence, policy, from_shared):
+    # A placer reuses plans across nodes of one shape and ranks across nodes of one shape
+    # and host resources, within a decision and across decisions. The reference is a
+    # fresh placer with that reuse switched off, on the same fixed workload.
+    workload = Workload(sequence)
+    placer = Placer(fleet, policy, whole_gpus_from_shared=from_shared, workload=workload,
+                    learn=False)
+    for demand in sequence:
+        reference = Placer(fleet, policy, whole_gpus_from_shared=from_shared,
+                           workload=workload, learn=False)
+        reference._caches = lambda context: None  # decide every plan and rank afresh
+        result = placer.decide(demand)
+        assert result == reference.decide(demand)
+        if isinstance(result, Decision):
+            placer.commit(result)

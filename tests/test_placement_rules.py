@@ -327,6 +327,32 @@ def test_default_policy_keeps_whole_gpus_free_for_the_workload_it_expects():
     assert placed(spread, shared(400)).units[0].gpu == "s/1"
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_plan_made_on_one_node_is_reused_on_another_of_the_same_shape(policy):
+    # Plans are cached by node shape: the second decision reuses the plan made on the
+    # first node for an empty GPU, and must name the other node's GPU, layout and host.
+    state = fleet(node("a", 1, MIG, cpu=4000), node("b", 1, MIG, cpu=4000))
+    placer = Placer(state, policy)
+    first = placed(placer, mig("7g.80gb", cpu_milli=1000))
+    placer.commit(first)
+    other = "b" if first.units[0].node == "a" else "a"
+    second = placed(placer, mig("7g.80gb", cpu_milli=1000))
+    assert [(u.node, u.gpu) for u in second.units] == [(other, f"{other}/0")]
+    assert set(second.mig_layouts) == set(second.previous_mig_layouts) == {f"{other}/0"}
+    assert dict(second.cpu_milli_by_node) == {other: 1000}
+    placer.commit(second)
+    assert state.node(other).cpu_milli_free == 3000
+    refused(placer, mig("7g.80gb"), "no_capacity")
+
+
+def test_ranks_reused_across_nodes_of_one_shape_still_see_each_nodes_task_room():
+    # Alike in GPUs and host resources, but the last task `a` may take would strand its
+    # other GPU: the default policy puts the task on `b`, whichever node it ranked first.
+    state = fleet(node("a", 2, max_tasks=1, environment="x"), node("b", 2, environment="y"))
+    placer = Placer(state, workload=Workload([whole(1)]))
+    assert placed(placer, whole(1)).units[0].node == "b"
+
+
 # --- commit, release, JSON ---------------------------------------------------------------
 def test_commit_then_release_restores_the_fleet():
     state = fleet(node("a", 4, cpu=8000, memory=64), node("s", 2, SHARED, cpu=8000),

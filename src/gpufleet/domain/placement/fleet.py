@@ -46,9 +46,16 @@ def free_milli(gpu: GpuState) -> int:
     return MILLI - mig_plans.bound_milli(gpu.model, layout_key(gpu))
 
 
+_MODE_NAMES = {mode: mode.value for mode in SharingMode}  # the enum's .value is slow
+
+
 def picture(gpu: GpuState) -> GpuPicture:
-    layout = layout_key(gpu) if gpu.sharing_mode is SharingMode.MIG else ()
-    return (gpu.sharing_mode.value, gpu.usable, free_milli(gpu), layout)
+    if gpu.sharing_mode is not SharingMode.MIG:
+        return (_MODE_NAMES[gpu.sharing_mode], gpu.usable, free_milli(gpu), ())
+    layout = layout_key(gpu)
+    if not gpu.usable or mig_plans.geometry_of(gpu.model) is None:
+        return ("mig", gpu.usable, 0, layout)
+    return ("mig", True, MILLI - mig_plans.bound_milli(gpu.model, layout), layout)
 
 
 @dataclass(frozen=True)
@@ -64,15 +71,45 @@ class NodeSummary:
     free_milli: int
     signature: tuple  # (sorted GPU pictures, cpu free, memory free, environment, open)
     pictures: dict[str, tuple]  # GPU key -> (model, *picture)
+    shape: int = -1  # id of the GPUs' (index, model, *picture) in node order
+    pictures_id: int = -1  # id of signature[0], the sorted GPU pictures
 
 
-def summarise(node: NodeState) -> NodeSummary:
+class TupleIds:
+    """Small integer ids for deep tuples that are looked up often: a node's *shape* (each
+    GPU's (index, model, *picture), in the node's GPU order — everything a plan on the
+    node depends on but NVLink peers and host resources) and its sorted GPU pictures.
+    Caches keyed by the id hash an int instead of walking the tuple on every lookup.
+
+    An id always means the same tuple (ids are never reused); the table forgets old
+    tuples past `limit`, after which a returning one gets a new id (a cache miss, not a
+    wrong answer).
+    """
+
+    def __init__(self, limit: int = 100_000):
+        self._ids: dict[tuple, int] = {}
+        self._next = 0
+        self.limit = limit
+
+    def __call__(self, value: tuple) -> int:
+        found = self._ids.get(value)
+        if found is None:
+            if len(self._ids) >= self.limit:
+                self._ids.clear()
+            found = self._ids[value] = self._next
+            self._next += 1
+        return found
+
+
+def summarise(node: NodeState, ids: TupleIds | None = None) -> NodeSummary:
     whole_exclusive = whole_any = shared_max = free_total = 0
     hostable: dict[int, int] = {}
     pictures = {}
+    shape = []
     for gpu in node.gpus:
         pic = picture(gpu)
-        pictures[gpu.key] = (gpu.model, *pic)
+        pictures[gpu.key] = full = (gpu.model, *pic)
+        shape.append((gpu.index, *full))
         free_total += pic[2]
         if not gpu.usable:
             continue
@@ -89,11 +126,13 @@ def summarise(node: NodeState) -> NodeSummary:
                 if tier < hostable.get(profile_id, mig_plans.REPARTITION + 1):
                     hostable[profile_id] = tier
     open_ = node.schedulable and (node.max_tasks is None or node.tasks < node.max_tasks)
-    signature = (tuple(sorted(pictures.values())), node.cpu_milli_free, node.memory_mib_free,
+    sorted_pictures = tuple(sorted(pictures.values()))
+    signature = (sorted_pictures, node.cpu_milli_free, node.memory_mib_free,
                  node.environment, open_)
     return NodeSummary(open_, frozenset(g.model for g in node.gpus), whole_exclusive,
-                       whole_any, shared_max, hostable, free_total, signature,
-                       pictures)
+                       whole_any, shared_max, hostable, free_total, signature, pictures,
+                       -1 if ids is None else ids(tuple(shape)),
+                       -1 if ids is None else ids(sorted_pictures))
 
 
 Bucket = dict[tuple, dict[str, None]]  # signature -> names (an ordered set)
@@ -124,6 +163,7 @@ class FleetState:
         self._entries: dict[str, list[tuple[dict, int, tuple]]] = {}
         self.pools: dict[tuple[str, str], Pool] = {}
         self.models: dict[str, int] = {}  # model -> GPUs of it
+        self.ids = TupleIds()  # node shapes and sorted GPU pictures (NodeSummary)
         for node in nodes:
             self.add_node(node)
 
@@ -192,7 +232,7 @@ class FleetState:
         return pool
 
     def _index(self, node: NodeState) -> None:
-        summary = summarise(node)
+        summary = summarise(node, self.ids)
         self._summaries[node.name] = summary
         entries: list[tuple[dict, int, tuple]] = []
         self._entries[node.name] = entries

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import ceil
 
 from gpufleet.domain.inventory import SharingMode
@@ -47,6 +47,7 @@ class _Context:
     gpu_filter: GpuFilter | None
     whole_from_shared: bool
     host_failures: int = 0
+    short_of_host: list[str] = field(default_factory=list)  # nodes `_candidates` skipped
     nvlink_failures: int = 0
 
 
@@ -61,6 +62,8 @@ class NodePlan:
     memory_mib: int = 0
     pictures_after: tuple = ()
     gpu_free_after: int = MILLI  # free milli left on the GPU a shared unit lands on
+    origin: tuple[str, ...] = ()  # cached plans: the GPU keys of the node made on, in order
+    after_id: int | None = None  # cached plans: fleet.ids of pictures_after
 
 
 class Placer:
@@ -89,6 +92,10 @@ class Placer:
         self.learn = learn
         self._rng = random.Random(seed)
         self._scorer: Scorer = make_scorer(policy, self.workload, whole_gpus_from_shared)
+        # demand -> shape id -> plans, and demand -> (shape, host) -> ranked plans
+        self._plan_cache: dict[Demand, dict[int, list[NodePlan]]] = {}
+        self._rank_cache: dict[Demand, dict[tuple, list[tuple[tuple, NodePlan]]]] = {}
+        self._ranks_version = -1
 
     # --- decide ----------------------------------------------------------------------
     def decide(self, demand: Demand, *, gpu_filter: GpuFilter | None = None) -> Decision | Refusal:
@@ -179,29 +186,54 @@ class Placer:
 
     # --- candidates ------------------------------------------------------------------
     def _candidates(self, context: _Context, units_on_one_node: int, *,
-                    every_node: bool = False) -> Iterator[NodeState]:
+                    every_node: bool = False, host: tuple[int, int] = (0, 0),
+                    ) -> Iterator[NodeState]:
         """Distinct candidate nodes in the policy's order.
 
         Nodes with the same signature are interchangeable, so one of each is offered
         (all of them when a `gpu_filter` may tell them apart). The caller stops after
         `max_candidates` nodes that fit. The default policy looks at the tightest fits
-        first and then at the emptiest nodes, so both stay in view when the cap bites.
+        first and then at the emptiest nodes, so both stay in view when the cap bites:
+        the first 7/8 of `max_candidates` walked from the tight end, then one from each
+        end in turn.
+
+        Nodes with less free CPU / memory than `host` (read from their signature) are
+        not offered but listed in `context.short_of_host`: on a busy fleet most nodes of
+        a bucket can be short of host resources, and offering each costs more than
+        skipping it. They still take their turn in the default policy's alternation
+        (its walks yield None for them), so which nodes it offers does not change.
         """
         demand = context.demand
         pools = self._pools(demand, context.profile_ids)
         seen: set[str] = set()
         # Spanning several nodes needs each of a signature's nodes, not one of them.
         per_signature = every_node or context.gpu_filter is not None
-        if self.policy == "default":
-            walks = [self._walk(pools, context, units_on_one_node, True, seen, per_signature),
-                     self._walk(pools, context, units_on_one_node, False, seen, per_signature)]
-            yield from _alternate(walks, first=max(1, self.max_candidates * 7 // 8))
-        else:
+        if self.policy != "default":
             yield from self._walk(pools, context, units_on_one_node, self.policy != "spread",
-                                  seen, per_signature)
+                                  seen, per_signature, host, False)
+            return
+        head = self._walk(pools, context, units_on_one_node, True, seen, per_signature,
+                          host, True)
+        tail = self._walk(pools, context, units_on_one_node, False, seen, per_signature,
+                          host, True)
+        for _ in range(max(1, self.max_candidates * 7 // 8)):
+            node = next(head, _END)
+            if node is _END:
+                break
+            if node is not None:
+                yield node
+        pending = [head, tail]
+        while pending:
+            for walk in list(pending):
+                node = next(walk, _END)
+                if node is _END:
+                    pending.remove(walk)
+                elif node is not None:
+                    yield node
 
     def _walk(self, pools: list[Pool], context: _Context, units: int, ascending: bool,
-              seen: set[str], per_signature: bool) -> Iterator[NodeState]:
+              seen: set[str], per_signature: bool, host: tuple[int, int],
+              hold_places: bool) -> Iterator[NodeState | None]:
         demand = context.demand
         if demand.host_only:
             attribute, levels = "host", range(0, max(8, max_gpus(pools)) * 8 + 1)
@@ -215,45 +247,130 @@ class Placer:
             attribute, levels = "mig", range(mig_plans.EXISTING, mig_plans.REPARTITION + 1)
         if not ascending:
             levels = reversed(levels)
+        # (pool's buckets by level, MIG profile id: MIG levels are (profile id, tier))
+        tables = [(getattr(pool, attribute),
+                   context.profile_ids[pool.model] if attribute == "mig" else None)
+                  for pool in pools]
+        cpu, memory = host
+        short = context.short_of_host
+        node = self.fleet.node
         for level in levels:
-            for pool in pools:
-                by_level = getattr(pool, attribute)
-                key = (context.profile_ids[pool.model], level) if attribute == "mig" else level
-                bucket = by_level.get(key)
+            for by_level, profile_id in tables:
+                bucket = by_level.get(level if profile_id is None else (profile_id, level))
                 if not bucket:
                     continue
                 # decide() changes nothing, so the buckets can be walked without copies
-                for names in bucket.values():
-                    for name in (names if per_signature else (next(iter(names)),)):
+                for signature, names in bucket.items():
+                    # signature: (pictures, cpu free, memory free, environment, open)
+                    free_cpu, free_memory = signature[1], signature[2]
+                    offered = names if per_signature else (next(iter(names)),)
+                    if ((free_cpu is not None and free_cpu < cpu)
+                            or (free_memory is not None and free_memory < memory)):
+                        short.extend(offered)
+                        if hold_places:
+                            for name in offered:
+                                if name not in seen:
+                                    seen.add(name)
+                                    yield None
+                        continue
+                    for name in offered:
                         if name not in seen:
                             seen.add(name)
-                            yield self.fleet.node(name)
+                            yield node(name)
 
     # --- plans on one node -----------------------------------------------------------
     def _best_plan(self, context: _Context, count: int) -> NodePlan | None:
-        best: list[tuple[tuple, NodePlan]] = []
-        fitting = 0
+        """The best-ranked plan over the candidates, ties drawn at random."""
         cpu, memory = context.demand.cpu_milli, context.demand.memory_mib
-        for node in self._candidates(context, count):
+        caches = self._caches(context)
+        best_key: tuple | None = None
+        best: list[tuple[NodeState, NodePlan]] = []
+        fitting = 0
+        for node in self._candidates(context, count, host=(cpu, memory)):
             if not self._host_fits(node, cpu, memory):
                 if not context.host_failures and self._gpus_fit(context, node, count):
                     context.host_failures += 1
                 continue
-            plans = self._plans_on(context, node, count)
-            if plans:
+            if caches is None:
+                ranked = self._ranked(context, node, count)
+            else:
+                ranked = self._ranked_cached(context, node, count, *caches)
+            if ranked:
                 fitting += 1
-            for plan in plans:
-                plan.cpu_milli, plan.memory_mib = cpu, memory
-                key = self._scorer.key(self.fleet, plan)
-                if not best or key < best[0][0]:
-                    best = [(key, plan)]
-                elif key == best[0][0]:
-                    best.append((key, plan))
+            for rank, plan in ranked:
+                key = (*rank, node.name)
+                if best_key is None or key < best_key:
+                    best_key, best = key, [(node, plan)]
+                elif key == best_key:
+                    best.append((node, plan))
             if fitting >= self.max_candidates:
                 break
         if not best:
             return None
-        return best[0][1] if len(best) == 1 else self._rng.choice(best)[1]
+        node, plan = best[0] if len(best) == 1 else self._rng.choice(best)
+        return _moved(plan, node) if plan.origin else plan
+
+    def _ranked(self, context: _Context, node: NodeState,
+                count: int) -> list[tuple[tuple, NodePlan]]:
+        ranked = []
+        for plan in self._plans_on(context, node, count):
+            plan.cpu_milli, plan.memory_mib = context.demand.cpu_milli, context.demand.memory_mib
+            ranked.append((self._scorer.rank(self.fleet, node, plan), plan))
+        return ranked
+
+    def _caches(self, context: _Context) -> tuple[dict, dict] | None:
+        """This demand's plan and rank caches (`_ranked_cached`); None where plans may not
+        be reused across nodes of one shape: with a `gpu_filter` (it may tell such nodes
+        apart) and for NVLink groups (the shape does not hold the links)."""
+        if context.gpu_filter is not None or context.demand.nvlink:
+            return None
+        version = self._scorer.version()
+        if version != self._ranks_version:
+            self._ranks_version = version
+            self._rank_cache.clear()
+        for cache in (self._plan_cache, self._rank_cache):
+            if len(cache) > 256:  # demands with many distinct host sizes (a live fleet)
+                cache.clear()
+        demand = context.demand
+        plans = self._plan_cache.get(demand)
+        if plans is None or len(plans) > 50_000:
+            plans = self._plan_cache[demand] = {}
+        ranks = self._rank_cache.get(demand)
+        if ranks is None or len(ranks) > 50_000:
+            ranks = self._rank_cache[demand] = {}
+        return plans, ranks
+
+    def _ranked_cached(self, context: _Context, node: NodeState, count: int,
+                       plans: dict[int, list[NodePlan]],
+                       ranks: dict[tuple, list[tuple[tuple, NodePlan]]],
+                       ) -> list[tuple[tuple, NodePlan]]:
+        """`_ranked`, reused for every node of the same shape and host resources.
+
+        Plans depend on the node's shape alone (`fleet.TupleIds`), ranks also on its free
+        host resources and task room; a cached plan made on another node of the shape is
+        moved to the chosen node at the end (`_moved`). Ranks are dropped whenever the
+        policy's `version()` changes (the default policy's workload weights).
+        """
+        if not node.schedulable:
+            return []
+        summary = self.fleet.summary(node.name)
+        shape = summary.shape
+        host = (shape, node.cpu_milli_free, node.memory_mib_free, summary.open,
+                node.max_tasks is None or node.tasks + 1 < node.max_tasks)
+        ranked = ranks.get(host)
+        if ranked is None:
+            made = plans.get(shape)
+            if made is None:
+                made = plans[shape] = self._plans_on(context, node, count)
+                origin = tuple(gpu.key for gpu in node.gpus)
+                for plan in made:
+                    plan.cpu_milli = context.demand.cpu_milli
+                    plan.memory_mib = context.demand.memory_mib
+                    plan.origin = origin
+                    plan.after_id = self.fleet.ids(plan.pictures_after)
+            ranked = ranks[host] = [(self._scorer.rank(self.fleet, node, plan), plan)
+                                    for plan in made]
+        return ranked
 
     def _gpus_fit(self, context: _Context, node: NodeState, count: int) -> bool:
         return bool(self._plans_on(context, node, count))
@@ -384,7 +501,8 @@ class Placer:
                 if plans:
                     plan = plans[0]
                     plan.cpu_milli, plan.memory_mib = cpu, memory
-                    options.append(((-units, self._scorer.key(self.fleet, plan)), plan))
+                    key = (*self._scorer.rank(self.fleet, node, plan), node.name)
+                    options.append(((-units, key), plan))
                     break
         options.sort(key=lambda item: item[0])
         chosen, remaining = [], demand.count
@@ -420,7 +538,9 @@ class Placer:
         demand = context.demand
         what = _describe(demand)
         limited = any(pool.task_limited for pool in self._pools(demand, context.profile_ids))
-        if context.host_failures or limited:
+        if context.host_failures or limited or any(
+                self._gpus_fit(context, self.fleet.node(name), demand.count)
+                for name in dict.fromkeys(context.short_of_host)):
             return Refusal("host_resources",
                            f"GPUs for {what} are free, but no such node has "
                            f"{demand.cpu_milli} milli-CPU and {demand.memory_mib} MiB free "
@@ -521,22 +641,23 @@ class Placer:
             self.fleet.refresh(name)
 
 
-def _alternate(walks: list[Iterator[NodeState]], first: int) -> Iterator[NodeState]:
-    """`first` items of the first walk, then the rest of both walks in turn."""
-    head, tail = walks
-    for _ in range(first):
-        item = next(head, None)
-        if item is None:
-            break
-        yield item
-    pending = [head, tail]
-    while pending:
-        for walk in list(pending):
-            item = next(walk, None)
-            if item is None:
-                pending.remove(walk)
-            else:
-                yield item
+_END = object()  # a walk's end (None stands for a node it skipped)
+
+
+def _moved(plan: NodePlan, node: NodeState) -> NodePlan:
+    """A cached `plan`, made on a node of the same shape (perhaps `node` itself, as it
+    was), on `node` now: the units and layouts on the GPUs at the same positions."""
+    position = {key: number for number, key in enumerate(plan.origin)}
+    gpus = node.gpus
+
+    def there(key: str) -> GpuState:
+        return gpus[position[key]]
+
+    units = [replace(unit, node=node.name, gpu=there(unit.gpu).key,
+                     gpu_index=there(unit.gpu).index) for unit in plan.units]
+    layouts = {there(key).key: layout for key, layout in plan.layouts.items()}
+    return NodePlan(node, units, layouts, plan.cpu_milli, plan.memory_mib,
+                    plan.pictures_after, plan.gpu_free_after)
 
 
 def max_gpus(pools: list[Pool]) -> int:

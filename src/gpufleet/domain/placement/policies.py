@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .model import MILLI, GpuState
+from .model import MILLI, GpuState, NodeState
 from .workload import FragmentationMeter, Workload
 
 if TYPE_CHECKING:
@@ -28,16 +28,26 @@ def _free_after(plan: NodePlan) -> int:
     return sum(p[3] for p in plan.pictures_after)
 
 
-def _host_after(plan: NodePlan) -> tuple[int, int]:
-    node = plan.node
+def _host_after(node: NodeState, plan: NodePlan) -> tuple[int, int]:
     cpu = (node.cpu_milli_free - plan.cpu_milli) if node.cpu_milli_free is not None else 0
     memory = (node.memory_mib_free - plan.memory_mib) if node.memory_mib_free is not None else 0
     return cpu, memory
 
 
 class Scorer:
-    def key(self, fleet: FleetState, plan: NodePlan) -> tuple:
+    """Ranks plans; a `Placer` orders them by (rank, node name), lowest first.
+
+    A plan's rank depends only on the node's GPU pictures, its host resources and task
+    room, and the plan itself — never on the node's name — so the `Placer` may reuse it
+    for every node of the same shape while `version()` stays the same.
+    """
+
+    def rank(self, fleet: FleetState, node: NodeState, plan: NodePlan) -> tuple:
         raise NotImplementedError
+
+    def version(self) -> int:
+        """Changes whenever ranks computed before may no longer hold."""
+        return 0
 
     def gpu_order(self, gpus: list[GpuState]) -> list[GpuState]:
         """GPUs to fill first when a plan takes several fractions on one node."""
@@ -49,14 +59,14 @@ class Scorer:
 
 
 class BinpackScorer(Scorer):
-    def key(self, fleet: FleetState, plan: NodePlan) -> tuple:
-        return (_free_after(plan), plan.gpu_free_after, *_host_after(plan), plan.node.name)
+    def rank(self, fleet: FleetState, node: NodeState, plan: NodePlan) -> tuple:
+        return (_free_after(plan), plan.gpu_free_after, *_host_after(node, plan))
 
 
 class SpreadScorer(Scorer):
-    def key(self, fleet: FleetState, plan: NodePlan) -> tuple:
-        cpu, memory = _host_after(plan)
-        return (-_free_after(plan), -plan.gpu_free_after, -cpu, -memory, plan.node.name)
+    def rank(self, fleet: FleetState, node: NodeState, plan: NodePlan) -> tuple:
+        cpu, memory = _host_after(node, plan)
+        return (-_free_after(plan), -plan.gpu_free_after, -cpu, -memory)
 
     def gpu_order(self, gpus: list[GpuState]) -> list[GpuState]:
         return sorted(gpus, key=lambda g: (g.used_milli, g.index))
@@ -67,20 +77,24 @@ class SpreadScorer(Scorer):
 
 class FragmentationScorer(Scorer):
     def __init__(self, workload: Workload, whole_gpus_from_shared: bool):
+        self.workload = workload
         self.meter = FragmentationMeter(workload, whole_gpus_from_shared)
 
-    def key(self, fleet: FleetState, plan: NodePlan) -> tuple:
-        node = plan.node
+    def version(self) -> int:
+        return self.workload.weights_generation
+
+    def rank(self, fleet: FleetState, node: NodeState, plan: NodePlan) -> tuple:
         summary = fleet.summary(node.name)
         before = self.meter.node(summary.signature[0], node.cpu_milli_free,
-                                 node.memory_mib_free, summary.open)
+                                 node.memory_mib_free, summary.open, key=summary.pictures_id)
         cpu = node.cpu_milli_free - plan.cpu_milli if node.cpu_milli_free is not None else None
         memory = (node.memory_mib_free - plan.memory_mib
                   if node.memory_mib_free is not None else None)
         open_after = node.max_tasks is None or node.tasks + 1 < node.max_tasks
-        after = self.meter.node(plan.pictures_after, cpu, memory, open_after)
+        after = self.meter.node(plan.pictures_after, cpu, memory, open_after,
+                                key=plan.after_id)
         return (round(after - before, 6), _free_after(plan), plan.gpu_free_after,
-                *_host_after(plan), node.name)
+                *_host_after(node, plan))
 
 
 def make_scorer(policy: str, workload: Workload, whole_gpus_from_shared: bool) -> Scorer:
