@@ -71,13 +71,13 @@ class NodeSummary:
     free_milli: int
     signature: tuple  # (sorted GPU pictures, cpu free, memory free, environment, open)
     pictures: dict[str, tuple]  # GPU key -> (model, *picture)
-    shape: int = -1  # id of the GPUs' (index, model, *picture) in node order
+    shape: int = -1  # id of the GPUs' (index, (model, *picture)) in node order
     pictures_id: int = -1  # id of signature[0], the sorted GPU pictures
 
 
 class TupleIds:
     """Small integer ids for deep tuples that are looked up often: a node's *shape* (each
-    GPU's (index, model, *picture), in the node's GPU order — everything a plan on the
+    GPU's index and (model, *picture), in the node's GPU order — all a plan on the
     node depends on but NVLink peers and host resources) and its sorted GPU pictures.
     Caches keyed by the id hash an int instead of walking the tuple on every lookup.
 
@@ -101,30 +101,55 @@ class TupleIds:
         return found
 
 
+# What one GPU adds to its node's summary: (model, *picture); whether it is a free
+# exclusive GPU, a free whole GPU (exclusive, or shared with nothing on it); the free
+# fraction of a usable shared GPU (else 0); the MIG profiles it can host, with tiers.
+GpuView = tuple[tuple, int, int, int, tuple[tuple[int, int], ...]]
+_VIEWS: dict[tuple, GpuView] = {}  # by the GPU's state: a few hundred distinct ones
+
+
+def _view(gpu: GpuState) -> GpuView:
+    if gpu.sharing_mode is SharingMode.MIG:
+        key: tuple = (gpu.model, gpu.usable, layout_key(gpu))
+    else:
+        key = (gpu.model, gpu.sharing_mode, gpu.usable, gpu.whole_bound, gpu.used_milli)
+    found = _VIEWS.get(key)
+    if found is not None:
+        return found
+    full = (gpu.model, *picture(gpu))
+    exclusive = any_ = shared = 0
+    tiers: tuple[tuple[int, int], ...] = ()
+    if gpu.usable:
+        if gpu.sharing_mode is SharingMode.EXCLUSIVE:
+            exclusive = any_ = int(not gpu.whole_bound)
+        elif gpu.sharing_mode is SharingMode.SHARED:
+            any_ = int(gpu.used_milli == 0)
+            shared = MILLI - gpu.used_milli
+        elif mig_plans.geometry_of(gpu.model) is not None:
+            tiers = mig_plans.best_tiers(gpu.model, full[4])
+    if len(_VIEWS) > 100_000:
+        _VIEWS.clear()
+    found = _VIEWS[key] = (full, exclusive, any_, shared, tiers)
+    return found
+
+
 def summarise(node: NodeState, ids: TupleIds | None = None) -> NodeSummary:
     whole_exclusive = whole_any = shared_max = free_total = 0
     hostable: dict[int, int] = {}
     pictures = {}
     shape = []
     for gpu in node.gpus:
-        pic = picture(gpu)
-        pictures[gpu.key] = full = (gpu.model, *pic)
-        shape.append((gpu.index, *full))
-        free_total += pic[2]
-        if not gpu.usable:
-            continue
-        if gpu.sharing_mode is SharingMode.EXCLUSIVE:
-            if not gpu.whole_bound:
-                whole_exclusive += 1
-                whole_any += 1
-        elif gpu.sharing_mode is SharingMode.SHARED:
-            if gpu.used_milli == 0:
-                whole_any += 1
-            shared_max = max(shared_max, MILLI - gpu.used_milli)
-        elif mig_plans.geometry_of(gpu.model) is not None:
-            for profile_id, tier in mig_plans.best_tiers(gpu.model, pic[3]):
-                if tier < hostable.get(profile_id, mig_plans.REPARTITION + 1):
-                    hostable[profile_id] = tier
+        full, exclusive, any_, shared, tiers = _view(gpu)
+        pictures[gpu.key] = full
+        shape.append((gpu.index, full))
+        free_total += full[3]
+        whole_exclusive += exclusive
+        whole_any += any_
+        if shared > shared_max:
+            shared_max = shared
+        for profile_id, tier in tiers:
+            if tier < hostable.get(profile_id, mig_plans.REPARTITION + 1):
+                hostable[profile_id] = tier
     open_ = node.schedulable and (node.max_tasks is None or node.tasks < node.max_tasks)
     sorted_pictures = tuple(sorted(pictures.values()))
     signature = (sorted_pictures, node.cpu_milli_free, node.memory_mib_free,
@@ -238,7 +263,9 @@ class FleetState:
         self._entries[node.name] = entries
         for model in summary.models:
             pool = self._pool(model, node.environment)
-            pool.max_gpus = max(pool.max_gpus, sum(g.model == model for g in node.gpus))
+            of_model = (len(node.gpus) if len(summary.models) == 1
+                        else sum(g.model == model for g in node.gpus))
+            pool.max_gpus = max(pool.max_gpus, of_model)
             if not summary.open:
                 if node.schedulable:
                     pool.task_limited[node.name] = None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import cached_property
 from math import ceil
 
 from gpufleet.domain.inventory import SharingMode
@@ -64,6 +65,11 @@ class NodePlan:
     gpu_free_after: int = MILLI  # free milli left on the GPU a shared unit lands on
     origin: tuple[str, ...] = ()  # cached plans: the GPU keys of the node made on, in order
     after_id: int | None = None  # cached plans: fleet.ids of pictures_after
+
+    @cached_property
+    def free_after(self) -> int:
+        """Free milli-GPU left on the node."""
+        return sum(picture[3] for picture in self.pictures_after)
 
 
 class Placer:
@@ -247,10 +253,11 @@ class Placer:
             attribute, levels = "mig", range(mig_plans.EXISTING, mig_plans.REPARTITION + 1)
         if not ascending:
             levels = reversed(levels)
-        # (pool's buckets by level, MIG profile id: MIG levels are (profile id, tier))
+        # (pool's buckets by level, MIG profile id: MIG levels are (profile id, tier)),
+        # for the pools with any such bucket
         tables = [(getattr(pool, attribute),
                    context.profile_ids[pool.model] if attribute == "mig" else None)
-                  for pool in pools]
+                  for pool in pools if getattr(pool, attribute)]
         cpu, memory = host
         short = context.short_of_host
         node = self.fleet.node
@@ -647,15 +654,11 @@ _END = object()  # a walk's end (None stands for a node it skipped)
 def _moved(plan: NodePlan, node: NodeState) -> NodePlan:
     """A cached `plan`, made on a node of the same shape (perhaps `node` itself, as it
     was), on `node` now: the units and layouts on the GPUs at the same positions."""
-    position = {key: number for number, key in enumerate(plan.origin)}
-    gpus = node.gpus
-
-    def there(key: str) -> GpuState:
-        return gpus[position[key]]
-
-    units = [replace(unit, node=node.name, gpu=there(unit.gpu).key,
-                     gpu_index=there(unit.gpu).index) for unit in plan.units]
-    layouts = {there(key).key: layout for key, layout in plan.layouts.items()}
+    gpus = dict(zip(plan.origin, node.gpus, strict=True))
+    units = [UnitChoice(node.name, gpus[unit.gpu].key, gpus[unit.gpu].index, unit.kind,
+                        unit.milli, unit.mig_profile_id, unit.mig_start,
+                        unit.creates_mig_instance) for unit in plan.units]
+    layouts = {gpus[key].key: layout for key, layout in plan.layouts.items()}
     return NodePlan(node, units, layouts, plan.cpu_milli, plan.memory_mib,
                     plan.pictures_after, plan.gpu_free_after)
 

@@ -24,10 +24,6 @@ if TYPE_CHECKING:
 POLICIES: tuple[str, ...] = ("default", "binpack", "spread")
 
 
-def _free_after(plan: NodePlan) -> int:
-    return sum(p[3] for p in plan.pictures_after)
-
-
 def _host_after(node: NodeState, plan: NodePlan) -> tuple[int, int]:
     cpu = (node.cpu_milli_free - plan.cpu_milli) if node.cpu_milli_free is not None else 0
     memory = (node.memory_mib_free - plan.memory_mib) if node.memory_mib_free is not None else 0
@@ -60,13 +56,13 @@ class Scorer:
 
 class BinpackScorer(Scorer):
     def rank(self, fleet: FleetState, node: NodeState, plan: NodePlan) -> tuple:
-        return (_free_after(plan), plan.gpu_free_after, *_host_after(node, plan))
+        return (plan.free_after, plan.gpu_free_after, *_host_after(node, plan))
 
 
 class SpreadScorer(Scorer):
     def rank(self, fleet: FleetState, node: NodeState, plan: NodePlan) -> tuple:
         cpu, memory = _host_after(node, plan)
-        return (-_free_after(plan), -plan.gpu_free_after, -cpu, -memory)
+        return (-plan.free_after, -plan.gpu_free_after, -cpu, -memory)
 
     def gpu_order(self, gpus: list[GpuState]) -> list[GpuState]:
         return sorted(gpus, key=lambda g: (g.used_milli, g.index))
@@ -93,7 +89,7 @@ class FragmentationScorer(Scorer):
         open_after = node.max_tasks is None or node.tasks + 1 < node.max_tasks
         after = self.meter.node(plan.pictures_after, cpu, memory, open_after,
                                 key=plan.after_id)
-        return (round(after - before, 6), _free_after(plan), plan.gpu_free_after,
+        return (round(after - before, 6), plan.free_after, plan.gpu_free_after,
                 *_host_after(node, plan))
 
 
