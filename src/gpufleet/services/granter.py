@@ -122,7 +122,7 @@ class Granter:
             self.cache.commit(decision)
 
         try:
-            with self.store.write() as session:
+            with self.store.write_dedicated() as session:
                 self.cache.refresh(session)
                 order = {request_id: n for n, request_id in enumerate(ids)}
                 batch = sorted(session.scalars(select(GpuRequest)

@@ -50,6 +50,12 @@ class StateStore:
             self._read_engine = self._write_engine
         self._writes = sessionmaker(self._write_engine, expire_on_commit=False)
         self._reads = sessionmaker(self._read_engine, expire_on_commit=False)
+        # One connection kept for the writer every other caller may be waiting on (the
+        # granter): queued behind a busy shared pool, it would stall them all. SQLite has
+        # one writer anyway.
+        self._dedicated_engine = (self._write_engine if self.is_sqlite else create_engine(
+            self.url, pool_size=1, max_overflow=0, pool_pre_ping=True))
+        self._dedicated = sessionmaker(self._dedicated_engine, expire_on_commit=False)
         # The pool of one already serialises SQLite writers; the lock makes the wait explicit
         # and keeps a writer from holding a pooled connection while queueing.
         self._write_lock = threading.Lock() if self.is_sqlite else None
@@ -90,6 +96,17 @@ class StateStore:
                 yield session
         else:
             with self._session(self._writes) as session:
+                yield session
+
+    @contextmanager
+    def write_dedicated(self) -> Iterator[Session]:
+        """As `write`, on the connection kept for one caller at a time (the granter, which
+        holds its own lock); it never waits for the shared pool."""
+        if self._write_lock is not None:
+            with self._write_lock, self._session(self._dedicated) as session:
+                yield session
+        else:
+            with self._session(self._dedicated) as session:
                 yield session
 
     @contextmanager
@@ -157,6 +174,8 @@ class StateStore:
 
     def dispose(self) -> None:
         self._write_engine.dispose()
+        if self._dedicated_engine is not self._write_engine:
+            self._dedicated_engine.dispose()
         if self._read_engine is not self._write_engine:
             self._read_engine.dispose()
 
