@@ -46,8 +46,9 @@ def main() -> None:
                             whole_gpus_from_shared=True, max_candidates=args.max_candidates)
             report = build_report(result)
             figures.append(report.allocation_ratio * 100)
-            notes.append(f"{policy}: {report.refused} refused, fragmentation "
-                         f"{report.fragmentation_ratio:.1%} of free, "
+            notes.append(f"{policy}: {report.refused} refused, fragmentation strands "
+                         f"{report.stranded_ratio:.1%} of the fleet "
+                         f"({report.fragmentation_ratio:.1%} of free), "
                          f"{len(tasks) / (time.perf_counter() - started):,.0f} tasks/s")
         print(f"{sequence.name:<36} {best_fit:>8.2f} {fgd:>8.2f} "
               + " ".join(f"{f:>9.2f}" for f in figures))

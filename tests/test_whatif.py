@@ -90,6 +90,37 @@ def test_the_table_report(tmp_path):
     assert "host_resources" in result.stdout
 
 
+PACKING_NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
+n1,64000,262144,4,T4
+n2,64000,262144,4,T4
+"""
+# A host-only task, three 1-GPU tasks, then a 4-GPU task, on two 4-GPU nodes. Hand-computed:
+#   binpack: the three on n1, the 4-GPU task on n2; n1 keeps one free GPU, which the
+#            4-GPU kind (1/4 of the GPU tasks) cannot use: 250 fragmented milli-GPU.
+#   spread:  n1 gets two, n2 one; the 4-GPU task is refused; 5,000 free, all of it
+#            useless to the 4-GPU kind: 1,250 fragmented milli-GPU.
+# The share of free capacity is 25 % both ways; the share of the fleet is not.
+PACKING_REQUESTS = [("h", 100, 64, 0, 0, "")] + [
+    (f"w{i}", 1000, 1024, 1, 1000, "") for i in range(3)] + [("big", 1000, 1024, 4, 1000, "")]
+
+
+@pytest.mark.parametrize(("policy", "free", "fragmented"), [
+    ("binpack", 1000, 250.0), ("spread", 5000, 1250.0)])
+def test_fragmentation_strands_more_of_the_fleet_when_spreading(tmp_path, policy, free,
+                                                                fragmented):
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(PACKING_NODES_CSV)
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps(dict(zip(
+        ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"), r,
+        strict=True))) + "\n" for r in PACKING_REQUESTS))
+    report = run_json(str(requests), "--nodes-csv", str(nodes), "--policy", policy)
+    assert report["free_milli"] == free
+    assert report["fragmented_milli"] == fragmented  # the host-only task weighs nothing
+    assert report["fragmentation_ratio"] == pytest.approx(0.25)
+    assert report["stranded_ratio"] == pytest.approx(fragmented / 8000)
+
+
 SPEC = """
 seed: 1
 environments:
