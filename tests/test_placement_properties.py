@@ -203,7 +203,7 @@ def test_cached_plans_and_ranks_never_change_an_answer(fleet, sequence, policy, 
     for demand in sequence:
         reference = Placer(fleet, policy, whole_gpus_from_shared=from_shared,
                            workload=workload, learn=False)
-        reference._caches = lambda context: None  # decide every plan and rank afresh
+        reference._shapes = None  # decide every plan and rank afresh
         result = placer.decide(demand)
         assert result == reference.decide(demand)
         if isinstance(result, Decision):

@@ -3,7 +3,8 @@
 `decide` is pure (it reads the fleet and returns a `Decision` or a `Refusal`); `commit`
 applies a decision, `release` undoes one. The same code runs the live fleet and what-if
 replays. A decision looks at a bounded set of candidate nodes drawn from the fleet's index
-(see `fleet.py`), so its cost does not grow with the fleet.
+(`fleet.py`, walked by `candidates.py`), so its cost does not grow with the fleet, and
+reuses plans made for nodes of the same shape (`plans.py`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from math import ceil
 
 from gpufleet.domain.inventory import SharingMode
 from gpufleet.domain.mig import MigGeometry, MigInstanceSpec, layout_problems
 
 from . import mig_plans
-from .fleet import SHARED_LEVEL_MILLI, FleetState, GpuPicture, Pool
+from .candidates import Walk, candidates
+from .fleet import FleetState, GpuPicture, Pool
 from .model import (
     MILLI,
     Decision,
@@ -30,6 +31,7 @@ from .model import (
     UnitChoice,
     UnitKind,
 )
+from .plans import NodePlan, ShapeCache, moved
 from .policies import POLICIES, Scorer, make_scorer
 from .workload import Workload
 
@@ -48,28 +50,8 @@ class _Context:
     gpu_filter: GpuFilter | None
     whole_from_shared: bool
     host_failures: int = 0
-    short_of_host: list[str] = field(default_factory=list)  # nodes `_candidates` skipped
+    short_of_host: list[str] = field(default_factory=list)  # nodes the walk passed over
     nvlink_failures: int = 0
-
-
-@dataclass
-class NodePlan:
-    """Units on one node, with what the node looks like afterwards (for scoring)."""
-
-    node: NodeState
-    units: list[UnitChoice]
-    layouts: dict[str, mig_plans.LayoutKey] = field(default_factory=dict)
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    pictures_after: tuple = ()
-    gpu_free_after: int = MILLI  # free milli left on the GPU a shared unit lands on
-    origin: tuple[str, ...] = ()  # cached plans: the GPU keys of the node made on, in order
-    after_id: int | None = None  # cached plans: fleet.ids of pictures_after
-
-    @cached_property
-    def free_after(self) -> int:
-        """Free milli-GPU left on the node."""
-        return sum(picture[3] for picture in self.pictures_after)
 
 
 class Placer:
@@ -98,10 +80,8 @@ class Placer:
         self.learn = learn
         self._rng = random.Random(seed)
         self._scorer: Scorer = make_scorer(policy, self.workload, whole_gpus_from_shared)
-        # demand -> shape id -> plans, and demand -> (shape, host) -> ranked plans
-        self._plan_cache: dict[Demand, dict[int, list[NodePlan]]] = {}
-        self._rank_cache: dict[Demand, dict[tuple, list[tuple[tuple, NodePlan]]]] = {}
-        self._ranks_version = -1
+        # plans and ranks reused across nodes of one shape (plans.py); None: never reused
+        self._shapes: ShapeCache | None = ShapeCache(fleet, self._scorer)
 
     # --- decide ----------------------------------------------------------------------
     def decide(self, demand: Demand, *, gpu_filter: GpuFilter | None = None) -> Decision | Refusal:
@@ -150,12 +130,12 @@ class Placer:
             if not demand.mig_profile:
                 return Refusal("invalid_demand", "a MIG demand names its profile "
                                                  "(e.g. 1g.10gb)")
-            candidates = demand.models or frozenset(self.fleet.models)
-            geometries = {m: mig_plans.geometry_of(m) for m in candidates}
+            models = demand.models or frozenset(self.fleet.models)
+            geometries = {m: mig_plans.geometry_of(m) for m in models}
             if not any(geometries.values()):
                 return Refusal("mig_model_unknown",
                                f"gpufleet knows no MIG geometry for "
-                               f"{', '.join(sorted(candidates)) or 'any GPU in the fleet'}; "
+                               f"{', '.join(sorted(models)) or 'any GPU in the fleet'}; "
                                f"MIG placements on unknown models are refused, never guessed")
             for model, geometry in geometries.items():
                 profile = geometry.profile_named(demand.mig_profile) if geometry else None
@@ -194,102 +174,27 @@ class Placer:
     def _candidates(self, context: _Context, units_on_one_node: int, *,
                     every_node: bool = False, host: tuple[int, int] = (0, 0),
                     ) -> Iterator[NodeState]:
-        """Distinct candidate nodes in the policy's order.
-
-        Nodes with the same signature are interchangeable, so one of each is offered
-        (all of them when a `gpu_filter` may tell them apart). The caller stops after
-        `max_candidates` nodes that fit. The default policy looks at the tightest fits
-        first and then at the emptiest nodes, so both stay in view when the cap bites:
-        the first 7/8 of `max_candidates` walked from the tight end, then one from each
-        end in turn.
-
-        Nodes with less free CPU / memory than `host` (read from their signature) are
-        not offered but listed in `context.short_of_host`: on a busy fleet most nodes of
-        a bucket can be short of host resources, and offering each costs more than
-        skipping it. They still take their turn in the default policy's alternation
-        (its walks yield None for them), so which nodes it offers does not change.
-        """
-        demand = context.demand
-        pools = self._pools(demand, context.profile_ids)
-        seen: set[str] = set()
-        # Spanning several nodes needs each of a signature's nodes, not one of them.
-        per_signature = every_node or context.gpu_filter is not None
-        if self.policy != "default":
-            yield from self._walk(pools, context, units_on_one_node, self.policy != "spread",
-                                  seen, per_signature, host, False)
-            return
-        head = self._walk(pools, context, units_on_one_node, True, seen, per_signature,
-                          host, True)
-        tail = self._walk(pools, context, units_on_one_node, False, seen, per_signature,
-                          host, True)
-        for _ in range(max(1, self.max_candidates * 7 // 8)):
-            node = next(head, _END)
-            if node is _END:
-                break
-            if node is not None:
-                yield node
-        pending = [head, tail]
-        while pending:
-            for walk in list(pending):
-                node = next(walk, _END)
-                if node is _END:
-                    pending.remove(walk)
-                elif node is not None:
-                    yield node
-
-    def _walk(self, pools: list[Pool], context: _Context, units: int, ascending: bool,
-              seen: set[str], per_signature: bool, host: tuple[int, int],
-              hold_places: bool) -> Iterator[NodeState | None]:
-        demand = context.demand
-        if demand.host_only:
-            attribute, levels = "host", range(0, max(8, max_gpus(pools)) * 8 + 1)
-        elif demand.kind is UnitKind.WHOLE:
-            attribute = "whole_any" if context.whole_from_shared else "whole_exclusive"
-            levels = range(max(1, units), max_gpus(pools) + 1)
-        elif demand.kind is UnitKind.SHARED:
-            attribute, levels = "shared", range(demand.milli // SHARED_LEVEL_MILLI,
-                                                MILLI // SHARED_LEVEL_MILLI + 1)
-        else:  # existing unbound instances first, then new instances, then re-partitions
-            attribute, levels = "mig", range(mig_plans.EXISTING, mig_plans.REPARTITION + 1)
-        if not ascending:
-            levels = reversed(levels)
-        # (pool's buckets by level, MIG profile id: MIG levels are (profile id, tier)),
-        # for the pools with any such bucket
-        tables = [(getattr(pool, attribute),
-                   context.profile_ids[pool.model] if attribute == "mig" else None)
-                  for pool in pools if getattr(pool, attribute)]
-        cpu, memory = host
-        short = context.short_of_host
-        node = self.fleet.node
-        for level in levels:
-            for by_level, profile_id in tables:
-                bucket = by_level.get(level if profile_id is None else (profile_id, level))
-                if not bucket:
-                    continue
-                # decide() changes nothing, so the buckets can be walked without copies
-                for signature, names in bucket.items():
-                    # signature: (pictures, cpu free, memory free, environment, open)
-                    free_cpu, free_memory = signature[1], signature[2]
-                    offered = names if per_signature else (next(iter(names)),)
-                    if ((free_cpu is not None and free_cpu < cpu)
-                            or (free_memory is not None and free_memory < memory)):
-                        short.extend(offered)
-                        if hold_places:
-                            for name in offered:
-                                if name not in seen:
-                                    seen.add(name)
-                                    yield None
-                        continue
-                    for name in offered:
-                        if name not in seen:
-                            seen.add(name)
-                            yield node(name)
+        """Distinct candidate nodes in the policy's order (`candidates.candidates`)."""
+        walk = Walk(self.fleet, self._pools(context.demand, context.profile_ids),
+                    context.demand, context.profile_ids, context.whole_from_shared,
+                    units_on_one_node,
+                    # spanning several nodes needs each of a signature's nodes
+                    per_signature=every_node or context.gpu_filter is not None,
+                    host=host, short_of_host=context.short_of_host)
+        return candidates(walk, self.policy, self.max_candidates)
 
     # --- plans on one node -----------------------------------------------------------
     def _best_plan(self, context: _Context, count: int) -> NodePlan | None:
         """The best-ranked plan over the candidates, ties drawn at random."""
         cpu, memory = context.demand.cpu_milli, context.demand.memory_mib
-        caches = self._caches(context)
+        # plans reused across nodes of one shape: not with a gpu_filter (it may tell such
+        # nodes apart) nor for NVLink groups (the shape does not hold the links)
+        cached = (None if self._shapes is None or context.gpu_filter is not None
+                  or context.demand.nvlink else self._shapes.for_demand(context.demand))
+
+        def make(node: NodeState) -> list[NodePlan]:
+            return self._plans_on(context, node, count)
+
         best_key: tuple | None = None
         best: list[tuple[NodeState, NodePlan]] = []
         fitting = 0
@@ -298,10 +203,10 @@ class Placer:
                 if not context.host_failures and self._gpus_fit(context, node, count):
                     context.host_failures += 1
                 continue
-            if caches is None:
+            if cached is None:
                 ranked = self._ranked(context, node, count)
             else:
-                ranked = self._ranked_cached(context, node, count, *caches)
+                ranked = cached.ranked(node, make)
             if ranked:
                 fitting += 1
             for rank, plan in ranked:
@@ -315,7 +220,7 @@ class Placer:
         if not best:
             return None
         node, plan = best[0] if len(best) == 1 else self._rng.choice(best)
-        return _moved(plan, node) if plan.origin else plan
+        return moved(plan, node) if plan.origin else plan
 
     def _ranked(self, context: _Context, node: NodeState,
                 count: int) -> list[tuple[tuple, NodePlan]]:
@@ -323,60 +228,6 @@ class Placer:
         for plan in self._plans_on(context, node, count):
             plan.cpu_milli, plan.memory_mib = context.demand.cpu_milli, context.demand.memory_mib
             ranked.append((self._scorer.rank(self.fleet, node, plan), plan))
-        return ranked
-
-    def _caches(self, context: _Context) -> tuple[dict, dict] | None:
-        """This demand's plan and rank caches (`_ranked_cached`); None where plans may not
-        be reused across nodes of one shape: with a `gpu_filter` (it may tell such nodes
-        apart) and for NVLink groups (the shape does not hold the links)."""
-        if context.gpu_filter is not None or context.demand.nvlink:
-            return None
-        version = self._scorer.version()
-        if version != self._ranks_version:
-            self._ranks_version = version
-            self._rank_cache.clear()
-        for cache in (self._plan_cache, self._rank_cache):
-            if len(cache) > 256:  # demands with many distinct host sizes (a live fleet)
-                cache.clear()
-        demand = context.demand
-        plans = self._plan_cache.get(demand)
-        if plans is None or len(plans) > 50_000:
-            plans = self._plan_cache[demand] = {}
-        ranks = self._rank_cache.get(demand)
-        if ranks is None or len(ranks) > 50_000:
-            ranks = self._rank_cache[demand] = {}
-        return plans, ranks
-
-    def _ranked_cached(self, context: _Context, node: NodeState, count: int,
-                       plans: dict[int, list[NodePlan]],
-                       ranks: dict[tuple, list[tuple[tuple, NodePlan]]],
-                       ) -> list[tuple[tuple, NodePlan]]:
-        """`_ranked`, reused for every node of the same shape and host resources.
-
-        Plans depend on the node's shape alone (`fleet.TupleIds`), ranks also on its free
-        host resources and task room; a cached plan made on another node of the shape is
-        moved to the chosen node at the end (`_moved`). Ranks are dropped whenever the
-        policy's `version()` changes (the default policy's workload weights).
-        """
-        if not node.schedulable:
-            return []
-        summary = self.fleet.summary(node.name)
-        shape = summary.shape
-        host = (shape, node.cpu_milli_free, node.memory_mib_free, summary.open,
-                node.max_tasks is None or node.tasks + 1 < node.max_tasks)
-        ranked = ranks.get(host)
-        if ranked is None:
-            made = plans.get(shape)
-            if made is None:
-                made = plans[shape] = self._plans_on(context, node, count)
-                origin = tuple(gpu.key for gpu in node.gpus)
-                for plan in made:
-                    plan.cpu_milli = context.demand.cpu_milli
-                    plan.memory_mib = context.demand.memory_mib
-                    plan.origin = origin
-                    plan.after_id = self.fleet.ids(plan.pictures_after)
-            ranked = ranks[host] = [(self._scorer.rank(self.fleet, node, plan), plan)
-                                    for plan in made]
         return ranked
 
     def _gpus_fit(self, context: _Context, node: NodeState, count: int) -> bool:
@@ -646,25 +497,6 @@ class Placer:
                 node.memory_mib_free -= sign * memory
             node.tasks += sign
             self.fleet.refresh(name)
-
-
-_END = object()  # a walk's end (None stands for a node it skipped)
-
-
-def _moved(plan: NodePlan, node: NodeState) -> NodePlan:
-    """A cached `plan`, made on a node of the same shape (perhaps `node` itself, as it
-    was), on `node` now: the units and layouts on the GPUs at the same positions."""
-    gpus = dict(zip(plan.origin, node.gpus, strict=True))
-    units = [UnitChoice(node.name, gpus[unit.gpu].key, gpus[unit.gpu].index, unit.kind,
-                        unit.milli, unit.mig_profile_id, unit.mig_start,
-                        unit.creates_mig_instance) for unit in plan.units]
-    layouts = {gpus[key].key: layout for key, layout in plan.layouts.items()}
-    return NodePlan(node, units, layouts, plan.cpu_milli, plan.memory_mib,
-                    plan.pictures_after, plan.gpu_free_after)
-
-
-def max_gpus(pools: list[Pool]) -> int:
-    return max((pool.max_gpus for pool in pools), default=0)
 
 
 def _bind(gpu: GpuState, unit: UnitChoice, sign: int) -> None:

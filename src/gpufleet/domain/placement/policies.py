@@ -19,7 +19,7 @@ from .workload import FragmentationMeter, Workload
 
 if TYPE_CHECKING:
     from .fleet import FleetState
-    from .placer import NodePlan
+    from .plans import NodePlan
 
 POLICIES: tuple[str, ...] = ("default", "binpack", "spread")
 
