@@ -31,7 +31,7 @@ from gpufleet.store.tables import Base
 POSTGRES_ENV = "GPUFLEET_TEST_POSTGRES_URL"
 
 # Fixtures of the lifecycle tests (people, h100s), available to every test module.
-pytest_plugins = ["tests.lifecycle_world"]
+pytest_plugins = ["tests.lifecycle_world", "tests.cli_world"]
 
 
 START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from contextlib import contextmanager
 
 import pytest
 
-from gpufleet.cli import client as cli_client
 from tests.helpers import create_environment, gpu, join_token, register, registration
 from tests.test_cli import assert_one_error_line, invoke, json_of, ok, rows
 
@@ -21,15 +19,8 @@ CODE = re.compile(r"^(GR-\d+) (\w+)")
 
 
 @pytest.fixture
-def cli(client, admin_token, monkeypatch) -> None:
-    """The CLI as the bootstrap admin, every HTTP call through the test app."""
-
-    @contextmanager
-    def through_test_app(_base_url: str):
-        yield client
-
-    monkeypatch.setattr(cli_client, "http_factory", through_test_app)
-    monkeypatch.setenv("GPUFLEET_TOKEN", admin_token)
+def cli(cli_in_process) -> None:
+    """The CLI as the bootstrap admin, through the test app (tests/cli_world.py)."""
 
 
 def _register(api, node: int, environment: str, gpus: list[dict]) -> None:

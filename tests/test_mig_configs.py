@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from contextlib import contextmanager
 
 import pytest
 import yaml
 from sqlalchemy import select
 
-from gpufleet.cli import client as cli_client
 from gpufleet.domain.gpu_models import model
 from gpufleet.store.tables import Gpu, MigPlan
 from tests.helpers import create_environment, gpu, join_token, register, registration
@@ -357,15 +355,8 @@ def test_readers_may_export_and_agents_may_not(api, slicing):
 
 # --- the CLI -----------------------------------------------------------------------------------
 @pytest.fixture
-def cli(client, admin_token, monkeypatch) -> None:
-    """The CLI as the bootstrap admin, every HTTP call through the test app."""
-
-    @contextmanager
-    def through_test_app(_base_url: str):
-        yield client
-
-    monkeypatch.setattr(cli_client, "http_factory", through_test_app)
-    monkeypatch.setenv("GPUFLEET_TOKEN", admin_token)
+def cli(cli_in_process) -> None:
+    """The CLI as the bootstrap admin, through the test app (tests/cli_world.py)."""
 
 
 def test_cli_export_prints_the_file_writes_it_and_gives_json(api, slicing, cli, tmp_path):
