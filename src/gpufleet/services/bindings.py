@@ -20,9 +20,10 @@ from sqlalchemy.orm import Session, raiseload
 
 from gpufleet.domain.errors import Conflict
 from gpufleet.domain.gpu_models import model as catalogue_model
-from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, SharingMode, gpu_status
+from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, gpu_status
 from gpufleet.domain.placement import Decision, UnitChoice, UnitKind
-from gpufleet.domain.requests import request_code
+from gpufleet.domain.requests import FlavourKind, request_code
+from gpufleet.services.placement_state import MODE_OF_KIND, current_mig_layouts
 from gpufleet.store.tables import (
     Binding,
     Gpu,
@@ -41,8 +42,6 @@ from gpufleet.wire.requests import UnitView
 WHOLE_GPU_SLOT = -1
 MIB = 1024**2
 RELEASED_NODE_IDS = "gpufleet.released_node_ids"  # session.info key: nodes whose units freed
-MODE_OF_UNIT = {UnitKind.WHOLE: SharingMode.EXCLUSIVE, UnitKind.MIG: SharingMode.MIG,
-                UnitKind.SHARED: SharingMode.SHARED}
 
 
 class UnitTaken(Conflict):
@@ -132,7 +131,7 @@ def _check_usable(session: Session, gpus: Iterable[Gpu],
             gpu = by_id[gpu_ids[unit.gpu]]
             if gpu.health == GpuHealth.QUARANTINED.value:
                 raise UnitTaken(f"GPU {gpu.uuid} was quarantined meanwhile")
-            if gpu.sharing_mode != MODE_OF_UNIT[unit.kind].value:
+            if gpu.sharing_mode != MODE_OF_KIND[FlavourKind(unit.kind.value)].value:
                 raise UnitTaken(f"GPU {gpu.uuid} is in {gpu.sharing_mode} mode now")
     not_ready = session.scalars(select(Node.name).where(
         Node.id.in_({gpu.node_id for gpu in by_id.values()}),
@@ -149,7 +148,8 @@ def _check_mig_layouts(session: Session, placed: list[tuple[Opening, list[UnitCh
     mig_gpus = {gpu_ids[u.gpu] for _, units in placed for u in units if u.kind is UnitKind.MIG}
     if not mig_gpus:
         return
-    current = current_mig_layouts(session, mig_gpus)
+    current = {gpu_id: set(layout)
+               for gpu_id, layout in current_mig_layouts(session, mig_gpus).items()}
     for opening, units in placed:
         for key, previous in opening.decision.previous_mig_layouts.items():
             gpu_id = gpu_ids[key]
@@ -162,23 +162,6 @@ def _check_mig_layouts(session: Session, placed: list[tuple[Opening, list[UnitCh
                                               not in current.get(gpu_ids[unit.gpu], set())):
                 raise UnitTaken(f"MIG instance {unit.mig_profile_id}@{unit.mig_start} on "
                                 f"{unit.gpu} does not exist (or is no longer planned)")
-
-
-def current_mig_layouts(session: Session, gpu_ids: Iterable[int]
-                        ) -> dict[int, set[tuple[int, int]]]:
-    """Each MIG GPU's layout now: its pending plan, else the instances its node reports."""
-    gpu_ids = list(gpu_ids)
-    layouts = {gpu_id: {(int(p), int(s)) for p, s in layout} for gpu_id, layout in
-               session.execute(select(MigPlan.gpu_id, MigPlan.layout)
-                               .where(MigPlan.gpu_id.in_(gpu_ids)))}
-    reported: dict[int, set[tuple[int, int]]] = defaultdict(set)
-    for gpu_id, profile_id, start in session.execute(
-            select(MigInstance.gpu_id, MigInstance.profile_id, MigInstance.placement_start)
-            .where(MigInstance.gpu_id.in_(gpu_ids), MigInstance.placement_start.is_not(None))):
-        reported[gpu_id].add((profile_id, start))
-    for gpu_id, instances in reported.items():
-        layouts.setdefault(gpu_id, instances)
-    return layouts
 
 
 def _check_host_capacity(session: Session, openings: Sequence[Opening],

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.admission import CapacityFact, QuotaFact
 from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus
-from gpufleet.domain.placement import Decision, Demand, Placer, Refusal, UnitKind, free_milli
+from gpufleet.domain.placement import Decision, Demand, Placer, Refusal, UnitKind
 from gpufleet.domain.requests import Flavour, FlavourKind, parse_flavour
 from gpufleet.services import placement_state
 from gpufleet.services.placement_state import MODE_OF_KIND
@@ -201,10 +201,8 @@ class FreshFleet:
         return self._placer.decide(demand)
 
     def free_milli(self, kind: FlavourKind, model: str) -> int:
-        mode = MODE_OF_KIND[kind]
-        return sum(free_milli(self.live.state.gpu(key)) for key in self.live.state.gpu_keys
-                   if self.live.state.gpu(key).model == model
-                   and self.live.state.gpu(key).sharing_mode is mode)
+        free = placement_state.free_milli_by_mode(self.live.state.nodes)
+        return free[(MODE_OF_KIND[kind].value, model)]
 
 
 def candidate_flavours(request: GpuRequest, fleet_models: list[str]) -> list[Flavour]:

@@ -31,14 +31,12 @@ from gpufleet.domain.placement import (
     Decision,
     Demand,
     FleetState,
-    NodeState,
     Placer,
     Refusal,
-    free_milli,
 )
 from gpufleet.domain.requests import FlavourKind
 from gpufleet.services import placement_state
-from gpufleet.services.placement_state import MODE_OF_KIND, LiveFleet
+from gpufleet.services.placement_state import MODE_OF_KIND, LiveFleet, free_milli_by_mode
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +112,10 @@ class PlacementCache:
         """Apply a decision the caller is about to write (StaleDecision: nothing applied)."""
         assert self._placer is not None
         nodes = [self._placer.fleet.node(name) for name in decision.nodes]
-        before = [_free_by_kind(node) for node in nodes]
+        before = free_milli_by_mode(nodes)
         self._placer.commit(decision)
-        for node, old in zip(nodes, before, strict=True):
-            self._free_milli.subtract(old)
-            self._free_milli.update(_free_by_kind(node))
+        self._free_milli.subtract(before)
+        self._free_milli.update(free_milli_by_mode(nodes))
 
     def free_milli(self, kind: FlavourKind, model: str) -> int:
         """Free milli-GPU of usable GPUs of `model` in `kind`'s sharing mode, fleet-wide."""
@@ -133,9 +130,7 @@ class PlacementCache:
         self._placer = Placer(live.state, self.policy, workload=workload)
         self._names_by_id = {node_id: name for name, node_id in live.node_ids.items()}
         self._models = placement_state.models_by_mode(session)
-        self._free_milli = Counter()
-        for node in live.state.nodes:
-            self._free_milli.update(_free_by_kind(node))
+        self._free_milli = free_milli_by_mode(live.state.nodes)
         self._loaded_at = self._monotonic()
         log.info("placement cache loaded %d GPUs on %d nodes in %.0f ms",
                  len(live.gpu_ids), len(live.node_ids), (self._loaded_at - started) * 1000)
@@ -150,7 +145,7 @@ class PlacementCache:
             for node in list(fresh.state.nodes):
                 fresh.state.remove_node(node.name)
                 state.add_node(node)
-                self._free_milli.update(_free_by_kind(node))
+                self._free_milli.update(free_milli_by_mode([node]))
                 for gpu in node.gpus:
                     self._models[gpu.sharing_mode.value].add(gpu.model)
         except ValueError as exc:  # a GPU moved from a node nobody marked
@@ -163,14 +158,8 @@ class PlacementCache:
 
     def _drop(self, state: FleetState, name: str) -> None:
         node = state.remove_node(name)
-        self._free_milli.subtract(_free_by_kind(node))
+        self._free_milli.subtract(free_milli_by_mode([node]))
         for gpu in node.gpus:
             self._live.gpu_ids.pop(gpu.key, None)
         self._names_by_id.pop(self._live.node_ids.pop(name), None)
 
-
-def _free_by_kind(node: NodeState) -> Counter[FreeKey]:
-    free: Counter[FreeKey] = Counter()
-    for gpu in node.gpus:
-        free[(gpu.sharing_mode.value, gpu.model)] += free_milli(gpu)
-    return free

@@ -8,7 +8,7 @@ left on a node are its capacity less what the requests bound there asked per uni
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.inventory import GpuHealth, NodeStatus, SharingMode
-from gpufleet.domain.placement import FleetState, GpuState, MigSlot, NodeState
+from gpufleet.domain.placement import FleetState, GpuState, MigSlot, NodeState, free_milli
 from gpufleet.domain.requests import FlavourKind
 from gpufleet.store.tables import (
     Binding,
@@ -98,17 +98,14 @@ def models_by_mode(session: Session) -> defaultdict[str, set[str]]:
     return found
 
 
-def _mig_layouts(session: Session, gpu_ids: list[int]) -> dict[int, list[MigSlot]]:
-    """Each MIG GPU's instances (its plan first), marked bound where a binding holds them."""
-    if not gpu_ids:
-        return {}
-    bound = {(g, p, s) for g, p, s in session.execute(
-        select(Binding.gpu_id, Binding.mig_profile_id, Binding.mig_start)
-        .where(Binding.gpu_id.in_(gpu_ids), Binding.ended_at.is_(None)))}
-    layouts: dict[int, list[tuple[int, int]]] = {}
-    for gpu_id, layout in session.execute(select(MigPlan.gpu_id, MigPlan.layout)
-                                          .where(MigPlan.gpu_id.in_(gpu_ids))):
-        layouts[gpu_id] = [(int(p), int(s)) for p, s in layout]
+def current_mig_layouts(session: Session, gpu_ids: Iterable[int]
+                        ) -> dict[int, list[tuple[int, int]]]:
+    """Each MIG GPU's layout now, as (profile id, start): its pending plan, else the
+    instances its node reports (the agent has not applied the plan yet)."""
+    gpu_ids = list(gpu_ids)
+    layouts = {gpu_id: [(int(p), int(s)) for p, s in layout] for gpu_id, layout in
+               session.execute(select(MigPlan.gpu_id, MigPlan.layout)
+                               .where(MigPlan.gpu_id.in_(gpu_ids)))}
     reported: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for gpu_id, profile_id, start in session.execute(
             select(MigInstance.gpu_id, MigInstance.profile_id, MigInstance.placement_start)
@@ -116,9 +113,28 @@ def _mig_layouts(session: Session, gpu_ids: list[int]) -> dict[int, list[MigSlot
         reported[gpu_id].append((profile_id, start))
     for gpu_id, instances in reported.items():
         layouts.setdefault(gpu_id, instances)
+    return layouts
+
+
+def _mig_layouts(session: Session, gpu_ids: list[int]) -> dict[int, list[MigSlot]]:
+    """Each MIG GPU's instances, marked bound where a binding holds them."""
+    if not gpu_ids:
+        return {}
+    bound = {(g, p, s) for g, p, s in session.execute(
+        select(Binding.gpu_id, Binding.mig_profile_id, Binding.mig_start)
+        .where(Binding.gpu_id.in_(gpu_ids), Binding.ended_at.is_(None)))}
     return {gpu_id: [MigSlot(profile_id=p, start=s, bound=(gpu_id, p, s) in bound)
                      for p, s in instances]
-            for gpu_id, instances in layouts.items()}
+            for gpu_id, instances in current_mig_layouts(session, gpu_ids).items()}
+
+
+def free_milli_by_mode(nodes: Iterable[NodeState]) -> Counter[tuple[str, str]]:
+    """Free milli-GPU of usable GPUs per (sharing mode, model) on these nodes."""
+    free: Counter[tuple[str, str]] = Counter()
+    for node in nodes:
+        for gpu in node.gpus:
+            free[(gpu.sharing_mode.value, gpu.model)] += free_milli(gpu)
+    return free
 
 
 def _host_use(session: Session, node_ids: set[int]) -> tuple[dict[int, int], dict[int, int]]:
