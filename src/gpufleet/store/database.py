@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from alembic import command
@@ -88,25 +88,22 @@ class StateStore:
         return engine
 
     # --- sessions ------------------------------------------------------------------------
-    @contextmanager
-    def write(self) -> Iterator[Session]:
+    def write(self) -> AbstractContextManager[Session]:
         """One write transaction: committed on success, rolled back on any error."""
-        if self._write_lock is not None:
-            with self._write_lock, self._session(self._writes) as session:
-                yield session
-        else:
-            with self._session(self._writes) as session:
-                yield session
+        return self._write(self._writes)
 
-    @contextmanager
-    def write_dedicated(self) -> Iterator[Session]:
+    def write_dedicated(self) -> AbstractContextManager[Session]:
         """As `write`, on the connection kept for one caller at a time (the granter, which
         holds its own lock); it never waits for the shared pool."""
+        return self._write(self._dedicated)
+
+    @contextmanager
+    def _write(self, factory: sessionmaker) -> Iterator[Session]:
         if self._write_lock is not None:
-            with self._write_lock, self._session(self._dedicated) as session:
+            with self._write_lock, self._session(factory) as session:
                 yield session
         else:
-            with self._session(self._dedicated) as session:
+            with self._session(factory) as session:
                 yield session
 
     @contextmanager
