@@ -88,27 +88,19 @@ class Granter:
     def _grant_together(self, ids: list[int]) -> set[int]:
         try:
             return self._write(ids)
-        except (UnitTaken, StaleDecision) as exc:
+        except (Conflict, StaleDecision) as exc:
+            _raise_unless_refused(exc)
             log.info("a batch of %d grants was refused (%s); granting one at a time",
                      len(ids), exc)
-        except Conflict as exc:
-            if exc.code != "integrity_conflict":
-                raise
-            log.info("a batch of %d grants hit a claimed slot; granting one at a time",
-                     len(ids))
         return {request_id for request_id in ids if self._grant_alone(request_id)}
 
     def _grant_alone(self, request_id: int) -> bool:
         for attempt in range(1, ATTEMPTS_ALONE + 1):
             try:
                 return bool(self._write([request_id]))
-            except (UnitTaken, StaleDecision) as exc:
+            except (Conflict, StaleDecision) as exc:
+                _raise_unless_refused(exc)
                 log.info("grant of request %d was refused (%s); attempt %d", request_id, exc,
-                         attempt)
-            except Conflict as exc:
-                if exc.code != "integrity_conflict":
-                    raise
-                log.info("grant of request %d hit a claimed slot; attempt %d", request_id,
                          attempt)
         return False
 
@@ -133,3 +125,12 @@ class Granter:
         except BaseException:
             self.cache.mark_stale(touched)
             raise
+
+
+def _raise_unless_refused(exc: Exception) -> None:
+    """A refused grant — a unit taken, a slot claimed meanwhile, a decision the cache no
+    longer supports — is tried again; any other conflict is the caller's to see."""
+    refused = (isinstance(exc, (UnitTaken, StaleDecision))
+               or (isinstance(exc, Conflict) and exc.code == "integrity_conflict"))
+    if not refused:
+        raise exc
