@@ -18,6 +18,7 @@ from gpufleet.cli.commands import (
     environments,
     fleet,
     gpus,
+    metrics,
     mig,
     nodes,
     people,
@@ -51,6 +52,7 @@ app.command("login")(auth.login)
 app.command("logout")(auth.logout)
 app.command("whoami")(auth.whoami)
 app.add_typer(config.app, name="config")
+app.add_typer(metrics.app, name="metrics")
 app.add_typer(fleet.app, name="fleet")
 app.add_typer(nodes.app, name="node")
 app.add_typer(gpus.app, name="gpu")
