@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from gpufleet.wire.agent import DesiredState, NodeRegistration
+from gpufleet.wire.telemetry import NodeSnapshot
 
 
 class GpuBackend(Protocol):
@@ -20,4 +21,12 @@ class GpuBackend(Protocol):
 
     def apply_desired_state(self, state: DesiredState) -> None:
         """Bring the node to the desired state (e.g. apply MIG plans); idempotent."""
+        ...
+
+
+class TelemetrySource(Protocol):
+    """What a backend reads each collection tick, in catalogue units (wire.telemetry)."""
+
+    def collect(self) -> NodeSnapshot:
+        """One immutable snapshot of every unit of the node, and its processes."""
         ...
