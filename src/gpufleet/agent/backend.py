@@ -30,3 +30,10 @@ class TelemetrySource(Protocol):
     def collect(self) -> NodeSnapshot:
         """One immutable snapshot of every unit of the node, and its processes."""
         ...
+
+
+class SourceUnavailable(Exception):
+    """A telemetry source could not be read this tick: an exporter down or answering with an
+    error, a timeout, a page that is not what it should be. The message is for an operator
+    (what failed, where, what to check); the agent reports it and tries again next tick,
+    it never stops for it."""

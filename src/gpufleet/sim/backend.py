@@ -5,17 +5,29 @@ current inventory, and `apply_desired_state()` recreates MIG instances from a pl
 the plan's explicit placements — refusing, as the driver would, a layout the geometry does
 not allow (checked with the domain's `layout_problems`, the same rules placement uses).
 A refused state changes nothing: every plan is checked before any is applied.
+
+It is also the node's `TelemetrySource`: `collect()` reads the node's units, with the
+workloads its bindings run and the faults its GPUs have, as a `NodeSnapshot`
+(`telemetry.py`). Time is an input, the `clock` or `collect(at=...)`, so a simulation can
+run faster than real time; the same seed and time give the same snapshot.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+
 from gpufleet.domain.inventory import SharingMode
 from gpufleet.domain.mig import MigInstanceSpec, layout_problems
 from gpufleet.wire.agent import DesiredState, GpuReport, MigPlan, NodeRegistration, UnitBinding
+from gpufleet.wire.telemetry import NodeSnapshot
 
+from .faults import DEFAULT_FAULT_RATE, FaultKind
 from .fleet_spec import FleetSpec
 from .mig_layouts import instance_reports
 from .nodes import SimNode, build_standalone_node, iter_nodes
+from .telemetry import Coverage, NodeTelemetry
+from .workloads import WorkloadKind
 
 
 class DesiredStateRejected(ValueError):
@@ -24,6 +36,10 @@ class DesiredStateRejected(ValueError):
     def __init__(self, problems: list[str]):
         super().__init__("; ".join(problems))
         self.problems = problems
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _by_start(specs) -> tuple[MigInstanceSpec, ...]:
@@ -40,19 +56,39 @@ def _current_layout(gpu: GpuReport) -> tuple[MigInstanceSpec, ...]:
 
 
 class SimBackend:
-    """One simulated node. Not thread-safe: one agent drives one backend."""
+    """One simulated node. Not thread-safe: one agent drives one backend.
+
+    Telemetry options: `clock` (default: the system clock, UTC), `seed` (default: the
+    node's), `coverage` ("dcgm": every catalogue source; "nvml": NVML's alone), seeded
+    faults at `fault_rate` or named ones (`faults`: GPU UUID → kinds), and forced workload
+    kinds (`workloads`: allocation code → kind). Lifetime counters run from the first
+    `collect()`; a new backend restarts them, which readers see as a counter reset.
+    """
 
     name = "sim"
 
-    def __init__(self, node: SimNode):
+    def __init__(self, node: SimNode, *, clock: Callable[[], datetime] = _utc_now,
+                 seed: int | None = None, coverage: Coverage = "dcgm",
+                 fault_rate: float = DEFAULT_FAULT_RATE,
+                 faults: Mapping[str, Iterable[FaultKind]] | None = None,
+                 workloads: Mapping[str, WorkloadKind] | None = None):
         self.node = node
         self._registration = node.registration
         self._generation: dict[str, int] = {}
         self.bindings: list[UnitBinding] = []
         self.applied_version: int | None = None
+        self.clock = clock
+        self.telemetry = NodeTelemetry(node, seed=seed, coverage=coverage,
+                                       fault_rate=fault_rate, faults=faults,
+                                       workloads=workloads)
 
     def discover(self) -> NodeRegistration:
         return self._registration
+
+    def collect(self, at: datetime | None = None) -> NodeSnapshot:
+        """Every unit of the node now (or `at`, timezone-aware), with its processes."""
+        return self.telemetry.snapshot(self._registration, self.bindings,
+                                       self.clock() if at is None else at)
 
     def apply_desired_state(self, state: DesiredState) -> None:
         """Apply every MIG plan and record the bindings; DesiredStateRejected if any plan

@@ -7,9 +7,13 @@ source cannot say" and is never stored as a number (DESIGN.md §4); a metric the
 does not offer at all is simply absent from `values`.
 
 A snapshot has one `UnitSnapshot` per unit: each whole GPU (`mig_uuid` unset) and each MIG
-instance (`mig_uuid` set, `parent_uuid` naming its GPU). Device-only metrics — power,
+instance (`mig_uuid` set, `gpu_uuid` naming its parent GPU). Device-only metrics — power,
 temperature, clocks, ECC, XID, NVLink, PCIe — appear on the GPU's own unit only. Series
 that carry a label beyond the unit (one NVLink link, one XID code) are `LabelledValue`s.
+
+Who uses a unit is claimed per process where the source lists processes (`nvml`), and per
+unit where it knows only the unit's workload (`dcgm-exporter`'s Kubernetes pod and HPC job
+mappings); either way a claim, checked against the unit's binding on the server.
 """
 
 from __future__ import annotations
@@ -64,6 +68,13 @@ class UnitSnapshot(Frozen):
     values: dict[MetricName, float | None] = Field(default_factory=dict)
     labelled: tuple[LabelledValue, ...] = ()
     processes: tuple[ProcessSnapshot, ...] = ()
+    # The workload the source attributes the whole unit to, for sources that know it but list
+    # no processes (dcgm-exporter's pod mapping and HPC job mapping). Claims, like a
+    # process's. A field is unset where the source cannot say, or names more than one.
+    pod: LabelText | None = None
+    namespace: LabelText | None = None
+    container: LabelText | None = None
+    hpc_job: LabelText | None = None
 
     @property
     def is_mig(self) -> bool:
