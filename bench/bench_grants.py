@@ -18,6 +18,7 @@ meanwhile) and the view returned. Prints grants/s and per-approval p50/p99.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -46,7 +47,8 @@ MIX = [dict(count=1), dict(count=2, same_node=True), dict(count=4, same_node=Tru
 
 def open_fleet(url: str | None, data_dir: Path) -> Gpufleet:
     settings = Settings(data_dir=data_dir, database_url=url, sqlite_synchronous="FULL")
-    store = StateStore(settings.effective_database_url)
+    store = StateStore(settings.effective_database_url,
+                       pool_size=settings.database_pool_size)
     store.migrate()
     return Gpufleet(store, settings, SystemClock())
 
@@ -112,6 +114,22 @@ def _build(url: str, data_dir: Path, nodes: int, threads: int) -> None:
           f"(kept as the template for later runs)")
 
 
+def db_cpu_s() -> float:
+    """CPU seconds used so far by the local PostgreSQL server: its live processes plus the
+    backends it has reaped (Linux /proc; 0 where that cannot be read)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+            command = (stat.parent / "comm").read_text().strip()
+        except OSError:
+            continue
+        if command.startswith("postgres"):
+            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    return total / tick
+
+
 def offered(gf: Gpufleet, kind: dict) -> bool:
     """Whether the scaled fleet has GPUs for this kind of request (small ones may not)."""
     try:
@@ -153,16 +171,20 @@ def main() -> None:
             active = gf.lifecycle.approve(SYSTEM, code, None).state == "active"
             return (time.perf_counter() - t0) * 1000, active
 
-        started = time.perf_counter()
+        started, cpu_started, db_started = time.perf_counter(), time.process_time(), db_cpu_s()
         with ThreadPoolExecutor(max_workers=args.clients) as pool:
             results = list(pool.map(approve, codes))
         elapsed = time.perf_counter() - started
+        cpu_ms = (time.process_time() - cpu_started) * 1000 / args.grants
+        db_ms = (db_cpu_s() - db_started) * 1000 / args.grants
         latencies_ms = [ms for ms, _ in results]
         granted = sum(active for _, active in results)
         cuts = statistics.quantiles(latencies_ms, n=100)
         print(f"{args.grants} approvals by {args.clients} clients ({granted} granted) in "
               f"{elapsed:.1f} s: {granted / elapsed:.0f} grants/s; per approval p50 "
               f"{cuts[49]:.1f} ms, p99 {cuts[98]:.1f} ms")
+        print(f"CPU per approval: this process {cpu_ms:.1f} ms"
+              + (f", local PostgreSQL {db_ms:.1f} ms" if args.database == "postgres" else ""))
         gf.store.dispose()
 
 

@@ -39,7 +39,8 @@ def build_gpufleet(settings: Settings, clock: Clock | None = None) -> Gpufleet:
     """The services over a migrated state store; the data dir is created when needed."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = StateStore(settings.effective_database_url,
-                       sqlite_synchronous=settings.sqlite_synchronous)
+                       sqlite_synchronous=settings.sqlite_synchronous,
+                       pool_size=settings.database_pool_size)
     store.migrate()
     return Gpufleet(store, settings, clock)
 

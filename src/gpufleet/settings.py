@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(default="FULL", description=(
         "SQLite `synchronous` pragma. FULL: an acknowledged write survives power loss; "
         "NORMAL: survives a crash of the process, not of the machine."))
+    database_pool_size: int = Field(default=40, ge=1, le=1000, description=(
+        "Database connections each server process keeps open. The API serves up to 40 "
+        "requests at once; with fewer connections they queue for one, and connections "
+        "beyond the pool are opened and closed for each use, which costs PostgreSQL a "
+        "process each time. Lower it when many replicas share one PostgreSQL."))
     max_request_body_bytes: int = Field(default=1_048_576, ge=1024, description=(
         "Largest request body the API accepts; larger ones get 413."))
     page_size_default: int = Field(default=100, ge=1, le=10_000,

@@ -161,6 +161,7 @@ class Gpufleet:
                     session, caller, body, now,
                     token_ttl=None, heartbeat_interval_s=self.settings.heartbeat_interval_s)
             self.lifecycle.placement.mark_stale([reply.node])
+            self.lifecycle.shape.invalidate()  # its GPUs, models or modes may be new
             return reply
         except registration.GpuClaimConflict as conflict:
             with self.store.write() as session:
@@ -211,6 +212,7 @@ class Gpufleet:
         with self.store.write() as session:
             approval = gpus.approve_move(session, principal, uuid, body, self.clock.now())
         self.lifecycle.placement.mark_all_stale()  # the GPU may turn up on another node
+        self.lifecycle.shape.invalidate()
         return approval
 
     def list_nodes(self, principal: Principal, f: fleet.NodeFilter, sort: str,

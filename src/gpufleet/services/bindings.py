@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session, raiseload
 
 from gpufleet.domain.errors import Conflict
@@ -103,10 +103,10 @@ def open_bindings(session: Session, openings: Sequence[Opening], gpu_ids: dict[s
             if unit.kind is UnitKind.SHARED:
                 shared_milli[gpu.id] += unit.milli
             else:
-                claims += [SlotClaim(gpu_id=gpu.id, slot=s, binding_id=binding.id)
+                claims += [{"gpu_id": gpu.id, "slot": s, "binding_id": binding.id}
                            for s in _slots(unit, gpu.model)]
-    session.add_all(claims)
-    session.flush()  # the claims' primary key refuses a unit held twice, here
+    if claims:  # the claims' primary key refuses a unit held twice, here
+        session.execute(insert(SlotClaim), claims)
     for gpu_id, milli in shared_milli.items():
         _raise_shared_use(session, gpus[gpu_id], milli)
     session.execute(update(Gpu).where(Gpu.id.in_(list(gpus)))
@@ -203,7 +203,9 @@ def _stamp_labels(session: Session, grants: list[tuple[int, str, set[int]]]) -> 
         select(GpuLabel.gpu_id, GpuLabel.key, GpuLabel.value)
         .where(GpuLabel.gpu_id.in_({g for g, _, _ in wanted}),
                GpuLabel.key.in_(("allocation", "project")))))
-    session.add_all(GpuLabel(gpu_id=g, key=k, value=v) for g, k, v in wanted - existing)
+    missing = [{"gpu_id": g, "key": k, "value": v} for g, k, v in sorted(wanted - existing)]
+    if missing:
+        session.execute(insert(GpuLabel), missing)
 
 
 def _write_mig_plans(session: Session, openings: Sequence[Opening], gpu_ids: dict[str, int],

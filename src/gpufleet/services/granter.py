@@ -6,6 +6,8 @@ lock grants the whole queue in one transaction (group commit): the quota and poo
 are read once, and bindings, claims and labels go in a few multi-row statements. A lone
 caller still has its grant at once, in a batch of one. Requests are served in the order
 they were queued; a batch that cannot place a request records why, as a single grant does.
+Each caller gets its requests' views as the batch left them, read in the batch's own
+transaction (one query for all of them) rather than in one more transaction apiece.
 
 Decisions come from the placement cache. If the database refuses a batch (a unit another
 server took, a MIG layout that changed), nothing of it is kept: the nodes it touched are
@@ -16,19 +18,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
 from gpufleet.clock import Clock
-from gpufleet.domain.errors import Conflict
+from gpufleet.domain.errors import Conflict, GpufleetError
 from gpufleet.domain.placement import Decision, StaleDecision
+from gpufleet.domain.requests import request_code
 from gpufleet.services import requests
 from gpufleet.services.bindings import UnitTaken
 from gpufleet.services.placement_cache import PlacementCache
+from gpufleet.services.principal import Principal
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import GpuRequest
+from gpufleet.wire.requests import RequestView
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +41,23 @@ ATTEMPTS_ALONE = 5  # tries of a request granted on its own after its batch was 
 BATCH_LIMIT = 256  # requests per transaction
 
 
+@dataclass(frozen=True)
+class Approval:
+    """An operator's approval of one pending request, made in the transaction that then
+    grants it: one commit instead of two, and no window where it is approved but unplaced
+    for want of a second transaction."""
+
+    principal: Principal
+    reason: str | None
+
+
 @dataclass
 class _Ticket:
+    """One caller's part of a batch."""
+
     request_ids: list[int]
-    granted: set[int] = field(default_factory=set)
+    approval: Approval | None = None  # of request_ids[0], before it is granted
+    views: dict[int, RequestView] = field(default_factory=dict)
     error: BaseException | None = None
     done: bool = False
 
@@ -50,81 +68,141 @@ class Granter:
         self.clock = clock
         self.cache = cache
         self._grant_lock = threading.Lock()  # one batch at a time: the cache is not shared
-        self._queue_lock = threading.Lock()
+        # Callers queue tickets under the condition; one of them at a time leads, taking
+        # the queue and serving it, and wakes the others when done. A caller whose ticket
+        # was served returns without ever holding the grant lock.
+        self._turn = threading.Condition()
+        self._leading = False
         self._queue: list[_Ticket] = []
 
-    def grant(self, request_ids: Sequence[int]) -> set[int]:
-        """Place and bind these approved requests (in this order); the ids now active."""
-        ticket = _Ticket(list(request_ids))
-        with self._queue_lock:
-            self._queue.append(ticket)
-        with self._grant_lock:
-            if not ticket.done:  # nobody served it while this thread waited
-                with self._queue_lock:
-                    tickets, self._queue = self._queue, []
-                self._serve(tickets)
-        if ticket.error is not None:
-            raise ticket.error
-        return ticket.granted
+    def grant(self, request_ids: Sequence[int]) -> dict[int, RequestView]:
+        """Place and bind these approved requests (in this order). Returns each one's view
+        once its grant was tried: `active` if it was granted, else why it waits."""
+        return self._submit(_Ticket(list(request_ids)))
+
+    def approve(self, request_id: int, approval: Approval) -> RequestView:
+        """Approve a pending request and grant it in the same transaction; its view. An
+        approval the request refuses (not found, not pending, one's own) raises, and
+        nothing of it is written. If the database keeps refusing the grant, the approval
+        is written alone and the request waits, approved, for the lifecycle loop."""
+        return self._submit(_Ticket([request_id], approval))[request_id]
 
     def warm(self) -> None:
         """Read the fleet into the cache now rather than at the first grant."""
         with self._grant_lock, self.store.read() as session:
             self.cache.refresh(session)
 
+    def _submit(self, ticket: _Ticket) -> dict[int, RequestView]:
+        with self._turn:
+            self._queue.append(ticket)
+            while self._leading and not ticket.done:
+                self._turn.wait()
+            tickets: list[_Ticket] = []
+            if not ticket.done:  # nobody leads, and nobody served it: lead
+                self._leading = True
+                tickets, self._queue = self._queue, []
+        if tickets:
+            try:
+                with self._grant_lock:
+                    self._serve(tickets)
+            finally:
+                with self._turn:
+                    self._leading = False
+                    self._turn.notify_all()
+        if ticket.error is not None:
+            raise ticket.error
+        return ticket.views
+
     def _serve(self, tickets: list[_Ticket]) -> None:
-        ids = list(dict.fromkeys(i for ticket in tickets for i in ticket.request_ids))
-        granted: set[int] = set()
         try:
-            for start in range(0, len(ids), BATCH_LIMIT):
-                granted |= self._grant_together(ids[start:start + BATCH_LIMIT])
+            for batch in _batches(tickets):
+                self._grant_together(batch)
         except Exception as exc:  # each caller raises it in its own thread
             for ticket in tickets:
-                ticket.error = exc
+                if not ticket.done:
+                    ticket.error = exc
         for ticket in tickets:
-            ticket.granted = granted & set(ticket.request_ids)
             ticket.done = True
 
-    def _grant_together(self, ids: list[int]) -> set[int]:
+    def _grant_together(self, tickets: list[_Ticket]) -> None:
         try:
-            return self._write(ids)
+            self._write(tickets)
+            return
         except (Conflict, StaleDecision) as exc:
             _raise_unless_refused(exc)
             log.info("a batch of %d grants was refused (%s); granting one at a time",
-                     len(ids), exc)
-        return {request_id for request_id in ids if self._grant_alone(request_id)}
+                     sum(len(t.request_ids) for t in tickets), exc)
+        for ticket in tickets:
+            self._grant_alone(ticket)
 
-    def _grant_alone(self, request_id: int) -> bool:
+    def _grant_alone(self, ticket: _Ticket) -> None:
         for attempt in range(1, ATTEMPTS_ALONE + 1):
             try:
-                return bool(self._write([request_id]))
+                self._write([ticket])
+                return
             except (Conflict, StaleDecision) as exc:
                 _raise_unless_refused(exc)
-                log.info("grant of request %d was refused (%s); attempt %d", request_id, exc,
-                         attempt)
-        return False
+                log.info("grant of requests %s was refused (%s); attempt %d",
+                         ticket.request_ids, exc, attempt)
+        if ticket.approval is not None:  # the approval stands; the loop grants it later
+            self._write([ticket], place=False)
+        ticket.done = True
 
-    def _write(self, ids: list[int]) -> set[int]:
-        """One transaction granting what it can of `ids`. If it fails, the cache holds
-        decisions the store does not: the nodes they touched are marked stale."""
+    def _write(self, tickets: list[_Ticket], place: bool = True) -> None:
+        """One transaction: the tickets' approvals, then granting what it can of their
+        requests. Only once it commits do the callers learn the outcome. If it fails, the
+        cache holds decisions the store does not: the nodes they touched are marked
+        stale."""
         touched: set[str] = set()
 
         def commit(decision: Decision) -> None:
             touched.update(decision.nodes)
             self.cache.commit(decision)
 
+        ids = list(dict.fromkeys(i for ticket in tickets for i in ticket.request_ids))
+        refusals: dict[int, GpufleetError] = {}
         try:
             with self.store.write_dedicated() as session:
-                self.cache.refresh(session)
+                now = self.clock.now()
                 order = {request_id: n for n, request_id in enumerate(ids)}
                 batch = sorted(session.scalars(select(GpuRequest)
                                                .where(GpuRequest.id.in_(ids))),
                                key=lambda r: order[r.id])
-                return set(requests.activate(session, batch, self.clock.now(), self.cache,
-                                             commit))
+                for n, ticket in enumerate(tickets):
+                    if ticket.approval is not None:
+                        try:  # a refused approval writes nothing: it raises before
+                            requests.approve(session, ticket.approval.principal,
+                                             request_code(ticket.request_ids[0]), now,
+                                             ticket.approval.reason)
+                        except GpufleetError as exc:
+                            refusals[n] = exc
+                if place:
+                    self.cache.refresh(session)
+                    requests.activate(session, batch, now, self.cache, commit)
+                views = {request.id: view for request, view
+                         in zip(batch, requests.views(session, batch), strict=True)}
         except BaseException:
             self.cache.mark_stale(touched)
             raise
+        for n, ticket in enumerate(tickets):
+            ticket.error = refusals.get(n)
+            ticket.views = {i: views[i] for i in ticket.request_ids if i in views}
+            ticket.done = True
+
+
+def _batches(tickets: list[_Ticket]) -> Iterator[list[_Ticket]]:
+    """The tickets in order, in runs of at most BATCH_LIMIT requests (a ticket is never
+    split; one larger than the limit is a batch of its own)."""
+    batch: list[_Ticket] = []
+    size = 0
+    for ticket in tickets:
+        if batch and size + len(ticket.request_ids) > BATCH_LIMIT:
+            yield batch
+            batch, size = [], 0
+        batch.append(ticket)
+        size += len(ticket.request_ids)
+    if batch:
+        yield batch
 
 
 def _raise_unless_refused(exc: Exception) -> None:

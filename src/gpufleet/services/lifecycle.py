@@ -22,7 +22,9 @@ from gpufleet.domain.access import Action
 from gpufleet.domain.requests import RequestState
 from gpufleet.services import people, placement_state, pools, quotas, requests
 from gpufleet.services.bindings import RELEASED_NODE_IDS
-from gpufleet.services.granter import Granter
+from gpufleet.services.fleet_shape import FleetShape
+from gpufleet.services.granter import Approval, Granter
+from gpufleet.services.lookup import not_found
 from gpufleet.services.people import get_project
 from gpufleet.services.placement_cache import PlacementCache
 from gpufleet.services.principal import Principal
@@ -44,16 +46,15 @@ class Lifecycle:
         self.placement = PlacementCache(settings.placement_policy,
                                         settings.placement_cache_max_age_s)
         self.granter = Granter(store, clock, self.placement)
+        self.shape = FleetShape(settings.placement_cache_max_age_s)
 
     # --- requests ------------------------------------------------------------------------
     def create_request(self, principal: Principal, body: wr.RequestCreate) -> wr.RequestView:
         with self._write() as session:
             request = requests.create(session, principal, body, self.clock.now(),
-                                      self.settings.max_request_days)
+                                      self.settings.max_request_days, self.shape)
             request_id, approved = request.id, request.state == RequestState.APPROVED.value
-        if approved:
-            self._grant(request_id)
-        return self._view(request_id)
+        return self._grant(request_id) if approved else self._view(request_id)
 
     def list_requests(self, principal: Principal, *, state: str | None, project: str | None,
                       cursor: str | None, limit: int) -> Page[wr.RequestView]:
@@ -78,10 +79,10 @@ class Lifecycle:
             return requests.view(session, session.get(GpuRequest, request_id))
 
     def approve(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
-        with self._write() as session:
-            request_id = requests.approve(session, principal, code, self.clock.now(), reason).id
-        self._grant(request_id)
-        return self._view(request_id)
+        request_id = requests.request_id_from_code(code)
+        if request_id is None:
+            raise not_found("request", code)
+        return self.granter.approve(request_id, Approval(principal, reason))
 
     def reject(self, principal: Principal, code: str, reason: str | None) -> wr.RequestView:
         with self._write() as session:
@@ -119,9 +120,10 @@ class Lifecycle:
                     for e in requests.history(session, principal, code)]
 
     # --- granting and the loop -----------------------------------------------------------
-    def _grant(self, request_id: int) -> bool:
-        """Try to place and bind one approved request; True when it became active."""
-        return request_id in self.granter.grant([request_id])
+    def _grant(self, request_id: int) -> wr.RequestView:
+        """Try to place and bind one approved request; its view afterwards."""
+        view = self.granter.grant([request_id]).get(request_id)
+        return view if view is not None else self._view(request_id)
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
@@ -143,7 +145,10 @@ class Lifecycle:
         active."""
         with self.store.read() as session:
             waiting = requests.waiting_ids(session, self.clock.now())
-        return len(self.granter.grant(waiting)) if waiting else 0
+        if not waiting:
+            return 0
+        views = self.granter.grant(waiting).values()
+        return sum(view.state == RequestState.ACTIVE.value for view in views)
 
     def warm(self) -> None:
         """Load the placement cache (the server does this at start)."""

@@ -30,10 +30,11 @@ from gpufleet.domain.requests import (
     transition_event,
 )
 from gpufleet.services import audit, bindings, granting, people, quotas
+from gpufleet.services.fleet_shape import FleetShape
 from gpufleet.services.lookup import not_found
 from gpufleet.services.placement_state import MODE_OF_KIND
 from gpufleet.services.principal import Principal
-from gpufleet.store.tables import AutoApprovePolicy, Gpu, GpuRequest, Project
+from gpufleet.store.tables import AutoApprovePolicy, GpuRequest, Project
 from gpufleet.wire.requests import (
     Extend,
     QuotaView,
@@ -111,11 +112,15 @@ def list_requests(session: Session, principal: Principal, *, state: str | None =
 
 # --- creating ----------------------------------------------------------------------------
 def create(session: Session, principal: Principal, body: RequestCreate, now: datetime,
-           max_request_days: float) -> GpuRequest:
+           max_request_days: float, shape: FleetShape) -> GpuRequest:
     principal.require(Action.REQUEST_GPUS)
     project = people.get_project(session, body.project)
     people.require_member(principal, project)
-    _check_feasible(session, body)
+    try:
+        _check_feasible(body, shape.largest(session))
+    except InvalidInput:  # the memo may predate GPUs that make it feasible: ask again
+        _check_feasible(body, shape.largest(session, fresh=True))
+    fleet_models = shape.models(session, MODE_OF_KIND[body.kind].value)
     request = GpuRequest(
         project_id=project.id, project=project, requested_by=principal.actor,
         requester_user_id=principal.user_id, kind=body.kind.value,
@@ -128,7 +133,8 @@ def create(session: Session, principal: Principal, body: RequestCreate, now: dat
         duration_s=None if body.ends_at or body.duration_hours is None
         else round(body.duration_hours * 3600),
         justification=body.reason, state=RequestState.PENDING.value, created_at=now)
-    verdicts = _admission(session, request, now, max_request_days, admission.ON_CREATE)
+    verdicts = _admission(session, request, now, max_request_days, admission.ON_CREATE,
+                          fleet_models=fleet_models)
     rejected = admission.first(verdicts, Outcome.REJECT)
     if rejected is not None:
         raise InvalidInput(rejected.message, code=rejected.code, details=rejected.details)
@@ -147,9 +153,9 @@ def create(session: Session, principal: Principal, body: RequestCreate, now: dat
     return request
 
 
-def _check_feasible(session: Session, body: RequestCreate) -> None:
+def _check_feasible(body: RequestCreate, largest: dict[tuple[str, str], int]) -> None:
     """Refuse what no fleet state could ever grant: unknown models and profiles, groups
-    larger than any node."""
+    larger than any node (`largest`: the most GPUs per sharing mode and model on a node)."""
     mode = MODE_OF_KIND[body.kind].value
     for key in body.models or ():
         found = catalogue_model(key)
@@ -159,19 +165,20 @@ def _check_feasible(session: Session, body: RequestCreate) -> None:
         if found.key != key:
             raise InvalidInput(f"GPU model '{key}' is spelled '{found.key}'",
                                code="unknown_model", details={"model": key})
-    candidates = body.models or granting.fleet_models(session, body.kind)
+    candidates = body.models or sorted(model for m, model in largest if m == mode)
     if body.kind is FlavourKind.MIG:
         _check_mig_profile(body, candidates)
     if not candidates:
         raise InvalidInput(f"the fleet has no GPUs in {mode} mode", code="no_such_gpus",
                            details={"sharing_mode": mode})
     if body.same_node or body.nvlink:
-        largest = _largest_group(session, body, mode, candidates)
-        if body.count > largest:
+        most = _largest_group(body, {model: largest.get((mode, model), 0)
+                                     for model in candidates})
+        if body.count > most:
             raise InvalidInput(
                 f"{body.count} units cannot be on one node: the largest node offers "
-                f"{largest} of this kind", code="too_many_for_one_node",
-                details={"count": body.count, "largest_node": largest})
+                f"{most} of this kind", code="too_many_for_one_node",
+                details={"count": body.count, "largest_node": most})
 
 
 def _check_mig_profile(body: RequestCreate, candidates: list[str]) -> None:
@@ -185,15 +192,10 @@ def _check_mig_profile(body: RequestCreate, candidates: list[str]) -> None:
                            code="unknown_mig_profile", details={"mig_profile": body.mig_profile})
 
 
-def _largest_group(session: Session, body: RequestCreate, mode: str,
-                   candidates: list[str]) -> int:
-    per_node = (select(Gpu.node_id, Gpu.model, func.count().label("n"))
-                .where(Gpu.sharing_mode == mode, Gpu.model.in_(candidates))
-                .group_by(Gpu.node_id, Gpu.model).subquery())
-    rows = session.execute(select(per_node.c.model, func.max(per_node.c.n))
-                           .group_by(per_node.c.model)).all()
+def _largest_group(body: RequestCreate, gpus_per_node: dict[str, int]) -> int:
+    """The most units of the request's kind one node can hold, over its candidate models."""
     best = 0
-    for model_key, gpus in rows:
+    for model_key, gpus in gpus_per_node.items():
         if body.kind is FlavourKind.MIG:
             profile = catalogue_model(model_key).mig.profile_named(body.mig_profile)
             best = max(best, gpus * (profile.max_instances if profile else 0))
@@ -205,9 +207,11 @@ def _largest_group(session: Session, body: RequestCreate, mode: str,
 
 
 def _admission(session: Session, request: GpuRequest, now: datetime, max_request_days: float,
-               rules: tuple[admission.Rule, ...], capacity=None) -> list[Verdict]:
-    flavours = granting.candidate_flavours(
-        request, granting.fleet_models(session, FlavourKind(request.kind)))
+               rules: tuple[admission.Rule, ...], capacity=None,
+               fleet_models: list[str] | None = None) -> list[Verdict]:
+    if fleet_models is None:
+        fleet_models = granting.fleet_models(session, FlavourKind(request.kind))
+    flavours = granting.candidate_flavours(request, fleet_models)
     facts = quotas.quota_facts(session, request.project_id, flavours)
     ends_at = request.ends_at
     if ends_at is None and request.duration_s:
@@ -345,7 +349,7 @@ def extend(session: Session, principal: Principal, code: str, body: Extend, now:
 # --- granting and expiry (the lifecycle loop and approval call these) ---------------------
 def activate(session: Session, batch: Sequence[GpuRequest], now: datetime,
              fleet: granting.FleetSource, cache_commit: Callable[[Decision], None]
-             ) -> list[int]:
+             ) -> set[int]:
     """Place and bind the approved requests of `batch` whose start has come, in order;
     record why for the others. Each placement is applied to the fleet (`cache_commit`) as
     it is decided, so the next request sees it; the batch is written together. Returns
@@ -386,7 +390,7 @@ def activate(session: Session, batch: Sequence[GpuRequest], now: datetime,
                     units=len(opened[request.id]), nodes=sorted(decision.nodes),
                     pool=pool_code(request.pool_id) if request.pool_id else None,
                     mig_plans=len(decision.mig_layouts))
-    return [o.request.id for o in openings]
+    return {o.request.id for o in openings}
 
 
 def _set_wait(request: GpuRequest, code: str, message: str) -> None:

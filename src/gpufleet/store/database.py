@@ -45,8 +45,11 @@ class StateStore:
             self._write_engine = self._sqlite_engine("BEGIN IMMEDIATE", sqlite_synchronous, 1)
             self._read_engine = self._sqlite_engine("BEGIN", sqlite_synchronous, pool_size)
         else:
+            # Overflow connections are closed when returned: a burst beyond the pool is
+            # served, but the pool itself is sized for the usual concurrency.
             self._write_engine = create_engine(self.url, pool_size=pool_size,
-                                               max_overflow=pool_size, pool_pre_ping=True)
+                                               max_overflow=max(pool_size // 4, 1),
+                                               pool_pre_ping=True)
             self._read_engine = self._write_engine
         self._writes = sessionmaker(self._write_engine, expire_on_commit=False)
         self._reads = sessionmaker(self._read_engine, expire_on_commit=False)

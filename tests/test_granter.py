@@ -1,0 +1,116 @@
+"""The granter batches approvals: those queued while a grant runs are approved and granted
+together in the next transaction (services/granter.py). A refused approval fails only its
+own caller; a grant the database keeps refusing still leaves the approval written."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import event
+
+from gpufleet.domain.errors import Conflict, NotFound
+from gpufleet.services import bindings
+from gpufleet.services.app import Gpufleet
+from gpufleet.services.principal import SYSTEM
+from gpufleet.wire.requests import RequestCreate
+from tests.helpers import create_environment, register
+from tests.test_placement_cache import two_nodes  # noqa: F401  (fixture)
+
+
+def pending(gf, count: int = 1) -> str:
+    return gf.lifecycle.create_request(SYSTEM, RequestCreate(project="vision",
+                                                             count=count)).code
+
+
+def actions(gf, code: str) -> list[str]:
+    return [e.action for e in gf.lifecycle.history(SYSTEM, code)]
+
+
+@contextmanager
+def a_batch_running(granter):
+    """As if another caller were leading a batch: new callers queue until it ends."""
+    with granter._turn:
+        granter._leading = True
+    try:
+        yield
+    finally:
+        with granter._turn:
+            granter._leading = False
+            granter._turn.notify_all()
+
+
+def wait_for_queue(granter, length: int) -> None:
+    deadline = time.monotonic() + 10
+    while len(granter._queue) < length:
+        assert time.monotonic() < deadline, "callers never queued"
+        time.sleep(0.01)
+
+
+def test_approvals_queued_together_commit_once_and_a_refused_one_fails_only_its_caller(
+        two_nodes, gf, store):  # noqa: F811
+    gf.lifecycle.warm()
+    first, second = pending(gf), pending(gf, count=2)
+    commits = []
+    for engine in {store._write_engine, store._dedicated_engine}:  # one on SQLite
+        event.listen(engine, "commit", lambda conn: commits.append(1))
+    granter = gf.lifecycle.granter
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        with a_batch_running(granter):  # the callers queue behind it
+            calls = [pool.submit(gf.lifecycle.approve, SYSTEM, code, None)
+                     for code in (first, second, first)]
+            wait_for_queue(granter, 3)
+        outcomes = []
+        for call in calls:
+            try:
+                outcomes.append(call.result().state)
+            except Conflict as exc:  # `first` approved twice: one of them is refused
+                outcomes.append(exc.code)
+    assert sorted(outcomes) == ["active", "active", "invalid_transition"]
+    assert len(commits) == 1
+    for code in (first, second):
+        assert actions(gf, code) == ["request.created", "request.approved",
+                                     "request.activated"]
+
+
+def test_an_approval_whose_grant_the_database_keeps_refusing_is_still_written(
+        two_nodes, gf, monkeypatch):  # noqa: F811
+    code = pending(gf)
+
+    def refuse(*args, **kwargs):
+        raise bindings.UnitTaken("taken by another server meanwhile")
+
+    monkeypatch.setattr(bindings, "open_bindings", refuse)
+    view = gf.lifecycle.approve(SYSTEM, code, "go ahead")
+    assert (view.state, view.wait_code) == ("approved", "queued")
+    assert actions(gf, code) == ["request.created", "request.approved"]
+    monkeypatch.undo()
+    gf.lifecycle.tick()  # the lifecycle loop grants what waits
+    assert gf.lifecycle.show_request(SYSTEM, code).state == "active"
+
+
+def test_approving_a_request_that_does_not_exist_writes_nothing(two_nodes, gf):  # noqa: F811
+    code = pending(gf)
+    with pytest.raises(NotFound):
+        gf.lifecycle.approve(SYSTEM, "GR-999999", None)
+    assert gf.lifecycle.show_request(SYSTEM, code).state == "pending"
+
+
+def test_a_create_refused_by_a_stale_fleet_shape_asks_the_database_again(
+        api, store, settings, clock):
+    """The models and node sizes a create checks against are kept in memory; GPUs
+    registered since through another server must not make a request impossible."""
+    create_environment(api)
+    register(api, 1, gpus=4)
+    api.post("/api/v1/projects", json={"name": "vision", "organisation": "research"})
+    other = Gpufleet(store, settings, clock)  # a second server process, its own memo
+
+    def create(count: int):
+        return other.lifecycle.create_request(SYSTEM, RequestCreate(
+            project="vision", count=count, same_node=True))
+
+    assert create(4).state == "pending"  # the memo is read: nodes of 4 GPUs
+    register(api, 2, gpus=8)
+    assert create(8).state == "pending"
