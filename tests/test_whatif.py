@@ -88,6 +88,7 @@ def test_the_table_report(tmp_path):
     assert result.exit_code == 0, result.output
     assert "GPU allocation ratio" in result.stdout and "100.00%" in result.stdout
     assert "host_resources" in result.stdout
+    assert "stranded by fragmentation (share of fleet)" in result.stdout
 
 
 PACKING_NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model

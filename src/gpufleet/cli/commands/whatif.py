@@ -93,6 +93,7 @@ def report_table(report: Report) -> Table:
         table.add_row("peak allocation ratio", f"{report.peak_allocation_ratio:.2%}")
     table.add_row("free milli-GPU", f"{report.free_milli:,}")
     table.add_row("fragmentation (share of free)", f"{report.fragmentation_ratio:.2%}")
+    table.add_row("stranded by fragmentation (share of fleet)", f"{report.stranded_ratio:.2%}")
     for model, ratio in report.allocation_by_model.items():
         table.add_row(f"  allocated: {model}", f"{ratio:.2%}")
     return table
