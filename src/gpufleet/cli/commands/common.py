@@ -7,14 +7,21 @@ CLI offers exactly the words the API accepts.
 
 from collections.abc import Callable
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from gpufleet.cli.client import Params, connect
-from gpufleet.cli.output import emit, note
+from gpufleet.cli.errors import CliError
+from gpufleet.cli.output import done, emit, note
 from gpufleet.domain.inventory import GpuHealth
 
+DocsCheck = Annotated[bool, typer.Option(
+    "--check", help="Fail when the file differs from what it is generated from, instead of "
+    "writing it.")]
+DocsOutput = Annotated[Path, typer.Option("--output", "-o",
+                                          help="The Markdown file to write or check.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON reply instead.")]
 AllPages = Annotated[bool, typer.Option("--all", help="Follow every page, not just the first.")]
 Limit = Annotated[int | None, typer.Option("--limit", min=1, help="Items per page.")]
@@ -59,3 +66,18 @@ def show_listing(path: str, params: Params, *, all_pages: bool, as_json: bool,
     emit(page, as_json, lambda p: render(p["items"]))
     if not as_json and page.get("next_cursor"):
         note(f"more {what} exist: add --all to list them all, or narrow the filters")
+
+
+def write_or_check_docs(expected: str, output: Path, check: bool, command: str) -> None:
+    """A generated reference page: write it, or (`--check`, as CI does) fail when the file
+    is not what `command` would write."""
+    if check:
+        current = output.read_text() if output.is_file() else None
+        if current != expected:
+            state = "is missing" if current is None else "is out of date"
+            raise CliError(f"{output} {state}; run `{command} --output {output}`")
+        done(f"{output} is up to date")
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(expected)
+    done(f"wrote {output}")

@@ -1,14 +1,13 @@
 """`gpufleet config show` and `config docs`: the settings, declared once, seen two ways."""
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from gpufleet.cli.client import settings_errors
-from gpufleet.cli.commands.common import JsonFlag
-from gpufleet.cli.errors import CliError
-from gpufleet.cli.output import done, emit, table
+from gpufleet.cli.commands.common import DocsCheck, DocsOutput, JsonFlag, write_or_check_docs
+from gpufleet.cli.output import emit, table
 from gpufleet.settings import describe_settings, settings_markdown
 
 app = typer.Typer(help="Settings: effective values and their documentation.",
@@ -33,22 +32,6 @@ def show(as_json: JsonFlag = False) -> None:
 
 
 @app.command("docs")
-def docs(
-    check: Annotated[bool, typer.Option(
-        "--check", help="Fail when the file differs from the settings, instead of writing.")
-    ] = False,
-    output: Annotated[Path, typer.Option(
-        "--output", "-o", help="The Markdown file to write or check.")] = DOCS_PATH,
-) -> None:
+def docs(check: DocsCheck = False, output: DocsOutput = DOCS_PATH) -> None:
     """Write the settings reference (docs/settings.md) generated from the declarations."""
-    expected = settings_markdown()
-    if check:
-        current = output.read_text() if output.is_file() else None
-        if current != expected:
-            state = "is missing" if current is None else "is out of date"
-            raise CliError(f"{output} {state}; run `gpufleet config docs --output {output}`")
-        done(f"{output} is up to date")
-        return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(expected)
-    done(f"wrote {output}")
+    write_or_check_docs(settings_markdown(), output, check, "gpufleet config docs")

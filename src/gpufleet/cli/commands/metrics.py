@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.errors import CliError
-from gpufleet.cli.output import done, emit, table
+from gpufleet.cli.commands.common import DocsCheck, DocsOutput, write_or_check_docs
+from gpufleet.cli.output import emit, table
 from gpufleet.domain.telemetry.catalogue import CATALOGUE
 from gpufleet.domain.telemetry.catalogue_markdown import catalogue_markdown
 
@@ -31,22 +31,6 @@ def ls(as_json: Annotated[bool, typer.Option(
 
 
 @app.command("docs")
-def docs(
-    check: Annotated[bool, typer.Option(
-        "--check", help="Fail when the file differs from the catalogue, instead of writing.")
-    ] = False,
-    output: Annotated[Path, typer.Option(
-        "--output", "-o", help="The Markdown file to write or check.")] = DOCS_PATH,
-) -> None:
+def docs(check: DocsCheck = False, output: DocsOutput = DOCS_PATH) -> None:
     """Write the metric reference (docs/metrics.md) generated from the catalogue."""
-    expected = catalogue_markdown()
-    if check:
-        current = output.read_text() if output.is_file() else None
-        if current != expected:
-            state = "is missing" if current is None else "is out of date"
-            raise CliError(f"{output} {state}; run `gpufleet metrics docs --output {output}`")
-        done(f"{output} is up to date")
-        return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(expected)
-    done(f"wrote {output}")
+    write_or_check_docs(catalogue_markdown(), output, check, "gpufleet metrics docs")
