@@ -1,0 +1,21 @@
+"""The telemetry store (DESIGN.md §4–§5): samples, rollups and class-aware queries behind one
+protocol (`protocol.TelemetryStore`); the embedded default is `DuckDBTelemetryStore`.
+
+Nothing here knows who owns a GPU: series are keyed by unit, and ownership is joined from the
+state store's binding intervals by the services.
+"""
+
+from gpufleet.tsdb.protocol import (
+    LatestValue,
+    Retention,
+    Sample,
+    SeriesLabels,
+    SeriesResult,
+    TelemetryStore,
+    Tier,
+    choose_tier,
+    series,
+)
+
+__all__ = ["LatestValue", "Retention", "Sample", "SeriesLabels", "SeriesResult",
+           "TelemetryStore", "Tier", "choose_tier", "series"]

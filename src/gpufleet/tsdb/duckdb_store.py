@@ -1,0 +1,298 @@
+"""The embedded telemetry store: one DuckDB file (DESIGN.md §5, "embedded default").
+
+Thread model: DuckDB is single-process, and one Python connection must not be used by two
+threads at once. The store keeps one connection; every write (`write`, `rollup`,
+`apply_retention`) takes the store's lock and runs in one transaction on it, so a batch is
+stored whole or not at all. Every read opens its own cursor (a connection of its own onto
+the same database) and reads in one transaction, hence one consistent snapshot, beside the
+writer. Several server processes cannot share the file: at that scale the
+Prometheus-compatible store is the backend.
+
+The series dictionary is cached in memory (it is small: metrics × units × links) so a
+write resolves labels without a query, and queries filter and group series in Python
+before DuckDB touches a sample.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import duckdb
+
+from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.tsdb.protocol import (
+    HOUR_MS,
+    MINUTE_MS,
+    Filters,
+    LatestValue,
+    Retention,
+    Sample,
+    SeriesLabels,
+    SeriesResult,
+    Tier,
+    choose_tier,
+    from_ms,
+    to_ms,
+)
+from gpufleet.tsdb.rollups import TierSources, fold
+from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labels
+
+_SELECTION = ("WITH sel AS (SELECT unnest($ids::INTEGER[]) AS series_id, "
+              "unnest($groups::INTEGER[]) AS grp)")
+_IN_SELECTION = "series_id IN (SELECT series_id FROM sel)"
+_OVER_TIME = {OverTime.MEAN: "v_mean", OverTime.LAST: "v_last", OverTime.INCREASE: "inc"}
+_ACROSS = {AcrossSeries.MEAN: "avg(v)", AcrossSeries.SUM: "sum(v)",
+           AcrossSeries.MAX: "max(v)", AcrossSeries.COUNT: "count_if(v <> 0)"}
+_TIER_WIDTH_MS = {Tier.RAW: 1, Tier.MINUTE: MINUTE_MS, Tier.HOUR: HOUR_MS}
+
+
+class DuckDBTelemetryStore:
+    """The `TelemetryStore` on a DuckDB file (or `:memory:`)."""
+
+    def __init__(self, path: str | Path, *, retention: Retention = Retention(),
+                 threads: int | None = None):
+        self.path = str(path)
+        self.retention = retention
+        config = {} if threads is None else {"threads": threads}
+        self._con = duckdb.connect(self.path, config=config)
+        self._lock = threading.Lock()
+        # Read cursors are made from a connection of their own, so making one never touches
+        # the writer's connection while a write runs on it.
+        self._cursor_root = self._con.cursor()
+        self._cursor_lock = threading.Lock()
+        for statement in DDL:
+            self._con.execute(statement)
+        self._ids: dict[SeriesLabels, int] = {}
+        self._by_key: dict[tuple, int] = {}
+        self._labels: dict[int, SeriesLabels] = {}
+        self._load_series()
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def write(self, batch: Sequence[Sample]) -> int:
+        with self._lock:
+            ids: list[int] = []
+            times: list[int] = []
+            values: list[float] = []
+            new: list[tuple[int, SeriesLabels]] = []
+            last_at, last_ms = None, 0
+            for sample in batch:
+                if sample.value is None:
+                    continue
+                sid = self._ids.get(sample.series)
+                if sid is None:
+                    sid = self._resolve(sample.series, new)
+                if sample.at is not last_at:
+                    last_at, last_ms = sample.at, to_ms(sample.at)
+                ids.append(sid)
+                times.append(last_ms)
+                values.append(float(sample.value))
+            self._transaction(lambda con: self._store(con, new, ids, times, values), new)
+            return len(ids)
+
+    def rollup(self, until: datetime) -> None:
+        until_ms = to_ms(until)
+        with self._lock:
+            self._transaction(lambda con: self._rollup(con, until_ms))
+
+    def apply_retention(self, now: datetime) -> None:
+        now_ms = to_ms(now)
+        r = self.retention
+        with self._lock:
+            def drop(con: duckdb.DuckDBPyConnection) -> None:
+                minute_done, hour_done = self._state(con)
+                # Raw rows go only once folded: a tier never loses what no coarser one holds.
+                con.execute("DELETE FROM samples WHERE ts_ms < $1",
+                            [min(now_ms - _ms(r.raw), minute_done)])
+                con.execute("DELETE FROM rollup_1m WHERE bucket_ms < $1",
+                            [min(now_ms - _ms(r.minute), hour_done)])
+                con.execute("DELETE FROM rollup_1h WHERE bucket_ms < $1",
+                            [now_ms - _ms(r.hour)])
+            self._transaction(drop)
+
+    def checkpoint(self) -> None:
+        """Write everything to the file now (DuckDB otherwise checkpoints by WAL size)."""
+        with self._lock:
+            self._con.execute("CHECKPOINT")
+
+    def close(self) -> None:
+        with self._lock, self._cursor_lock:
+            self._cursor_root.close()
+            self._con.close()
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def query_range(self, metric: str, start: datetime, end: datetime, step: timedelta, *,
+                    filters: Filters | None = None, group_by: Sequence[str] = (),
+                    over_time: OverTime | None = None, across: AcrossSeries | None = None,
+                    tier: Tier | None = None) -> list[SeriesResult]:
+        if step <= timedelta(0) or end <= start:
+            raise InvalidInput("a range query needs start < end and a positive step",
+                               code="invalid_range")
+        aggregation = catalogue_metric(metric).aggregation
+        across = AcrossSeries(across or aggregation.across_series)
+        over_time = OverTime(over_time or aggregation.over_time)
+        column = "v_max" if across is AcrossSeries.MAX and over_time is OverTime.MEAN \
+            else _OVER_TIME[over_time]
+        tier = Tier(tier or choose_tier(step, start, end, self.retention))
+        width = _TIER_WIDTH_MS[tier]
+        lo = to_ms(start) // width * width
+        hi = to_ms(end)
+        groups: dict[tuple, int] = {}
+        ids, group_of = [], []
+        for sid, labels in self._select(metric, filters):
+            key = tuple(labels.label(name) for name in group_by)
+            ids.append(sid)
+            group_of.append(groups.setdefault(key, len(groups)))
+        if not ids:
+            return []
+        step_ms = max(int(step.total_seconds() * 1000), 1)
+
+        def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
+            minute_done, hour_done = self._state(cur)
+            rows = TierSources(minute_done, hour_done, _IN_SELECTION).rows(tier, lo, hi)
+            return cur.execute(f"""{_SELECTION},
+                per_series AS (SELECT series_id, bucket_ms, {column} AS v
+                               FROM ({fold(rows, step_ms, lo, carry=True)}))
+                SELECT grp, bucket_ms, {_ACROSS[across]} FROM per_series JOIN sel USING (series_id)
+                GROUP BY grp, bucket_ms ORDER BY grp, bucket_ms""",
+                {"ids": ids, "groups": group_of}).fetchall()
+
+        results = [SeriesResult(dict(zip(group_by, key, strict=True))) for key in groups]
+        for grp, bucket_ms, value in self._read(run):
+            results[grp].points.append((from_ms(bucket_ms), float(value)))
+        return [r for r in results if r.points]
+
+    def latest(self, filters: Filters | None = None, *, metric: str | None = None,
+               since: datetime | None = None) -> list[LatestValue]:
+        chosen = self._select(metric, filters)
+        if not chosen:
+            return []
+        since_ms = to_ms(since) if since is not None else -(2**62)
+
+        def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
+            return cur.execute(f"""{_SELECTION}
+                SELECT series_id, max(ts_ms), arg_max(value, ts_ms) FROM samples
+                WHERE {_IN_SELECTION} AND ts_ms >= $since GROUP BY series_id
+                ORDER BY series_id""",
+                {"ids": [sid for sid, _ in chosen], "groups": [0] * len(chosen),
+                 "since": since_ms}).fetchall()
+
+        labels = dict(chosen)
+        return [LatestValue(labels[sid], from_ms(ms), value) for sid, ms, value in self._read(run)]
+
+    def series(self, metric: str | None = None,
+               filters: Filters | None = None) -> list[SeriesLabels]:
+        """The series the dictionary holds (whether or not any tier still has their rows)."""
+        return [labels for _, labels in self._select(metric, filters)]
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _load_series(self) -> None:
+        rows = self._con.execute(
+            "SELECT series_id, metric, gpu_uuid, mig_uuid, labels, node, environment, model "
+            "FROM series").fetchall()
+        for sid, metric, gpu, mig, labels, node, environment, model in rows:
+            self._remember(sid, SeriesLabels(metric, gpu, mig, decode_labels(labels),
+                                             node, environment, model))
+
+    def _remember(self, sid: int, labels: SeriesLabels) -> None:
+        old = self._labels.get(sid)
+        if old is not None:
+            self._ids.pop(old, None)
+        self._ids[labels] = sid
+        self._by_key[labels.key] = sid
+        self._labels[sid] = labels
+
+    def _resolve(self, labels: SeriesLabels, new: list[tuple[int, SeriesLabels]]) -> int:
+        """The id of a series seen for the first time in this form: a new series, or a known
+        one whose attributes (node, environment, model) changed."""
+        pending = next((sid for sid, seen in new if seen == labels), None)
+        if pending is not None:
+            return pending
+        sid = self._by_key.get(labels.key)
+        if sid is None:
+            sid = len(self._labels) + len({s for s, _ in new if s not in self._labels})
+        new.append((sid, labels))
+        return sid
+
+    def _store(self, con: duckdb.DuckDBPyConnection, new: list[tuple[int, SeriesLabels]],
+               ids: list[int], times: list[int], values: list[float]) -> None:
+        for sid, s in new:
+            con.execute("INSERT OR REPLACE INTO series VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [sid, s.metric, s.gpu_uuid, s.mig_uuid, encode_labels(s.labels),
+                         s.node, s.environment, s.model])
+        if ids:
+            # Three lists in, unnested in the engine: one statement, columnar, no per-row
+            # round trips (executemany is two orders of magnitude slower).
+            con.execute("INSERT INTO samples SELECT unnest($1::INTEGER[]), "
+                        "unnest($2::BIGINT[]), unnest($3::DOUBLE[])", [ids, times, values])
+
+    def _transaction(self, work, new: list[tuple[int, SeriesLabels]] | None = None) -> None:
+        con = self._con
+        con.begin()
+        try:
+            work(con)
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+        for sid, labels in new or ():
+            self._remember(sid, labels)
+
+    def _rollup(self, con: duckdb.DuckDBPyConnection, until_ms: int) -> None:
+        minute_hi = until_ms // MINUTE_MS * MINUTE_MS
+        hour_hi = until_ms // HOUR_MS * HOUR_MS
+        minute_done, hour_done = self._state(con)
+        if minute_done == 0:
+            (first,) = con.execute("SELECT min(ts_ms) FROM samples").fetchone()
+            if first is None:
+                return
+            minute_done, hour_done = first // MINUTE_MS * MINUTE_MS, first // HOUR_MS * HOUR_MS
+        sources = TierSources(minute_done, hour_done)
+        if minute_done < minute_hi:
+            con.execute(f"INSERT INTO rollup_1m SELECT {ROLLUP_COLUMNS} FROM "
+                        f"({fold(sources.raw(minute_done, minute_hi), MINUTE_MS)})")
+            minute_done = minute_hi
+        sources = TierSources(minute_done, hour_done)
+        if hour_done < hour_hi:
+            con.execute(f"INSERT INTO rollup_1h SELECT {ROLLUP_COLUMNS} FROM "
+                        f"({fold(sources.minute(hour_done, hour_hi), HOUR_MS)})")
+            hour_done = hour_hi
+        con.execute("INSERT OR REPLACE INTO rollup_state VALUES ('1m', $1), ('1h', $2)",
+                    [minute_done, hour_done])
+
+    @staticmethod
+    def _state(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+        done = dict(con.execute("SELECT tier, done_until_ms FROM rollup_state").fetchall())
+        return done.get("1m", 0), done.get("1h", 0)
+
+    def _read(self, work):
+        with self._cursor_lock:
+            cur = self._cursor_root.cursor()
+        try:
+            cur.begin()
+            try:
+                return work(cur)
+            finally:
+                cur.rollback()
+        finally:
+            cur.close()
+
+    def _select(self, metric: str | None,
+                filters: Filters | None) -> list[tuple[int, SeriesLabels]]:
+        with self._lock:
+            known = list(self._labels.items())
+        wanted = {name: set(values) for name, values in (filters or {}).items()}
+        return [(sid, s) for sid, s in known
+                if (metric is None or s.metric == metric)
+                and all(s.label(name) in values for name, values in wanted.items())]
+
+
+def _ms(span: timedelta) -> int:
+    return int(span.total_seconds() * 1000)

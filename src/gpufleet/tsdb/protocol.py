@@ -1,0 +1,160 @@
+"""The telemetry store's protocol and its value types (DESIGN.md §4–§5).
+
+A sample is (series, time, value). A series is keyed by the metric and the **unit** it
+describes (`gpu_uuid`, and `mig_uuid` for a MIG instance) plus the metric's own extra labels
+(`link`, `xid`); `node`, `environment` and `model` ride along as attributes of the series.
+Ownership (allocation, project) is deliberately not a label: it changes over a unit's life
+and lives in the state store's binding intervals, joined at query time by unit and time, so
+a series stays one series however often its GPU is reallocated.
+
+Times are epoch milliseconds inside the store; the API takes aware datetimes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Protocol
+
+from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+
+# Labels a query may filter or group by besides a metric's extra labels.
+UNIT_LABELS = ("gpu_uuid", "mig_uuid", "node", "environment", "model")
+MINUTE_MS = 60_000
+HOUR_MS = 3_600_000
+
+
+class Tier(StrEnum):
+    """Where a query reads: raw samples, 1-minute or 1-hour rollups."""
+
+    RAW = "raw"
+    MINUTE = "1m"
+    HOUR = "1h"
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long each tier keeps its rows (DESIGN.md §4 defaults)."""
+
+    raw: timedelta = timedelta(days=7)
+    minute: timedelta = timedelta(days=30)
+    hour: timedelta = timedelta(days=400)
+
+
+@dataclass(frozen=True)
+class SeriesLabels:
+    """One series: its identity (`key`) and its attributes (node, environment, model).
+
+    `labels` holds the metric's extra labels as sorted (name, value) pairs; use `series()`
+    to build one from a dict.
+    """
+
+    metric: str
+    gpu_uuid: str
+    mig_uuid: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    node: str = ""
+    environment: str = ""
+    model: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str | None, tuple[tuple[str, str], ...]]:
+        return (self.metric, self.gpu_uuid, self.mig_uuid, self.labels)
+
+    def label(self, name: str) -> str | None:
+        """The value of a unit label or an extra label; None where the series has none."""
+        if name in UNIT_LABELS:
+            return getattr(self, name)
+        return dict(self.labels).get(name)
+
+
+def series(metric: str, gpu_uuid: str, mig_uuid: str | None = None, *,
+           labels: Mapping[str, str] | None = None, node: str = "", environment: str = "",
+           model: str = "") -> SeriesLabels:
+    return SeriesLabels(metric, gpu_uuid, mig_uuid, tuple(sorted((labels or {}).items())),
+                        node, environment, model)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One value of one series at one time; `value` None is "the source cannot say" and is
+    never stored (DESIGN.md §4)."""
+
+    series: SeriesLabels
+    at: datetime
+    value: float | None
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    """One answer series of `query_range`: the group's labels and its (time, value) points,
+    each time the start of its step."""
+
+    labels: dict[str, str | None]
+    points: list[tuple[datetime, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LatestValue:
+    series: SeriesLabels
+    at: datetime
+    value: float
+
+
+Filters = Mapping[str, Sequence[str | None]]
+
+
+class TelemetryStore(Protocol):
+    """What the services need of a telemetry store, whatever engine is behind it."""
+
+    def write(self, batch: Sequence[Sample]) -> int:
+        """Store a batch atomically; returns how many samples were stored (None values are
+        skipped). Idempotence (batch ids) is the ingest layer's job."""
+        ...
+
+    def query_range(self, metric: str, start: datetime, end: datetime, step: timedelta, *,
+                    filters: Filters | None = None, group_by: Sequence[str] = (),
+                    over_time: OverTime | None = None, across: AcrossSeries | None = None,
+                    tier: Tier | None = None) -> list[SeriesResult]:
+        """Values in [start, end) per step, aggregated over time per series and then across
+        the series of each group, by the metric class's rules unless overridden."""
+        ...
+
+    def latest(self, filters: Filters | None = None, *, metric: str | None = None,
+               since: datetime | None = None) -> list[LatestValue]:
+        """The latest stored value of every matching series (at or after `since`)."""
+        ...
+
+    def rollup(self, until: datetime) -> None:
+        """Fold every closed minute and hour before `until` into the rollup tiers."""
+        ...
+
+    def apply_retention(self, now: datetime) -> None:
+        """Drop rows older than each tier keeps (raw rows only once rolled up)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def to_ms(at: datetime) -> int:
+    if at.tzinfo is None:
+        raise InvalidInput("telemetry times must be timezone-aware", code="naive_time")
+    return int(at.timestamp() * 1000)
+
+
+def from_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def choose_tier(step: timedelta, start: datetime, end: datetime,
+                retention: Retention = Retention()) -> Tier:
+    """Raw below a 1-minute step, 1-minute rollups below a 1-hour step, else 1-hour rollups;
+    a coarser tier where the window reaches back past what the finer tier keeps."""
+    if step < timedelta(minutes=1) and end - start <= retention.raw:
+        return Tier.RAW
+    if step < timedelta(hours=1) and end - start <= retention.minute:
+        return Tier.MINUTE
+    return Tier.HOUR

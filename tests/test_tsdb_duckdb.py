@@ -1,0 +1,151 @@
+"""The embedded DuckDB telemetry store: the shared behaviour (tests/tsdb_behaviour.py) on a
+real DuckDB file, then what only a store with its own rollups and retention shows."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+
+import pytest
+
+from gpufleet.domain.errors import InvalidInput
+from gpufleet.tsdb import Retention, Sample, Tier, choose_tier, series
+from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
+from tests.tsdb_behaviour import *  # noqa: F403 - the shared behaviour tests run here
+from tests.tsdb_behaviour import HOUR, T0, at, only, ticks, values_of
+
+
+@pytest.fixture
+def open_store(tmp_path):
+    return lambda: DuckDBTelemetryStore(tmp_path / "telemetry.duckdb", threads=1)
+
+
+def count(store: DuckDBTelemetryStore, table: str) -> int:
+    return store._con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def history(hours: int, *, seed: int = 7) -> list[Sample]:
+    """Three GPUs over `hours`, every 10 s, with gaps and counter resets."""
+    rng = random.Random(seed)
+    samples = []
+    counters = {g: 0.0 for g in "abc"}
+    for i in range(hours * 360):
+        for g in "abc":
+            env = "prod" if g != "c" else "dev"
+            value = None if rng.random() < 0.05 else round(rng.uniform(0, 100), 1)
+            samples.append(Sample(series("gpu.sm_active", f"GPU-{g}", environment=env),
+                                  at(i * 10), value))
+            counters[g] = 0.0 if rng.random() < 0.002 else counters[g] + rng.randint(0, 3)
+            samples.append(Sample(series("gpu.pcie_replays_total", f"GPU-{g}", environment=env),
+                                  at(i * 10), counters[g]))
+    return samples
+
+
+@pytest.mark.parametrize("metric", ["gpu.sm_active", "gpu.pcie_replays_total"])
+@pytest.mark.parametrize("step", [timedelta(minutes=5), HOUR, timedelta(hours=3)])
+def test_rollups_answer_as_raw_samples_do(store, metric, step):
+    store.write(history(6))
+    end = T0 + 6 * HOUR
+
+    def answer(tier):
+        results = store.query_range(metric, T0, end, step, group_by=["environment"], tier=tier)
+        return {r.labels["environment"]: r.points for r in results}
+
+    from_raw = answer(Tier.RAW)
+    store.rollup(T0 + 4 * HOUR + timedelta(minutes=30))  # hours 0-3 rolled, the rest is tail
+    tiers = [Tier.MINUTE] if step < HOUR else [Tier.MINUTE, Tier.HOUR]
+    for tier in tiers:
+        rolled = answer(tier)
+        assert rolled.keys() == from_raw.keys()
+        for env, points in from_raw.items():
+            assert [t for t, _ in rolled[env]] == [t for t, _ in points]
+            assert [v for _, v in rolled[env]] == pytest.approx([v for _, v in points])
+
+
+def test_rollup_is_incremental_and_folds_only_closed_buckets(store):
+    store.write(ticks("gpu.sm_active", "GPU-a", [50.0] * 720))  # two hours
+    store.rollup(T0 + timedelta(minutes=30, seconds=20))
+    assert (count(store, "rollup_1m"), count(store, "rollup_1h")) == (30, 0)
+    store.rollup(T0 + timedelta(minutes=30, seconds=50))
+    assert count(store, "rollup_1m") == 30
+    store.rollup(T0 + 2 * HOUR)
+    assert (count(store, "rollup_1m"), count(store, "rollup_1h")) == (120, 2)
+
+
+def test_retention_drops_old_rows_and_rollups_still_answer(tmp_path):
+    retention = Retention(raw=timedelta(hours=2), minute=timedelta(hours=4),
+                          hour=timedelta(days=1))
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", retention=retention)
+    store.write(ticks("gpu.sm_active", "GPU-a", [20.0] * 360 * 6)
+                + ticks("gpu.sm_active", "GPU-b", [60.0] * 360 * 6))
+    now = T0 + 6 * HOUR
+    store.apply_retention(now)  # nothing rolled up yet: raw rows are all kept
+    assert count(store, "samples") == 2 * 360 * 6
+    store.rollup(now)
+    store.apply_retention(now)
+    assert count(store, "samples") == 2 * 360 * 2
+    assert count(store, "rollup_1m") == 2 * 60 * 4
+    assert count(store, "rollup_1h") == 2 * 6
+    hourly = only(store.query_range("gpu.sm_active", T0, now, HOUR))
+    assert values_of(hourly) == pytest.approx([40.0] * 6)
+    raw_gone = store.query_range("gpu.sm_active", T0, T0 + HOUR, timedelta(seconds=10),
+                                 tier=Tier.RAW)
+    assert raw_gone == []
+    store.apply_retention(now + timedelta(days=2))
+    assert count(store, "rollup_1h") == 0
+    store.close()
+
+
+@pytest.mark.parametrize(("step", "window", "tier"), [
+    (timedelta(seconds=10), HOUR, Tier.RAW),
+    (timedelta(seconds=30), timedelta(days=8), Tier.MINUTE),
+    (timedelta(minutes=1), timedelta(days=1), Tier.MINUTE),
+    (timedelta(minutes=15), timedelta(days=7), Tier.MINUTE),
+    (timedelta(minutes=5), timedelta(days=31), Tier.HOUR),
+    (HOUR, timedelta(days=1), Tier.HOUR),
+])
+def test_the_tier_follows_the_step_and_the_window(step, window, tier):
+    assert choose_tier(step, T0, T0 + window) is tier
+
+
+def test_query_picks_the_rollup_tier_for_coarse_steps(store):
+    store.write(ticks("gpu.sm_active", "GPU-a", [30.0] * 720))
+    store.rollup(T0 + 2 * HOUR)
+    # Deleting the raw rows shows which tier answered: only rollups are left.
+    store._con.execute("DELETE FROM samples")
+    assert values_of(only(store.query_range("gpu.sm_active", T0, T0 + 2 * HOUR, HOUR))) \
+        == [30.0, 30.0]
+    assert values_of(only(store.query_range("gpu.sm_active", T0, T0 + HOUR,
+                                            timedelta(minutes=30)))) == [30.0, 30.0]
+    assert store.query_range("gpu.sm_active", T0, T0 + HOUR, timedelta(seconds=30)) == []
+
+
+def test_a_batch_is_stored_whole_or_not_at_all(store, monkeypatch):
+    good = ticks("gpu.sm_active", "GPU-a", [10.0, 20.0])
+    naive = Sample(series("gpu.sm_active", "GPU-new"), datetime(2026, 11, 2, 9), 5.0)
+    with pytest.raises(InvalidInput):
+        store.write([*good, naive])
+    real = DuckDBTelemetryStore._store
+
+    def fail_after_inserting(self, con, *args):
+        real(self, con, *args)
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(DuckDBTelemetryStore, "_store", fail_after_inserting)
+    with pytest.raises(RuntimeError):
+        store.write(good)
+    monkeypatch.undo()
+    assert store.latest() == []
+    assert store.series() == []
+    assert count(store, "series") == 0
+    assert store.write(good) == 2
+    assert [v.value for v in store.latest()] == [20.0]
+
+
+def test_a_unit_that_moves_keeps_its_series_and_takes_the_new_attributes(store):
+    store.write(ticks("gpu.sm_active", "GPU-a", [10.0], environment="dev"))
+    store.write([Sample(series("gpu.sm_active", "GPU-a", environment="prod"), at(10), 30.0)])
+    assert [s.environment for s in store.series("gpu.sm_active")] == ["prod"]
+    result = only(store.query_range("gpu.sm_active", T0, at(20), timedelta(minutes=1),
+                                    group_by=["environment"]))
+    assert (result.labels, values_of(result)) == ({"environment": "prod"}, [20.0])

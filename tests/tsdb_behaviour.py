@@ -1,0 +1,212 @@
+"""Behaviour every telemetry store must show, whatever the engine (DESIGN.md §4).
+
+A backend's test module imports these tests and provides the `open_store` fixture: a
+callable that opens the store on the same storage each time it is called (so a test can
+close and reopen it). The tests speak only the `TelemetryStore` protocol.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpufleet.tsdb import Sample, series
+
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def ticks(metric: str, gpu: str, values, *, every_s: int = 10, **attrs) -> list[Sample]:
+    s = series(metric, gpu, **attrs)
+    return [Sample(s, at(i * every_s), v) for i, v in enumerate(values)]
+
+
+def only(results):
+    assert len(results) == 1, results
+    return results[0]
+
+
+def values_of(result) -> list[float]:
+    return [v for _, v in result.points]
+
+
+@pytest.fixture
+def store(open_store):
+    opened = open_store()
+    yield opened
+    opened.close()
+
+
+def test_written_values_come_back_at_their_times(store):
+    assert store.write(ticks("gpu.sm_active", "GPU-a", [10.0, 20.0, 30.0])) == 3
+    result = only(store.query_range("gpu.sm_active", T0, at(30), timedelta(seconds=10),
+                                    group_by=["gpu_uuid"]))
+    assert result.labels == {"gpu_uuid": "GPU-a"}
+    assert result.points == [(at(0), 10.0), (at(10), 20.0), (at(20), 30.0)]
+
+
+def test_missing_values_are_not_stored_as_numbers(store):
+    assert store.write(ticks("gpu.sm_active", "GPU-a", [None, 40.0, None, 60.0])) == 2
+    result = only(store.query_range("gpu.sm_active", T0, at(40), timedelta(seconds=10)))
+    assert result.points == [(at(10), 40.0), (at(30), 60.0)]
+    mean = only(store.query_range("gpu.sm_active", T0, at(40), timedelta(minutes=1)))
+    assert values_of(mean) == [50.0]  # not (0 + 40 + 0 + 60) / 4
+
+
+def test_percentages_are_averaged_across_gpus_never_summed(store):
+    store.write(ticks("gpu.sm_active", "GPU-a", [20.0] * 6)
+                + ticks("gpu.sm_active", "GPU-b", [80.0] * 6))
+    result = only(store.query_range("gpu.sm_active", T0, at(60), timedelta(minutes=1)))
+    assert values_of(result) == [50.0]
+
+
+def test_absolute_usage_sums_across_gpus(store):
+    store.write(ticks("gpu.memory_used_bytes", "GPU-a", [1e9] * 6)
+                + ticks("gpu.memory_used_bytes", "GPU-b", [3e9] * 6))
+    result = only(store.query_range("gpu.memory_used_bytes", T0, at(60), timedelta(minutes=1)))
+    assert values_of(result) == [4e9]
+
+
+def test_sensors_average_across_gpus_and_can_give_the_peak(store):
+    store.write(ticks("gpu.temperature_celsius", "GPU-a", [40.0, 50.0, 60.0])
+                + ticks("gpu.temperature_celsius", "GPU-b", [70.0, 70.0, 70.0]))
+    mean = only(store.query_range("gpu.temperature_celsius", T0, at(30), timedelta(minutes=1)))
+    assert values_of(mean) == [60.0]
+    peak = only(store.query_range("gpu.temperature_celsius", T0, at(30), timedelta(minutes=1),
+                                  across="max"))
+    assert values_of(peak) == [70.0]
+
+
+def test_states_take_the_last_value_and_count_the_series_in_that_state(store):
+    store.write(ticks("gpu.remapped_rows_pending", "GPU-a", [1.0, 1.0, 0.0])
+                + ticks("gpu.remapped_rows_pending", "GPU-b", [0.0, 1.0, 1.0])
+                + ticks("gpu.remapped_rows_pending", "GPU-c", [0.0, 0.0, 1.0]))
+    result = only(store.query_range("gpu.remapped_rows_pending", T0, at(30),
+                                    timedelta(minutes=1)))
+    assert values_of(result) == [2.0]  # GPU-b and GPU-c end the minute with rows pending
+
+
+def test_counters_give_their_increase_and_a_drop_is_a_reset(store):
+    # 100 → 130 (+30), reset to 5 (+5 counted from 0), → 25 (+20): 55 in all.
+    store.write(ticks("gpu.pcie_replays_total", "GPU-a", [100.0, 110.0, 130.0, 5.0, 25.0]))
+    result = only(store.query_range("gpu.pcie_replays_total", T0, at(60),
+                                    timedelta(minutes=1)))
+    assert values_of(result) == [55.0]
+    total = only(store.query_range("gpu.pcie_replays_total", T0, at(60), timedelta(minutes=1),
+                                   over_time="last"))
+    assert values_of(total) == [25.0]
+
+
+def test_counter_increases_of_the_steps_add_up_to_the_window(store):
+    values = [0.0, 4.0, 9.0, 2.0, 3.0, 8.0, 1.0, 1.0, 6.0, 7.0, 20.0, 21.0]
+    store.write(ticks("gpu.ecc_uncorrected_errors_total", "GPU-a", values, every_s=30))
+    by_minute = only(store.query_range("gpu.ecc_uncorrected_errors_total", T0, at(360),
+                                       timedelta(minutes=1)))
+    whole = only(store.query_range("gpu.ecc_uncorrected_errors_total", T0, at(360),
+                                   timedelta(minutes=6)))
+    assert sum(values_of(by_minute)) == values_of(whole)[0] == 4 + 5 + 2 + 1 + 5 + 1 + 5 + 1 \
+        + 13 + 1
+
+
+def test_group_by_environment(store):
+    store.write(ticks("gpu.sm_active", "GPU-a", [10.0] * 6, environment="prod")
+                + ticks("gpu.sm_active", "GPU-b", [30.0] * 6, environment="prod")
+                + ticks("gpu.sm_active", "GPU-c", [90.0] * 6, environment="dev"))
+    results = store.query_range("gpu.sm_active", T0, at(60), timedelta(minutes=1),
+                                group_by=["environment"])
+    assert {r.labels["environment"]: values_of(r) for r in results} == \
+        {"prod": [20.0], "dev": [90.0]}
+
+
+def test_filters_on_unit_and_extra_labels(store):
+    store.write(ticks("gpu.sm_active", "GPU-a", [10.0] * 3, node="n1")
+                + ticks("gpu.sm_active", "GPU-b", [30.0] * 3, node="n2")
+                + ticks("gpu.sm_active", "GPU-c", [50.0] * 3, node="n2"))
+    result = only(store.query_range("gpu.sm_active", T0, at(30), timedelta(minutes=1),
+                                    filters={"node": ["n2"], "gpu_uuid": ["GPU-b", "GPU-a"]}))
+    assert values_of(result) == [30.0]
+    link = "gpu.nvlink_link_tx_bytes_per_second"
+    store.write([Sample(series(link, "GPU-a", labels={"link": str(n)}), at(0), 100.0 * n)
+                 for n in range(4)])
+    by_link = store.query_range(link, T0, at(10), timedelta(seconds=10),
+                                filters={"link": ["1", "3"]}, group_by=["link"])
+    assert {r.labels["link"]: values_of(r) for r in by_link} == {"1": [100.0], "3": [300.0]}
+    assert store.query_range("gpu.sm_active", T0, at(30), timedelta(minutes=1),
+                             filters={"node": ["nowhere"]}) == []
+
+
+def test_mig_instances_are_series_of_their_own(store):
+    store.write([Sample(series("gpu.sm_active", "GPU-a", "MIG-1"), at(0), 10.0),
+                 Sample(series("gpu.sm_active", "GPU-a", "MIG-2"), at(0), 30.0),
+                 Sample(series("gpu.sm_active", "GPU-a"), at(0), 90.0)])
+    migs = only(store.query_range("gpu.sm_active", T0, at(10), timedelta(seconds=10),
+                                  filters={"mig_uuid": ["MIG-1", "MIG-2"]}))
+    whole = only(store.query_range("gpu.sm_active", T0, at(10), timedelta(seconds=10),
+                                   filters={"mig_uuid": [None]}))
+    assert (values_of(migs), values_of(whole)) == ([20.0], [90.0])
+
+
+def test_latest_gives_the_newest_value_of_each_series(store):
+    store.write(ticks("gpu.sm_active", "GPU-a", [10.0, 20.0, None])
+                + ticks("gpu.sm_active", "GPU-b", [70.0])
+                + ticks("gpu.power_usage_watts", "GPU-a", [300.0, 310.0]))
+    latest = store.latest({"gpu_uuid": ["GPU-a", "GPU-b"]}, metric="gpu.sm_active")
+    assert {(v.series.gpu_uuid, v.at, v.value) for v in latest} == \
+        {("GPU-a", at(10), 20.0), ("GPU-b", at(0), 70.0)}
+    everything = store.latest({"gpu_uuid": ["GPU-a"]})
+    assert {(v.series.metric, v.value) for v in everything} == \
+        {("gpu.sm_active", 20.0), ("gpu.power_usage_watts", 310.0)}
+    assert store.latest(metric="gpu.sm_active", since=at(5)) == \
+        [v for v in latest if v.series.gpu_uuid == "GPU-a"]
+
+
+def test_data_survives_a_reopen(open_store):
+    first = open_store()
+    first.write(ticks("gpu.sm_active", "GPU-a", [10.0, 30.0], environment="prod"))
+    first.close()
+    second = open_store()
+    try:
+        second.write(ticks("gpu.sm_active", "GPU-b", [50.0, 50.0], environment="prod"))
+        result = only(second.query_range("gpu.sm_active", T0, at(20), timedelta(minutes=1),
+                                         group_by=["environment"]))
+        assert result.labels == {"environment": "prod"}
+        assert values_of(result) == [35.0]  # (20 + 50) / 2: GPU-a kept its series
+    finally:
+        second.close()
+
+
+def test_concurrent_writers_and_readers_do_not_corrupt(store):
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for batch in range(10):
+                store.write([Sample(series("gpu.sm_active", f"GPU-{n}-{g}"),
+                                    at(batch * 10), float(n)) for g in range(20)])
+        except BaseException as error:
+            errors.append(error)
+
+    def reader() -> None:
+        try:
+            for _ in range(10):
+                store.query_range("gpu.sm_active", T0, at(100), timedelta(seconds=10))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    threads += [threading.Thread(target=reader) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    result = only(store.query_range("gpu.sm_active", T0, at(100), timedelta(seconds=100),
+                                    group_by=[], across="sum"))
+    assert values_of(result) == [sum(range(6)) * 20.0]
+    assert len(store.latest(metric="gpu.sm_active")) == 6 * 20
