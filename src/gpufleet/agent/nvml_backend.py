@@ -1,0 +1,435 @@
+"""The `nvml` backend: read a node's GPUs through NVML (nvidia-ml-py) into a `NodeSnapshot`
+(DESIGN.md §4–§5, docs/agent-backends.md).
+
+Read-only by construction: this backend never changes a GPU's settings. It makes no
+nvmlDeviceSet* call, enables no GPM streaming, clears no counter; every NVML call goes
+through `NvmlAdapter` (nvml_adapter.py), which wraps query functions only.
+
+What the metric catalogue names is what is read, each value through the row's NVML source
+(scale applied, sentinels → None):
+
+- plain device queries (power mW → W, temperature °C, clocks, fan, energy mJ → J, PCIe,
+  clock event reasons) one call each; memory (nvmlMemory_v2) once per unit;
+- every row whose NVML source is a field id in ONE nvmlDeviceGetFieldValues per GPU;
+- GPM rows (Hopper and newer) from two GPM samples: the backend keeps each unit's previous
+  sample between collects, so the first collect of a unit has no interval yet and its GPM
+  values are None ("cannot say"); per MIG GPU instance through nvmlGpmMigSampleGet;
+- MIG instances (nvmlDeviceGetMigDeviceHandleByIndex) as their own units with per-MIG rows
+  only (memory, GPM); device-only rows stay on the parent GPU's unit;
+- XID errors from an NVML event set drained (timeout 0) each collect, counted since the
+  backend started into `gpu.xid_errors_total` (one series per `xid`) and `gpu.xid_last_code`;
+- processes (compute processes and their SM utilisation) every `process_every`-th collect,
+  on the unit they run on (MIG: by GPU instance id); other snapshots carry no processes.
+
+Absent vs None (wire.telemetry): a row the GPU's architecture does not have is absent; a
+row NVML answers "not supported / not found / no permission / no data" is None, never 0.
+Any other error on one value is None plus one `problems` line per (call, error) per collect;
+NVML_ERROR_GPU_IS_LOST makes the whole GPU's values None with a problem line. Only a missing
+library or driver stops a collect: `NvmlUnavailable`, with what to install or check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpufleet.agent.backend import SourceUnavailable
+from gpufleet.agent.nvml_adapter import (
+    ERROR_DRIVER_NOT_LOADED,
+    ERROR_GPU_IS_LOST,
+    ERROR_LIBRARY_NOT_FOUND,
+    NvmlAdapter,
+    NvmlCallError,
+    ProcessInfo,
+)
+from gpufleet.domain.telemetry.catalogue import CATALOGUE
+from gpufleet.domain.telemetry.metric import Metric
+from gpufleet.domain.telemetry.sources import NvmlSource, nvml_error_is_missing
+from gpufleet.domain.telemetry.vocabulary import ALL_ARCHITECTURES, Architecture
+from gpufleet.wire.telemetry import LabelledValue, NodeSnapshot, ProcessSnapshot, UnitSnapshot
+
+BACKEND = "nvml"
+DEFAULT_PROCESS_EVERY = 5
+MAX_EVENTS_PER_COLLECT = 1024
+TEXT_MAX = 253
+
+# nvmlDeviceArchitecture_t -> catalogue architecture (pynvml NVML_DEVICE_ARCH_*).
+ARCHITECTURES = {5: Architecture.VOLTA, 6: Architecture.TURING, 7: Architecture.AMPERE,
+                 8: Architecture.ADA, 9: Architecture.HOPPER, 10: Architecture.BLACKWELL}
+
+_SPECIAL_CALLS = {"nvmlDeviceGetFieldValues", "nvmlGpmMetricsGet", "nvmlEventSetWait",
+                  "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
+                  "nvmlDeviceGetProcessUtilization", "nvmlDeviceGetComputeRunningProcesses"}
+_NVML_ROWS = tuple(m for m in CATALOGUE if m.nvml is not None)
+PLAIN = tuple(m for m in _NVML_ROWS if m.nvml.call not in _SPECIAL_CALLS)
+FIELDS = tuple(m for m in _NVML_ROWS if m.nvml.call == "nvmlDeviceGetFieldValues")
+GPM = tuple(m for m in _NVML_ROWS if m.nvml.is_gpm)
+MEMORY = tuple(m for m in _NVML_ROWS if m.nvml.call == "nvmlDeviceGetMemoryInfo")
+UTILIZATION = tuple(m for m in _NVML_ROWS if m.nvml.call == "nvmlDeviceGetUtilizationRates")
+XID_LAST = "gpu.xid_last_code"
+XID_TOTAL = "gpu.xid_errors_total"
+PROCESS_MEMORY = next(m for m in _NVML_ROWS if m.name == "process.memory_used_bytes")
+PROCESS_SM = next(m for m in _NVML_ROWS if m.name == "process.sm_utilization")
+GPM_ARCHITECTURES = Architecture.since(Architecture.HOPPER)
+
+
+class NvmlUnavailable(SourceUnavailable):
+    """NVML cannot be used on this node: no nvidia-ml-py, no libnvidia-ml, no driver."""
+
+
+class _GpuLost(Exception):
+    pass
+
+
+def _supported(source: NvmlSource, arch: Architecture | None) -> bool:
+    if arch is None:  # pre-Volta or newer than the catalogue: only rows for every arch
+        return source.architectures == ALL_ARCHITECTURES
+    return source.supports(arch)
+
+
+def _member(metric: Metric) -> str:
+    return metric.name.removeprefix("gpu.memory_").removesuffix("_bytes")
+
+
+def mig_profile_of(name: str) -> str | None:
+    """The profile in a MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb" → 1g.10gb)."""
+    _, sep, profile = name.rpartition(" MIG ")
+    return profile.strip() or None if sep else None
+
+
+@dataclass
+class _GpmPair:
+    previous: Any = None
+    spare: Any = None
+
+
+@dataclass
+class _Gpu:
+    handle: Any
+    uuid: str
+    arch: Architecture | None
+    gpm: bool = False
+    xid: bool = False
+    xid_counts: Counter[int] = field(default_factory=Counter)
+    xid_last: int | None = None
+    gpm_samples: dict[int | None, _GpmPair] = field(default_factory=dict)
+    process_since_us: int = 0
+
+
+class NvmlBackend:
+    """A `TelemetrySource` over NVML. `lib` is a `pynvml`-shaped module (default: import
+    pynvml); NVML is initialised on the first collect and shut down by `close()`."""
+
+    name = BACKEND
+
+    def __init__(self, node: str, *, lib: Any = None, process_every: int = DEFAULT_PROCESS_EVERY,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)):
+        if process_every < 1:
+            raise ValueError("process_every is a number of collects, at least 1")
+        self.node = node
+        self.process_every = process_every
+        self._lib = lib
+        self._now = now
+        self._nvml: NvmlAdapter | None = None
+        self._gpus: list[_Gpu] = []
+        self._events: Any = None
+        self._collects = 0
+        self._problems: Counter[str] = Counter()
+
+    # -- life -----------------------------------------------------------------------------
+    def _start(self) -> NvmlAdapter:
+        if self._nvml is not None:
+            return self._nvml
+        lib = self._lib
+        if lib is None:
+            try:
+                lib = importlib.import_module("pynvml")
+            except ImportError as exc:
+                raise NvmlUnavailable(
+                    f"nvml backend: the Python package nvidia-ml-py is not installed ({exc}). "
+                    "Install it in the agent's environment (pip install nvidia-ml-py), or run "
+                    "the agent with --backend dcgm-exporter") from exc
+        nvml = NvmlAdapter(lib)
+        try:
+            nvml.init()
+        except NvmlCallError as exc:
+            raise NvmlUnavailable(_init_message(exc)) from exc
+        try:
+            self._gpus = [self._open(nvml, i) for i in range(nvml.device_count())]
+        except NvmlCallError as exc:
+            _quietly(nvml.shutdown)
+            raise NvmlUnavailable(f"nvml backend: NVML initialised but the GPUs could not be "
+                                  f"listed ({exc}); check nvidia-smi on this node") from exc
+        self._events = self._query(nvml.event_set)
+        for gpu in self._gpus:
+            if self._events is not None:
+                try:
+                    gpu.xid = self._query(nvml.register_xid, gpu.handle, self._events,
+                                          default=False, on_success=True)
+                except _GpuLost:
+                    gpu.xid = False
+        self._nvml = nvml
+        return nvml
+
+    def _open(self, nvml: NvmlAdapter, index: int) -> _Gpu:
+        handle = nvml.device(index)
+        gpu = _Gpu(handle, nvml.uuid(handle), None)
+        try:
+            gpu.arch = ARCHITECTURES.get(self._query(nvml.architecture, handle, default=-1))
+            if gpu.arch in GPM_ARCHITECTURES:
+                gpu.gpm = self._query(nvml.gpm_supported, handle, default=False)
+        except _GpuLost:
+            pass  # every collect says so
+        return gpu
+
+    def close(self) -> None:
+        nvml, self._nvml = self._nvml, None
+        if nvml is None:
+            return
+        for gpu in self._gpus:
+            for pair in gpu.gpm_samples.values():
+                for sample in (pair.previous, pair.spare):
+                    if sample is not None:
+                        _quietly(nvml.gpm_free, sample)
+        if self._events is not None:
+            _quietly(nvml.free_event_set, self._events)
+        _quietly(nvml.shutdown)
+        self._gpus, self._events = [], None
+
+    def __enter__(self) -> NvmlBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the one query function -------------------------------------------------------------
+    def _query(self, fn: Callable[..., Any], *args: Any, default: Any = None,
+               on_success: Any = ...) -> Any:
+        """fn(*args); `default` where NVML has no such value (nvml_error_is_missing) or on
+        another error (then one problem line per call and error this collect); a lost GPU
+        raises _GpuLost for the caller's GPU."""
+        try:
+            result = fn(*args)
+        except NvmlCallError as exc:
+            if exc.code == ERROR_GPU_IS_LOST:
+                raise _GpuLost(str(exc)) from None
+            if not nvml_error_is_missing(exc.code):
+                self._problems[str(exc)] += 1
+            return default
+        return result if on_success is ... else on_success
+
+    def _value(self, source: NvmlSource, code: int, raw: Any) -> float | None:
+        if code == 0:
+            return source.to_catalogue_value(raw)
+        if code == ERROR_GPU_IS_LOST:
+            raise _GpuLost(f"{source.call}: GPU is lost (NVML error {code})")
+        if not nvml_error_is_missing(code):
+            self._problems[f"{source.call} {source.constant}: NVML error {code}"] += 1
+        return None
+
+    # -- one collect ------------------------------------------------------------------------
+    def collect(self) -> NodeSnapshot:
+        """One snapshot of every GPU and MIG instance; NvmlUnavailable when NVML cannot be
+        used at all (the agent reports it and tries again next tick)."""
+        nvml = self._start()
+        at = self._now()
+        with_processes = self._collects % self.process_every == 0
+        self._collects += 1
+        self._drain_xids(nvml)
+        units: list[UnitSnapshot] = []
+        lost: list[str] = []
+        for gpu in self._gpus:
+            try:
+                units.extend(self._read_gpu(nvml, gpu, with_processes))
+            except _GpuLost as exc:
+                lost.append(f"GPU {gpu.uuid} is lost ({exc}): all its values are missing; "
+                            "the GPU needs a reset or the node a reboot (check dmesg for XIDs)")
+                gpu.gpm_samples.clear()
+                units.append(UnitSnapshot(gpu_uuid=gpu.uuid,
+                                          values=dict.fromkeys(_device_names(gpu), None)))
+        problems = [*lost, *(f"{text}" + (f" (x{n})" if n > 1 else "")
+                             for text, n in self._problems.items())]
+        self._problems.clear()
+        return NodeSnapshot(node=self.node, at=at, backend=BACKEND, units=tuple(units),
+                            problems=tuple(_clip(p) for p in problems))
+
+    def _drain_xids(self, nvml: NvmlAdapter) -> None:
+        if self._events is None:
+            return
+        by_uuid = {gpu.uuid: gpu for gpu in self._gpus}
+        for _ in range(MAX_EVENTS_PER_COLLECT):
+            try:
+                event = self._query(nvml.next_xid, self._events)
+            except _GpuLost as exc:
+                self._problems[f"reading XID events: {exc}"] += 1
+                return
+            if event is None:
+                return
+            gpu = by_uuid.get(event[0])
+            if gpu is not None and event[1] >= 0:
+                gpu.xid_counts[event[1]] += 1
+                gpu.xid_last = event[1]
+
+    def _read_gpu(self, nvml: NvmlAdapter, gpu: _Gpu, with_processes: bool,
+                  ) -> list[UnitSnapshot]:
+        h = gpu.handle
+        values: dict[str, float | None] = {}
+        labelled: list[LabelledValue] = []
+        for m in PLAIN:
+            if _supported(m.nvml, gpu.arch):
+                args = () if m.nvml.constant_id is None else (m.nvml.constant_id,)
+                values[m.name] = m.nvml.to_catalogue_value(
+                    self._query(nvml.call, m.nvml.call, h, *args))
+        for m in UTILIZATION:
+            values[m.name] = m.nvml.to_catalogue_value(self._query(nvml.utilization_gpu, h))
+        values.update(self._memory(nvml, h))
+        values.update(self._fields(nvml, gpu))
+        if gpu.xid:
+            values[XID_LAST] = None if gpu.xid_last is None else float(gpu.xid_last)
+            labelled += [LabelledValue(metric=XID_TOTAL, labels={"xid": str(code)},
+                                       value=float(n))
+                         for code, n in sorted(gpu.xid_counts.items())]
+        else:
+            values[XID_LAST] = None
+        migs = self._migs(nvml, gpu)
+        if gpu.arch in GPM_ARCHITECTURES:
+            gpm, gpm_labelled = self._gpm(nvml, gpu, None, per_mig_only=False)
+            values.update(gpm)
+            labelled += gpm_labelled
+        processes = self._processes(nvml, gpu) if with_processes else {}
+        units = [UnitSnapshot(gpu_uuid=gpu.uuid, values=values, labelled=tuple(labelled),
+                              processes=processes.get(None, ()))]
+        for mig_uuid, gi, profile, mh in migs:
+            mig_values = self._memory(nvml, mh)
+            if gpu.arch in GPM_ARCHITECTURES:
+                mig_values.update(self._gpm(nvml, gpu, gi, per_mig_only=True)[0])
+            units.append(UnitSnapshot(gpu_uuid=gpu.uuid, mig_uuid=mig_uuid, mig_profile=profile,
+                                      gpu_instance_id=gi, values=mig_values,
+                                      processes=processes.get(gi, ())))
+        return units
+
+    def _memory(self, nvml: NvmlAdapter, handle: Any) -> dict[str, float | None]:
+        info = self._query(nvml.memory, handle, default={})
+        return {m.name: m.nvml.to_catalogue_value(info.get(_member(m))) for m in MEMORY}
+
+    def _fields(self, nvml: NvmlAdapter, gpu: _Gpu) -> dict[str, float | None]:
+        rows = [m for m in FIELDS if _supported(m.nvml, gpu.arch)]
+        if not rows:
+            return {}
+        answers = self._query(nvml.field_values, gpu.handle,
+                              [(m.nvml.constant_id, 0) for m in rows], default=[])
+        out: dict[str, float | None] = dict.fromkeys((m.name for m in rows), None)
+        for m, (code, raw) in zip(rows, answers, strict=False):
+            out[m.name] = self._value(m.nvml, code, raw)
+        return out
+
+    def _migs(self, nvml: NvmlAdapter, gpu: _Gpu) -> list[tuple[str, int, str | None, Any]]:
+        if not self._query(nvml.mig_enabled, gpu.handle, default=False):
+            return []
+        found = []
+        for mh in self._query(nvml.mig_devices, gpu.handle, default=[]):
+            mig_uuid = self._query(nvml.uuid, mh)
+            gi = self._query(nvml.gpu_instance_id, mh)
+            if mig_uuid is None or gi is None:
+                continue
+            name = self._query(nvml.name, mh, default="")
+            found.append((mig_uuid, gi, mig_profile_of(name), mh))
+        return found
+
+    def _gpm(self, nvml: NvmlAdapter, gpu: _Gpu, gi: int | None, *, per_mig_only: bool,
+             ) -> tuple[dict[str, float | None], list[LabelledValue]]:
+        rows = [m for m in GPM if _supported(m.nvml, gpu.arch)
+                and (m.nvml.per_mig or not per_mig_only)]
+        requests = [(m, link, cid) for m in rows
+                    for link, cid in _gpm_ids(m.nvml)]
+        answers: list[tuple[int, float | None]] | None = None
+        if gpu.gpm:
+            answers = self._gpm_answers(nvml, gpu, gi, [cid for _, _, cid in requests])
+        values: dict[str, float | None] = {}
+        labelled: list[LabelledValue] = []
+        for i, (m, link, _) in enumerate(requests):
+            value = None if answers is None else self._value(m.nvml, *answers[i])
+            if link is None:
+                values[m.name] = value
+            else:
+                labelled.append(LabelledValue(metric=m.name, labels={"link": str(link)},
+                                              value=value))
+        return values, labelled
+
+    def _gpm_answers(self, nvml: NvmlAdapter, gpu: _Gpu, gi: int | None, ids: list[int],
+                     ) -> list[tuple[int, float | None]] | None:
+        pair = gpu.gpm_samples.setdefault(gi, _GpmPair())
+        if pair.spare is None:
+            pair.spare = self._query(nvml.gpm_alloc)
+            if pair.spare is None:
+                return None
+        current = pair.spare
+        if self._query(nvml.gpm_sample, gpu.handle, current, gi, default=False,
+                       on_success=True) is False:
+            return None
+        previous, pair.previous, pair.spare = pair.previous, current, pair.previous
+        if previous is None:
+            return None  # the first sample: no interval yet
+        return self._query(nvml.gpm_metrics, previous, current, ids)
+
+    def _processes(self, nvml: NvmlAdapter, gpu: _Gpu,
+                   ) -> dict[int | None, tuple[ProcessSnapshot, ...]]:
+        infos: list[ProcessInfo] = self._query(nvml.compute_processes, gpu.handle, default=[])
+        if not infos:
+            return {}
+        samples = self._query(nvml.process_utilization, gpu.handle, gpu.process_since_us,
+                              default=[])
+        latest: dict[int, Any] = {}
+        for s in samples:
+            if s.pid not in latest or s.timestamp_us >= latest[s.pid].timestamp_us:
+                latest[s.pid] = s
+        if samples:
+            gpu.process_since_us = max(s.timestamp_us for s in samples)
+        by_unit: dict[int | None, list[ProcessSnapshot]] = {}
+        for p in infos:
+            sample = latest.get(p.pid)
+            by_unit.setdefault(p.gpu_instance_id, []).append(ProcessSnapshot(pid=p.pid, values={
+                PROCESS_MEMORY.name: PROCESS_MEMORY.nvml.to_catalogue_value(p.used_memory),
+                PROCESS_SM.name: None if sample is None
+                else PROCESS_SM.nvml.to_catalogue_value(sample.sm_util)}))
+        return {gi: tuple(ps) for gi, ps in by_unit.items()}
+
+
+def _gpm_ids(source: NvmlSource) -> list[tuple[int | None, int | None]]:
+    """(link, GPM metric id) of a GPM row: one per link for a per-link family."""
+    if source.link_constant_ids:
+        return list(enumerate(source.link_constant_ids))
+    return [(None, source.constant_id)]
+
+
+def _device_names(gpu: _Gpu) -> list[str]:
+    names = [m.name for m in _NVML_ROWS
+             if not m.name.startswith("process.") and not m.labels
+             and _supported(m.nvml, gpu.arch)]
+    return names
+
+
+def _init_message(exc: NvmlCallError) -> str:
+    if exc.code == ERROR_LIBRARY_NOT_FOUND:
+        return ("nvml backend: libnvidia-ml.so.1 was not found (NVML error 12). Install the "
+                "NVIDIA driver on this node (it ships the library), or run the agent with "
+                "--backend dcgm-exporter")
+    if exc.code == ERROR_DRIVER_NOT_LOADED:
+        return ("nvml backend: the NVIDIA kernel driver is not loaded (NVML error 9). Check "
+                "`nvidia-smi` and `lsmod | grep nvidia`; load it (modprobe nvidia) or "
+                "reinstall the driver")
+    return f"nvml backend: nvmlInit failed ({exc}); check `nvidia-smi` on this node"
+
+
+def _quietly(fn: Callable[..., Any], *args: Any) -> None:
+    with contextlib.suppress(NvmlCallError):
+        fn(*args)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= TEXT_MAX else text[: TEXT_MAX - 1] + "…"
