@@ -72,6 +72,7 @@ class NvmlAdapter:
     def __init__(self, lib: ModuleType | Any):
         self.lib = lib
         self._resolved: dict[str, Any] = {}
+        self._metrics_get: Any = None
 
     def _fn(self, name: str) -> Any:
         fn = self._resolved.get(name)
@@ -161,7 +162,9 @@ class NvmlAdapter:
     def gpm_metrics(self, older: Any, newer: Any, metric_ids: Sequence[int],
                     ) -> list[tuple[int, float | None]]:
         """(return code, value) per GPM metric id, computed over older → newer."""
-        request = self.lib.c_nvmlGpmMetricsGet_t()
+        request = self._metrics_get
+        if request is None:  # one request structure, reused: NVML fills it per call
+            request = self._metrics_get = self.lib.c_nvmlGpmMetricsGet_t()
         request.version = self.lib.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(metric_ids)
         request.sample1 = older

@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from gpufleet.agent.backend import SourceUnavailable
@@ -343,13 +344,10 @@ class NvmlBackend:
 
     def _gpm(self, nvml: NvmlAdapter, gpu: _Gpu, gi: int | None, *, per_mig_only: bool,
              ) -> tuple[dict[str, float | None], list[LabelledValue]]:
-        rows = [m for m in GPM if _supported(m.nvml, gpu.arch)
-                and (m.nvml.per_mig or not per_mig_only)]
-        requests = [(m, link, cid) for m in rows
-                    for link, cid in _gpm_ids(m.nvml)]
+        requests, ids = _gpm_plan(gpu.arch, per_mig_only)
         answers: list[tuple[int, float | None]] | None = None
         if gpu.gpm:
-            answers = self._gpm_answers(nvml, gpu, gi, [cid for _, _, cid in requests])
+            answers = self._gpm_answers(nvml, gpu, gi, ids)
         values: dict[str, float | None] = {}
         labelled: list[LabelledValue] = []
         for i, (m, link, _) in enumerate(requests):
@@ -398,6 +396,16 @@ class NvmlBackend:
                 PROCESS_SM.name: None if sample is None
                 else PROCESS_SM.nvml.to_catalogue_value(sample.sm_util)}))
         return {gi: tuple(ps) for gi, ps in by_unit.items()}
+
+
+@cache
+def _gpm_plan(arch: Architecture | None, per_mig_only: bool,
+              ) -> tuple[tuple[tuple[Metric, int | None, int], ...], list[int]]:
+    """The GPM requests of a unit: (row, link, metric id) each, and the ids alone."""
+    requests = tuple((m, link, cid) for m in GPM if _supported(m.nvml, arch)
+                     and (m.nvml.per_mig or not per_mig_only)
+                     for link, cid in _gpm_ids(m.nvml))
+    return requests, [cid for _, _, cid in requests]
 
 
 def _gpm_ids(source: NvmlSource) -> list[tuple[int | None, int | None]]:
