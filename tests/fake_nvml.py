@@ -77,6 +77,8 @@ class FakeMig:
     uuid: str
     gpu_instance_id: int
     profile: str
+    profile_id: int = 19
+    placement: tuple[int, int] = (0, 1)  # start, size
     memory: dict[str, int] = field(default_factory=lambda: {
         "total": 10 << 30, "used": 1 << 30, "free": 9 << 30, "reserved": 0})
     gpm: dict[int, float] = field(default_factory=dict)
@@ -95,6 +97,8 @@ class FakeGpu:
 
     uuid: str
     name: str = "NVIDIA H100 80GB HBM3"
+    pci_device_id: int = 0x233010DE
+    pci_bus_id: str = "00000000:18:00.0"
     arch: int = ARCH_HOPPER
     power_mw: int = 312_500
     power_limit_mw: int = 700_000
@@ -208,6 +212,13 @@ class FakeNvml:
 
     def nvmlDeviceGetArchitecture(self, handle: Any) -> int:
         return self._gpu(handle, "nvmlDeviceGetArchitecture").arch
+
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> SimpleNamespace:
+        gpu = self._gpu(handle, "nvmlDeviceGetPciInfo")
+        return SimpleNamespace(pciDeviceId=gpu.pci_device_id, busId=gpu.pci_bus_id.encode())
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "570.124.06"
 
     # plain queries -------------------------------------------------------------------------
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
@@ -334,6 +345,23 @@ class FakeNvml:
         if not isinstance(handle, tuple):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return handle[1].gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
+        if not isinstance(handle, tuple):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return 0
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: Any, gi: int) -> FakeMig:
+        gpu = self._gpu(handle, "nvmlDeviceGetGpuInstanceById")
+        for mig in gpu.migs:
+            if mig.gpu_instance_id == gi:
+                return mig
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+    def nvmlGpuInstanceGetInfo(self, instance: FakeMig) -> SimpleNamespace:
+        start, size = instance.placement
+        return SimpleNamespace(id=instance.gpu_instance_id, profileId=instance.profile_id,
+                               placement=SimpleNamespace(start=start, size=size))
 
     # events ----------------------------------------------------------------------------------
     def nvmlEventSetCreate(self) -> object:

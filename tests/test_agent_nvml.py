@@ -10,7 +10,14 @@ from datetime import UTC, datetime
 import pytest
 
 from gpufleet.agent.backend import SourceUnavailable
-from gpufleet.agent.nvml_backend import NvmlBackend, NvmlUnavailable, mig_profile_of
+from gpufleet.agent.nvml_backend import (
+    HostFacts,
+    NvmlBackend,
+    NvmlUnavailable,
+    mig_profile_of,
+    read_host,
+)
+from gpufleet.domain.gpu_models import normalise_model
 from tests.fake_nvml import (
     ARCH_AMPERE,
     NVML_ERROR_DRIVER_NOT_LOADED,
@@ -247,3 +254,40 @@ def test_init_once_shutdown_on_close_and_never_a_set_call():
 def test_mig_profile_of_a_mig_device_name():
     assert mig_profile_of("NVIDIA H100 80GB HBM3 MIG 1g.10gb") == "1g.10gb"
     assert mig_profile_of("NVIDIA H100 80GB HBM3") is None
+
+
+H100_UUID = "GPU-7099682b-a20d-2bcc-74ab-b9060454d81e"
+HOST = HostFacts("0123456789abcdef0123456789abcdef", "gpu-node-1", 128, 2048 * GIB, "Linux 6.8")
+
+
+def test_discover_reports_gpus_and_mig_instances_as_registration_sends_them():
+    whole = hopper("GPU-0b1ad7a1-1111-2222-3333-444455556666", pci_bus_id="00000000:2A:00.0")
+    mig = hopper(H100_UUID, migs=[FakeMig("MIG-5f0c1d9e-aaaa-bbbb-cccc-ddddeeeeffff", 9,
+                                          "3g.40gb", profile_id=9, placement=(4, 4))])
+    fake = FakeNvml([whole, mig])
+    registration = NvmlBackend("gpu-node-1", lib=fake, host=lambda: HOST).discover()
+    assert (registration.hostname, registration.backend) == ("gpu-node-1", "nvml")
+    assert registration.driver_version == "570.124.06"
+    first, second = registration.gpus
+    assert (first.index, first.pci_bus_id, first.mig_enabled) == (0, "00000000:2A:00.0", False)
+    assert first.memory_bytes == 80 * GIB
+    assert normalise_model(first.name, first.pci_device_id).known  # the server's model lookup
+    (instance,) = second.mig_instances
+    assert second.mig_enabled and second.uuid == H100_UUID
+    assert (instance.profile_id, instance.placement_start, instance.placement_size) == (9, 4, 4)
+    assert (instance.profile_name, instance.gpu_instance_id) == ("3g.40gb", 9)
+    assert instance.mig_uuid.startswith("MIG-5f0c1d9e") and instance.compute_instance_id == 0
+    assert instance.memory_bytes == 10 * GIB
+
+
+def test_discover_leaves_a_lost_gpu_out():
+    lost = hopper("GPU-0b1ad7a1-1111-2222-3333-444455556666", lost=True)
+    registration = NvmlBackend("n", lib=FakeNvml([lost, hopper(H100_UUID)]),
+                               host=lambda: HOST).discover()
+    assert [g.uuid for g in registration.gpus] == [H100_UUID]
+
+
+def test_read_host_reads_this_machine():
+    host = read_host()
+    assert host.hostname and host.machine_id and host.cpu_cores >= 1
+    assert host.memory_bytes >= GIB

@@ -118,6 +118,14 @@ class NvmlAdapter:
     def architecture(self, handle: Any) -> int:
         return int(self.call("nvmlDeviceGetArchitecture", handle))
 
+    def pci(self, handle: Any) -> tuple[int, str]:
+        """(PCI device id such as 0x233010DE, bus id such as 00000000:18:00.0)."""
+        info = self.call("nvmlDeviceGetPciInfo", handle)
+        return int(info.pciDeviceId), _text(info.busId)
+
+    def driver_version(self) -> str:
+        return _text(self.call("nvmlSystemGetDriverVersion"))
+
     def utilization_gpu(self, handle: Any) -> int:
         return self.call("nvmlDeviceGetUtilizationRates", handle).gpu
 
@@ -193,6 +201,15 @@ class NvmlAdapter:
 
     def gpu_instance_id(self, mig_handle: Any) -> int:
         return int(self.call("nvmlDeviceGetGpuInstanceId", mig_handle))
+
+    def compute_instance_id(self, mig_handle: Any) -> int:
+        return int(self.call("nvmlDeviceGetComputeInstanceId", mig_handle))
+
+    def gpu_instance_placement(self, handle: Any, gpu_instance_id: int) -> tuple[int, int, int]:
+        """(profile id, placement start, placement size) of a GPU instance of a GPU."""
+        instance = self.call("nvmlDeviceGetGpuInstanceById", handle, gpu_instance_id)
+        info = self.call("nvmlGpuInstanceGetInfo", instance)
+        return int(info.profileId), int(info.placement.start), int(info.placement.size)
 
     # -- XID events ---------------------------------------------------------------------------
     def event_set(self) -> Any:

@@ -32,11 +32,15 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
+import platform
+import socket
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from gpufleet.agent.backend import SourceUnavailable
@@ -52,6 +56,7 @@ from gpufleet.domain.telemetry.catalogue import CATALOGUE
 from gpufleet.domain.telemetry.metric import Metric
 from gpufleet.domain.telemetry.sources import NvmlSource, nvml_error_is_missing
 from gpufleet.domain.telemetry.vocabulary import ALL_ARCHITECTURES, Architecture
+from gpufleet.wire.agent import GpuReport, MigInstanceReport, NodeRegistration
 from gpufleet.wire.telemetry import LabelledValue, NodeSnapshot, ProcessSnapshot, UnitSnapshot
 
 BACKEND = "nvml"
@@ -77,6 +82,29 @@ XID_TOTAL = "gpu.xid_errors_total"
 PROCESS_MEMORY = next(m for m in _NVML_ROWS if m.name == "process.memory_used_bytes")
 PROCESS_SM = next(m for m in _NVML_ROWS if m.name == "process.sm_utilization")
 GPM_ARCHITECTURES = Architecture.since(Architecture.HOPPER)
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What registration says about the node itself (NVML knows only its GPUs)."""
+
+    machine_id: str
+    hostname: str
+    cpu_cores: int
+    memory_bytes: int
+    os_name: str | None = None
+
+
+def read_host() -> HostFacts:
+    """This machine's facts: /etc/machine-id, hostname, CPU count, physical memory."""
+    hostname = socket.gethostname()
+    try:
+        machine_id = Path("/etc/machine-id").read_text().strip() or hostname
+    except OSError:
+        machine_id = hostname
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return HostFacts(machine_id, hostname, os.cpu_count() or 1, memory,
+                     f"{platform.system()} {platform.release()}")
 
 
 class NvmlUnavailable(SourceUnavailable):
@@ -129,13 +157,15 @@ class NvmlBackend:
     name = BACKEND
 
     def __init__(self, node: str, *, lib: Any = None, process_every: int = DEFAULT_PROCESS_EVERY,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)):
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 host: Callable[[], HostFacts] = read_host):
         if process_every < 1:
             raise ValueError("process_every is a number of collects, at least 1")
         self.node = node
         self.process_every = process_every
         self._lib = lib
         self._now = now
+        self._host = host
         self._nvml: NvmlAdapter | None = None
         self._gpus: list[_Gpu] = []
         self._events: Any = None
@@ -232,6 +262,49 @@ class NvmlBackend:
         if not nvml_error_is_missing(code):
             self._problems[f"{source.call} {source.constant}: NVML error {code}"] += 1
         return None
+
+    # -- discovery ------------------------------------------------------------------------
+    def discover(self) -> NodeRegistration:
+        """The node's inventory as registration sends it: every GPU NVML lists, with its
+        name and PCI device id (the server resolves the model from them, gpu_models), and
+        each MIG instance with profile, placement, GPU / compute instance ids and MIG UUID.
+        A lost GPU is left out (NVML cannot describe it); NvmlUnavailable as for collect."""
+        nvml = self._start()
+        host = self._host()
+        driver = self._query(nvml.driver_version)
+        gpus = []
+        for index, gpu in enumerate(self._gpus):
+            try:
+                gpus.append(self._gpu_report(nvml, index, gpu, driver))
+            except _GpuLost:
+                continue
+        self._problems.clear()  # discovery's misses are not the next collect's
+        return NodeRegistration(
+            machine_id=host.machine_id, hostname=host.hostname, cpu_cores=host.cpu_cores,
+            memory_bytes=host.memory_bytes, backend=BACKEND, os_name=host.os_name,
+            driver_version=driver, gpus=gpus)
+
+    def _gpu_report(self, nvml: NvmlAdapter, index: int, gpu: _Gpu, driver: str | None,
+                    ) -> GpuReport:
+        name = self._query(nvml.name, gpu.handle, default="") or "unknown"
+        pci_device_id, pci_bus_id = self._query(nvml.pci, gpu.handle, default=(None, None))
+        total = self._query(nvml.memory, gpu.handle, default={}).get("total")
+        instances = []
+        for mig_uuid, gi, profile, mh in self._migs(nvml, gpu):
+            placement = self._query(nvml.gpu_instance_placement, gpu.handle, gi)
+            if placement is None:
+                continue
+            profile_id, start, size = placement
+            instances.append(MigInstanceReport(
+                profile_id=profile_id, placement_start=start, placement_size=size,
+                profile_name=profile, mig_uuid=mig_uuid, gpu_instance_id=gi,
+                compute_instance_id=self._query(nvml.compute_instance_id, mh),
+                memory_bytes=self._query(nvml.memory, mh, default={}).get("total") or None))
+        return GpuReport(
+            uuid=gpu.uuid, index=index, name=name, pci_device_id=pci_device_id,
+            pci_bus_id=pci_bus_id, memory_bytes=total or None, driver_version=driver,
+            mig_enabled=bool(self._query(nvml.mig_enabled, gpu.handle, default=False)),
+            mig_instances=instances)
 
     # -- one collect ------------------------------------------------------------------------
     def collect(self) -> NodeSnapshot:
