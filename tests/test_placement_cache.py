@@ -9,11 +9,14 @@ server holds: the database refuses it and the grant tries again elsewhere.
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import func, select
 
+from gpufleet.domain.requests import FlavourKind
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.principal import SYSTEM
 from gpufleet.store.tables import Binding
@@ -122,3 +125,36 @@ def test_fifty_approvals_on_three_servers_never_hold_a_unit_twice(two_nodes, gf,
             select(Binding.gpu_id, func.count()).where(Binding.ended_at.is_(None))
             .group_by(Binding.gpu_id)).all()
     assert len(open_per_gpu) == 8 and all(n == 1 for _, n in open_per_gpu)
+
+
+def test_a_full_reread_runs_beside_the_grants_and_keeps_what_they_did(two_nodes, gf,
+                                                                       monkeypatch):
+    """Once the copy is older than placement_cache_max_age_s the fleet is re-read in
+    another thread (seconds at 100,000 GPUs); grants go on meanwhile, and the nodes they
+    touched are re-read once the new copy is in: it was read before they committed."""
+    gf.lifecycle.warm()
+    cache = gf.lifecycle.placement
+    reading, go_on = threading.Event(), threading.Event()
+    read_fleet = cache.read_fleet
+
+    def slow_read(session):
+        fleet = read_fleet(session)  # read before either grant below commits
+        reading.set()
+        go_on.wait(10)
+        return fleet
+
+    monkeypatch.setattr(cache, "read_fleet", slow_read)
+    cache.max_age_s = 0  # the next grant finds the copy too old
+    assert grant(gf, count=4, same_node=True).state == "active"
+    assert reading.wait(10)
+    cache.max_age_s = 3600
+    assert grant(gf, count=4, same_node=True).state == "active"  # not waiting on the read
+    go_on.set()
+    deadline = time.monotonic() + 10
+    while cache._touched_while_reading is not None:
+        assert time.monotonic() < deadline, "the re-read never came in"
+        time.sleep(0.01)
+    with gf.store.read() as session:
+        cache.refresh(session)
+    assert sum(cache.free_milli(FlavourKind.WHOLE, model)
+               for model in cache.models(FlavourKind.WHOLE)) == 0

@@ -177,7 +177,8 @@ class Granter:
                         except GpufleetError as exc:
                             refusals[n] = exc
                 if place:
-                    self.cache.refresh(session)
+                    if self.cache.refresh(session):
+                        self._read_fleet_beside()
                     requests.activate(session, batch, now, self.cache, commit)
                 views = {request.id: view for request, view
                          in zip(batch, requests.views(session, batch), strict=True)}
@@ -188,6 +189,25 @@ class Granter:
             ticket.error = refusals.get(n)
             ticket.views = {i: views[i] for i in ticket.request_ids if i in views}
             ticket.done = True
+
+
+    def _read_fleet_beside(self) -> None:
+        """Re-read the whole fleet in another thread while grants go on from the copy."""
+        started = self.cache.begin_full_read()
+        threading.Thread(target=self._read_fleet, args=(started,), daemon=True,
+                         name="placement-cache-read").start()
+
+    def _read_fleet(self, started: float) -> None:
+        try:
+            with self.store.read() as session:
+                fleet = self.cache.read_fleet(session)
+        except Exception:
+            log.exception("re-reading the fleet failed; grants go on from the current copy")
+            with self._grant_lock:
+                self.cache.abandon_full_read()
+            return
+        with self._grant_lock:
+            self.cache.install(fleet, started)
 
 
 def _batches(tickets: list[_Ticket]) -> Iterator[list[_Ticket]]:

@@ -9,7 +9,9 @@ Reading every usable GPU from the state store for each grant costs about a secon
   cordons, quarantines, reachability — marks the nodes involved stale, and the next
   decision re-reads just those nodes;
 - a full re-read happens once the cache is older than `max_age_s`, which bounds how long a
-  change made by another server process can stay unseen.
+  change made by another server process can stay unseen. It runs beside the grants
+  (`read_fleet` in another thread, then `install`), since at 100,000 GPUs it takes seconds:
+  the nodes that grants and re-reads touched while it read are re-read once it is in.
 
 The cache is never the guard. The slot claims and the conditional shared-GPU update refuse
 a unit that is no longer free (DESIGN.md §6); the grant then marks the nodes it touched
@@ -58,6 +60,7 @@ class PlacementCache:
         self._marks_lock = threading.Lock()
         self._stale: set[str] = set()
         self._all_stale = True
+        self._touched_while_reading: set[str] | None = None  # None: no full re-read running
 
     # --- marks (any thread) ----------------------------------------------------------
     def mark_stale(self, node_names: Iterable[str]) -> None:
@@ -83,17 +86,41 @@ class PlacementCache:
             self.mark_stale([name])
 
     # --- deciding (one caller at a time) --------------------------------------------
-    def refresh(self, session: Session) -> None:
-        """Bring the cache up to date where marked stale; call before deciding."""
+    def refresh(self, session: Session) -> bool:
+        """Bring the cache up to date where marked stale; call before deciding. True when
+        it is older than `max_age_s`: the caller starts a full re-read beside the grants
+        (`begin_full_read`, `read_fleet`, `install`); until it is in, this copy serves."""
         with self._marks_lock:
             stale, self._stale = self._stale, set()
-            everything = (self._all_stale or self._live is None
-                          or self._monotonic() - self._loaded_at > self.max_age_s)
+            everything = self._all_stale or self._live is None
             self._all_stale = False
         if everything:
             self._load_all(session)
         elif stale:
             self._reload(session, stale)
+        return (self._touched_while_reading is None
+                and self._monotonic() - self._loaded_at > self.max_age_s)
+
+    def begin_full_read(self) -> float:
+        """A full re-read starts now (call with deciding serialised); from here on, every
+        node a decision or a re-read touches is noted, to be re-read after `install`."""
+        self._touched_while_reading = set()
+        return self._monotonic()
+
+    def read_fleet(self, session: Session) -> tuple[LiveFleet, dict[str, set[str]]]:
+        """The whole fleet as the store has it; safe beside deciding (touches nothing)."""
+        return placement_state.load(session), placement_state.models_by_mode(session)
+
+    def install(self, fleet: tuple[LiveFleet, dict[str, set[str]]], started_at: float) -> None:
+        """Serve from a full re-read begun at `started_at` (call with deciding serialised).
+        What changed through this cache while it was read may be missing from it: those
+        nodes are re-read before the next decision."""
+        touched, self._touched_while_reading = self._touched_while_reading or set(), None
+        self._use(*fleet, started_at)
+        self.mark_stale(touched)
+
+    def abandon_full_read(self) -> None:
+        self._touched_while_reading = None
 
     @property
     def live(self) -> LiveFleet:
@@ -112,6 +139,7 @@ class PlacementCache:
         """Apply a decision the caller is about to write (StaleDecision: nothing applied)."""
         assert self._placer is not None
         nodes = [self._placer.fleet.node(name) for name in decision.nodes]
+        self._note_touched(decision.nodes)
         before = free_milli_by_mode(nodes)
         self._placer.commit(decision)
         self._free_milli.subtract(before)
@@ -124,19 +152,26 @@ class PlacementCache:
     # --- reading ---------------------------------------------------------------------
     def _load_all(self, session: Session) -> None:
         started = self._monotonic()
-        live = placement_state.load(session)
+        self._use(*self.read_fleet(session), started)
+
+    def _use(self, live: LiveFleet, models: dict[str, set[str]], started: float) -> None:
         workload = self._placer.workload if self._placer is not None else None
         self._live = live
         self._placer = Placer(live.state, self.policy, workload=workload)
         self._names_by_id = {node_id: name for name, node_id in live.node_ids.items()}
-        self._models = placement_state.models_by_mode(session)
+        self._models = models
         self._free_milli = free_milli_by_mode(live.state.nodes)
-        self._loaded_at = self._monotonic()
+        self._loaded_at = started
         log.info("placement cache loaded %d GPUs on %d nodes in %.0f ms",
-                 len(live.gpu_ids), len(live.node_ids), (self._loaded_at - started) * 1000)
+                 len(live.gpu_ids), len(live.node_ids), (self._monotonic() - started) * 1000)
+
+    def _note_touched(self, names: Iterable[str]) -> None:
+        if self._touched_while_reading is not None:
+            self._touched_while_reading.update(names)
 
     def _reload(self, session: Session, names: set[str]) -> None:
         assert self._live is not None
+        self._note_touched(names)
         fresh = placement_state.load(session, node_names=names)
         state = self._live.state
         try:
