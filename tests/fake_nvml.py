@@ -29,6 +29,7 @@ NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_UNKNOWN = 999
 
@@ -159,6 +160,7 @@ class FakeNvml:
         self._serial = 0
         self.samples_alloced = 0
         self.samples_freed = 0
+        self.memory_v2 = True  # False: a driver without nvmlDeviceGetMemoryInfo_v2
 
     def __getattribute__(self, name: str) -> Any:
         found = object.__getattribute__(self, name)
@@ -254,6 +256,8 @@ class FakeNvml:
         return SimpleNamespace(gpu=gpu.utilization, memory=10)
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None):
+        if version and not self.memory_v2:  # pynvml: the _v2 symbol is missing
+            raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
         gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
         memory = dict(handle[1].memory if isinstance(handle, tuple) else gpu.memory)
         if not version:

@@ -291,3 +291,33 @@ def test_read_host_reads_this_machine():
     host = read_host()
     assert host.hostname and host.machine_id and host.cpu_cores >= 1
     assert host.memory_bytes >= GIB
+
+
+def test_an_older_driver_without_memory_v2_still_reads_memory():
+    gpu = hopper()
+    fake = FakeNvml([gpu])
+    fake.memory_v2 = False
+    v = NvmlBackend("n", lib=fake, now=lambda: AT).collect().unit("GPU-h0").values
+    assert v["gpu.memory_used_bytes"] == 20 * GIB
+    assert v["gpu.memory_reserved_bytes"] is None
+
+
+def test_no_process_samples_is_no_utilisation_not_a_problem():
+    for quirk in (0, 6):  # pynvml's NVMLError(NVML_SUCCESS), and NVML_ERROR_NOT_FOUND
+        gpu = ampere(processes=[FakeProcess(7, GIB)],
+                     errors={"nvmlDeviceGetProcessUtilization": quirk})
+        snap = NvmlBackend("n", lib=FakeNvml([gpu]), now=lambda: AT).collect()
+        (process,) = snap.unit("GPU-a0").processes
+        assert process.values["process.sm_utilization"] is None
+        assert snap.problems == ()
+
+
+def test_gpm_samples_of_a_removed_mig_instance_are_freed():
+    gpu = hopper(migs=[FakeMig("MIG-aaaa", 3, "3g.40gb")])
+    nvml, fake = backend(gpu)
+    nvml.collect()
+    nvml.collect()
+    assert fake.samples_alloced == 4  # parent and GI 3, two each
+    gpu.migs.clear()
+    nvml.collect()
+    assert fake.samples_freed == 2

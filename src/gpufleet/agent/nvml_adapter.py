@@ -73,6 +73,7 @@ class NvmlAdapter:
         self.lib = lib
         self._resolved: dict[str, Any] = {}
         self._metrics_get: Any = None
+        self._memory_v2 = True
 
     def _fn(self, name: str) -> Any:
         fn = self._resolved.get(name)
@@ -131,8 +132,14 @@ class NvmlAdapter:
 
     def memory(self, handle: Any) -> dict[str, int]:
         """used / free / total / reserved bytes (nvmlMemory_v2: reserved apart from used)."""
-        version = getattr(self.lib, "nvmlMemory_v2", None)
-        info = self.call("nvmlDeviceGetMemoryInfo", handle, version)
+        version = getattr(self.lib, "nvmlMemory_v2", None) if self._memory_v2 else None
+        try:
+            info = self.call("nvmlDeviceGetMemoryInfo", handle, version)
+        except NvmlCallError as exc:
+            if version is None or exc.code != ERROR_FUNCTION_NOT_FOUND:
+                raise
+            self._memory_v2 = False  # an older driver: no _v2 symbol, no `reserved`
+            info = self.call("nvmlDeviceGetMemoryInfo", handle, None)
         return {m: getattr(info, m) for m in ("used", "free", "total", "reserved")
                 if hasattr(info, m)}
 
@@ -180,8 +187,12 @@ class NvmlAdapter:
         for i, metric_id in enumerate(metric_ids):
             request.metrics[i].metricId = metric_id
         self.call("nvmlGpmMetricsGet", request)
-        return [(int(m.nvmlReturn), float(m.value) if int(m.nvmlReturn) == SUCCESS else None)
-                for m in list(request.metrics)[: len(metric_ids)]]
+        answers = []
+        for i in range(len(metric_ids)):
+            metric = request.metrics[i]
+            code = int(metric.nvmlReturn)
+            answers.append((code, float(metric.value) if code == SUCCESS else None))
+        return answers
 
     # -- MIG ----------------------------------------------------------------------------------
     def mig_enabled(self, handle: Any) -> bool:
@@ -243,8 +254,15 @@ class NvmlAdapter:
         return found
 
     def process_utilization(self, handle: Any, since_us: int) -> list[ProcessSample]:
-        return [ProcessSample(int(s.pid), int(s.timeStamp), int(s.smUtil))
-                for s in self.call("nvmlDeviceGetProcessUtilization", handle, since_us)]
+        try:
+            samples = self.call("nvmlDeviceGetProcessUtilization", handle, since_us)
+        except NvmlCallError as exc:
+            # pynvml raises NVMLError(NVML_SUCCESS) when the first call finds no sample at
+            # all (it expects NVML_ERROR_INSUFFICIENT_SIZE): that is an empty list.
+            if exc.code == SUCCESS:
+                return []
+            raise
+        return [ProcessSample(int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples]
 
 
 def _text(value: str | bytes) -> str:

@@ -371,6 +371,7 @@ class NvmlBackend:
         else:
             values[XID_LAST] = None
         migs = self._migs(nvml, gpu)
+        self._forget_gpm(nvml, gpu, {None, *(gi for _, gi, _, _ in migs)})
         if gpu.arch in GPM_ARCHITECTURES:
             gpm, gpm_labelled = self._gpm(nvml, gpu, None, per_mig_only=False)
             values.update(gpm)
@@ -414,6 +415,14 @@ class NvmlBackend:
             name = self._query(nvml.name, mh, default="")
             found.append((mig_uuid, gi, mig_profile_of(name), mh))
         return found
+
+    def _forget_gpm(self, nvml: NvmlAdapter, gpu: _Gpu, live: set[int | None]) -> None:
+        """Free the GPM samples of GPU instances that no longer exist (a MIG layout change)."""
+        for gi in [gi for gi in gpu.gpm_samples if gi not in live]:
+            pair = gpu.gpm_samples.pop(gi)
+            for sample in (pair.previous, pair.spare):
+                if sample is not None:
+                    _quietly(nvml.gpm_free, sample)
 
     def _gpm(self, nvml: NvmlAdapter, gpu: _Gpu, gi: int | None, *, per_mig_only: bool,
              ) -> tuple[dict[str, float | None], list[LabelledValue]]:
