@@ -21,6 +21,10 @@ What the metric catalogue names is what is read, each value through the row's NV
 - processes (compute processes and their SM utilisation) every `process_every`-th collect,
   on the unit they run on (MIG: by GPU instance id); other snapshots carry no processes.
 
+`discover()` reads the node's registration from NVML (GPUs, PCI ids, MIG instances with
+profile and placement); the host's own facts come from `read_host()`. There is no
+`apply_desired_state()`: creating MIG instances would change the GPU.
+
 Absent vs None (wire.telemetry): a row the GPU's architecture does not have is absent; a
 row NVML answers "not supported / not found / no permission / no data" is None, never 0.
 Any other error on one value is None plus one `problems` line per (call, error) per collect;
