@@ -48,6 +48,8 @@ _IN_SELECTION = "series_id IN (SELECT series_id FROM sel)"
 _OVER_TIME = {OverTime.MEAN: "v_mean", OverTime.LAST: "v_last", OverTime.INCREASE: "inc"}
 _ACROSS = {AcrossSeries.MEAN: "avg(v)", AcrossSeries.SUM: "sum(v)",
            AcrossSeries.MAX: "max(v)", AcrossSeries.COUNT: "count_if(v <> 0)"}
+_UNNEST_SERIES = ", ".join(f"unnest(${n}::{kind}[])" for n, kind in enumerate(
+    ("INTEGER", *["VARCHAR"] * 7), start=1))
 _TIER_WIDTH_MS = {Tier.RAW: 1, Tier.MINUTE: MINUTE_MS, Tier.HOUR: HOUR_MS}
 
 
@@ -70,6 +72,7 @@ class DuckDBTelemetryStore:
         self._ids: dict[SeriesLabels, int] = {}
         self._by_key: dict[tuple, int] = {}
         self._labels: dict[int, SeriesLabels] = {}
+        self._fresh = 0
         self._load_series()
 
     # -- writes ---------------------------------------------------------------------------
@@ -79,7 +82,8 @@ class DuckDBTelemetryStore:
             ids: list[int] = []
             times: list[int] = []
             values: list[float] = []
-            new: list[tuple[int, SeriesLabels]] = []
+            new: dict[SeriesLabels, int] = {}
+            self._fresh = 0  # new series ids handed out in this batch
             last_at, last_ms = None, 0
             for sample in batch:
                 if sample.value is None:
@@ -209,31 +213,34 @@ class DuckDBTelemetryStore:
         self._by_key[labels.key] = sid
         self._labels[sid] = labels
 
-    def _resolve(self, labels: SeriesLabels, new: list[tuple[int, SeriesLabels]]) -> int:
+    def _resolve(self, labels: SeriesLabels, new: dict[SeriesLabels, int]) -> int:
         """The id of a series seen for the first time in this form: a new series, or a known
         one whose attributes (node, environment, model) changed."""
-        pending = next((sid for sid, seen in new if seen == labels), None)
-        if pending is not None:
-            return pending
-        sid = self._by_key.get(labels.key)
+        sid = new.get(labels)
         if sid is None:
-            sid = len(self._labels) + len({s for s, _ in new if s not in self._labels})
-        new.append((sid, labels))
+            sid = self._by_key.get(labels.key)
+            if sid is None:
+                sid = len(self._labels) + self._fresh
+                self._fresh += 1
+            new[labels] = sid
         return sid
 
-    def _store(self, con: duckdb.DuckDBPyConnection, new: list[tuple[int, SeriesLabels]],
+    def _store(self, con: duckdb.DuckDBPyConnection, new: dict[SeriesLabels, int],
                ids: list[int], times: list[int], values: list[float]) -> None:
-        for sid, s in new:
-            con.execute("INSERT OR REPLACE INTO series VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [sid, s.metric, s.gpu_uuid, s.mig_uuid, encode_labels(s.labels),
-                         s.node, s.environment, s.model])
+        if new:
+            rows = [(sid, s.metric, s.gpu_uuid, s.mig_uuid, encode_labels(s.labels), s.node,
+                     s.environment, s.model) for s in new for sid in (new[s],)]
+            con.execute("DELETE FROM series WHERE series_id IN (SELECT unnest($1::INTEGER[]))",
+                        [[row[0] for row in rows]])
+            con.execute(f"INSERT INTO series SELECT {_UNNEST_SERIES}",
+                        [list(column) for column in zip(*rows, strict=True)])
         if ids:
             # Three lists in, unnested in the engine: one statement, columnar, no per-row
-            # round trips (executemany is two orders of magnitude slower).
+            # round trips (executemany is orders of magnitude slower).
             con.execute("INSERT INTO samples SELECT unnest($1::INTEGER[]), "
                         "unnest($2::BIGINT[]), unnest($3::DOUBLE[])", [ids, times, values])
 
-    def _transaction(self, work, new: list[tuple[int, SeriesLabels]] | None = None) -> None:
+    def _transaction(self, work, new: dict[SeriesLabels, int] | None = None) -> None:
         con = self._con
         con.begin()
         try:
@@ -242,7 +249,7 @@ class DuckDBTelemetryStore:
         except BaseException:
             con.rollback()
             raise
-        for sid, labels in new or ():
+        for labels, sid in (new or {}).items():
             self._remember(sid, labels)
 
     def _rollup(self, con: duckdb.DuckDBPyConnection, until_ms: int) -> None:
