@@ -1,0 +1,204 @@
+"""The telemetry upload: several ticks of one node's snapshots, columnar and compressed.
+
+An agent collects a `NodeSnapshot` per tick and uploads them in batches. Row by row, a batch
+of 8 GPUs × 30 ticks would repeat every metric name and unit id 30 times; columnar, each
+series (metric + unit + extra labels) is named once in `series`, the tick times once in
+`times_ms`, and `values[s][t]` is series `s` at tick `t` — `None` where the source could
+not say or the series was absent that tick. Processes and unit-level workload claims are
+rows that name their tick. The JSON is gzip-compressed on the wire.
+
+`batch_id` is chosen by the agent and kept across retries: the server counts a batch id
+once, so a batch replayed from the spool after a lost acknowledgement is not counted twice.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import Field, StringConstraints, model_validator
+
+from gpufleet.wire.base import StrictModel
+from gpufleet.wire.telemetry import (
+    BackendName,
+    LabelledValue,
+    LabelText,
+    MetricName,
+    NodeSnapshot,
+    ProcessSnapshot,
+    UnitSnapshot,
+)
+
+BatchId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+CLAIM_FIELDS = ("pod", "namespace", "container", "hpc_job")
+
+
+class SeriesKey(StrictModel):
+    metric: MetricName
+    gpu_uuid: LabelText
+    mig_uuid: LabelText | None = None
+    mig_profile: LabelText | None = None
+    gpu_instance_id: int | None = None
+    labels: dict[LabelText, LabelText] = Field(default_factory=dict)
+
+
+class ProcessRow(ProcessSnapshot):
+    tick: int = Field(ge=0)
+    gpu_uuid: LabelText
+    mig_uuid: LabelText | None = None
+
+
+class UnitClaimRow(StrictModel):
+    """A unit's workload as the source names it (dcgm-exporter's pod / HPC job mapping)."""
+
+    tick: int = Field(ge=0)
+    gpu_uuid: LabelText
+    mig_uuid: LabelText | None = None
+    pod: LabelText | None = None
+    namespace: LabelText | None = None
+    container: LabelText | None = None
+    hpc_job: LabelText | None = None
+
+
+class TelemetryBatch(StrictModel):
+    batch_id: BatchId
+    node: LabelText
+    backend: BackendName
+    times_ms: list[int] = Field(min_length=1)  # Unix epoch milliseconds, one per tick
+    series: list[SeriesKey]
+    values: list[list[float | None]]
+    processes: list[ProcessRow] = Field(default_factory=list)
+    unit_claims: list[UnitClaimRow] = Field(default_factory=list)
+    problems: list[LabelText] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rectangular(self) -> TelemetryBatch:
+        if len(self.values) != len(self.series):
+            raise ValueError(f"values has {len(self.values)} rows for "
+                             f"{len(self.series)} series")
+        ticks = len(self.times_ms)
+        for n, row in enumerate(self.values):
+            if len(row) != ticks:
+                raise ValueError(f"values[{n}] has {len(row)} entries for {ticks} ticks")
+        for row in (*self.processes, *self.unit_claims):
+            if row.tick >= ticks:
+                raise ValueError(f"a row names tick {row.tick} of {ticks}")
+        return self
+
+
+def columnar(batch_id: str, snapshots: Sequence[NodeSnapshot]) -> TelemetryBatch:
+    """One node's snapshots, oldest first, as one batch."""
+    if not snapshots:
+        raise ValueError("a batch holds at least one snapshot")
+    first = snapshots[0]
+    if any(s.node != first.node for s in snapshots):
+        raise ValueError("a batch holds one node's snapshots")
+    index: dict[tuple, int] = {}
+    series: list[SeriesKey] = []
+    columns: list[list[float | None]] = []
+    processes: list[ProcessRow] = []
+    claims: list[UnitClaimRow] = []
+    ticks = len(snapshots)
+
+    def put(key: SeriesKey, tick: int, value: float | None) -> None:
+        identity = (key.metric, key.gpu_uuid, key.mig_uuid, tuple(sorted(key.labels.items())))
+        row = index.get(identity)
+        if row is None:
+            row = index[identity] = len(series)
+            series.append(key)
+            columns.append([None] * ticks)
+        columns[row][tick] = value
+
+    for tick, snapshot in enumerate(snapshots):
+        for unit in snapshot.units:
+            for metric, value in unit.values.items():
+                put(_key(unit, metric), tick, value)
+            for labelled in unit.labelled:
+                put(_key(unit, labelled.metric, labelled.labels), tick, labelled.value)
+            processes += [ProcessRow(tick=tick, gpu_uuid=unit.gpu_uuid, mig_uuid=unit.mig_uuid,
+                                     **p.model_dump()) for p in unit.processes]
+            claim = {f: getattr(unit, f) for f in CLAIM_FIELDS if getattr(unit, f)}
+            if claim:
+                claims.append(UnitClaimRow(tick=tick, gpu_uuid=unit.gpu_uuid,
+                                           mig_uuid=unit.mig_uuid, **claim))
+    return TelemetryBatch(
+        batch_id=batch_id, node=first.node, backend=first.backend,
+        times_ms=[round(s.at.timestamp() * 1000) for s in snapshots], series=series,
+        values=columns, processes=processes, unit_claims=claims,
+        problems=sorted({p for s in snapshots for p in s.problems}))
+
+
+def snapshots(batch: TelemetryBatch) -> list[NodeSnapshot]:
+    """The batch's ticks as snapshots again (what `columnar` was given, less absent
+    series: a series absent at a tick and one reported as None read the same)."""
+    units: list[dict[tuple, dict]] = [{} for _ in batch.times_ms]
+
+    def unit_of(tick: int, gpu_uuid: str, mig_uuid: str | None) -> dict:
+        return units[tick].setdefault((gpu_uuid, mig_uuid), {
+            "gpu_uuid": gpu_uuid, "mig_uuid": mig_uuid, "values": {}, "labelled": [],
+            "processes": []})
+
+    for key, row in zip(batch.series, batch.values, strict=True):
+        for tick, value in enumerate(row):
+            unit = unit_of(tick, key.gpu_uuid, key.mig_uuid)
+            unit["mig_profile"], unit["gpu_instance_id"] = key.mig_profile, key.gpu_instance_id
+            if key.labels:
+                unit["labelled"].append(LabelledValue(metric=key.metric, labels=key.labels,
+                                                      value=value))
+            else:
+                unit["values"][key.metric] = value
+    for process in batch.processes:
+        fields = process.model_dump(exclude={"tick", "gpu_uuid", "mig_uuid"})
+        unit_of(process.tick, process.gpu_uuid, process.mig_uuid)["processes"].append(
+            ProcessSnapshot(**fields))
+    for claim in batch.unit_claims:
+        unit_of(claim.tick, claim.gpu_uuid, claim.mig_uuid).update(
+            claim.model_dump(include=set(CLAIM_FIELDS)))
+    return [NodeSnapshot(node=batch.node, backend=batch.backend, problems=batch.problems,
+                         at=datetime.fromtimestamp(ms / 1000, UTC),
+                         units=tuple(UnitSnapshot(**unit) for unit in by_unit.values()))
+            for ms, by_unit in zip(batch.times_ms, units, strict=True)]
+
+
+def encode(batch: TelemetryBatch) -> bytes:
+    return gzip.compress(batch.model_dump_json(exclude_defaults=True).encode(), mtime=0)
+
+
+def decode(payload: bytes, max_bytes: int) -> TelemetryBatch:
+    """A batch from its wire form. ValueError names what is wrong: not gzip, larger than
+    `max_bytes` once decompressed (a small body can inflate enormously), not JSON; a
+    pydantic ValidationError says which field is malformed."""
+    try:
+        with gzip.GzipFile(fileobj=_Reader(payload)) as stream:
+            raw = stream.read(max_bytes + 1)
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"the body is not gzip-compressed JSON ({exc})") from None
+    if len(raw) > max_bytes:
+        raise ValueError(f"the batch is larger than {max_bytes} bytes uncompressed")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"the batch is not JSON ({exc})") from None
+    return TelemetryBatch.model_validate(data)
+
+
+def _key(unit: UnitSnapshot, metric: str, labels: dict[str, str] | None = None) -> SeriesKey:
+    return SeriesKey(metric=metric, gpu_uuid=unit.gpu_uuid, mig_uuid=unit.mig_uuid,
+                     mig_profile=unit.mig_profile, gpu_instance_id=unit.gpu_instance_id,
+                     labels=labels or {})
+
+
+class _Reader:
+    """Bytes as the file object gzip reads from (io.BytesIO, without copying twice)."""
+
+    def __init__(self, payload: bytes):
+        self._view, self._at = memoryview(payload), 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._view) if size < 0 else self._at + size
+        chunk = self._view[self._at:end].tobytes()
+        self._at += len(chunk)
+        return chunk
