@@ -24,6 +24,7 @@ from gpufleet.services import (
     nodes,
     people,
     registration,
+    server_metrics,
     tokens,
 )
 from gpufleet.services.lifecycle import Lifecycle
@@ -189,6 +190,11 @@ class Gpufleet:
     def fleet_summary(self, principal: Principal) -> wi.FleetSummary:
         with self.store.read() as session:
             return fleet.summary(session, principal)
+
+    def server_metrics(self, principal: Principal) -> list[server_metrics.Family]:
+        """The fleet's state as gauges for the server's Prometheus `/metrics`."""
+        with self.store.read() as session:
+            return server_metrics.gather(session, principal, self.clock.now())
 
     def list_gpus(self, principal: Principal, f: fleet.GpuFilter, sort: str,
                   cursor: str | None, limit: int) -> Page[wi.GpuView]:

@@ -1,0 +1,118 @@
+"""The fleet's state as Prometheus gauges, for the server's `/metrics` (DESIGN.md §7).
+
+Computed at scrape time from the state store with a few grouped queries, so a scrape costs
+the same at 100 nodes or 12,500: GPUs by environment × model × status, nodes by
+environment × status, the GPUs held by each project's allocations (a MIG instance weighs
+its share of the GPU, a shared fraction its milli ÷ 1000 — DESIGN.md §3), requests by state,
+and how long the quietest agent of each environment has been silent. The funnel and ingest
+health join these once telemetry is stored. This module only gathers numbers; the API
+renders them in Prometheus' text format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.access import Action
+from gpufleet.domain.gpu_models import model as catalogue_model
+from gpufleet.domain.inventory import NodeStatus
+from gpufleet.domain.placement import UnitKind
+from gpufleet.services.principal import Principal
+from gpufleet.store.tables import Binding, Environment, Gpu, GpuRequest, Node, Project
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Family:
+    """One gauge metric and its samples (labels → value)."""
+
+    name: str
+    help: str
+    label_names: tuple[str, ...]
+    samples: dict[Labels, float] = field(default_factory=dict)
+
+    def add(self, value: float, **labels: str) -> None:
+        key = tuple((name, labels[name]) for name in self.label_names)
+        self.samples[key] = self.samples.get(key, 0.0) + value
+
+
+def gather(session: Session, principal: Principal, now: datetime) -> list[Family]:
+    principal.require(Action.READ_INVENTORY)
+    environments = dict(session.execute(select(Environment.id, Environment.name)).all())
+    return [_gpus(session, environments), _nodes(session, environments),
+            _allocated(session, environments), _requests(session),
+            _silence(session, environments, now)]
+
+
+def _gpus(session: Session, environments: dict[int, str]) -> Family:
+    family = Family("gpufleet_gpus", "GPUs in the inventory by environment, model and status.",
+                    ("environment", "model", "status"))
+    for env_id, model, status, count in session.execute(
+            select(Gpu.environment_id, Gpu.model, Gpu.status, func.count())
+            .group_by(Gpu.environment_id, Gpu.model, Gpu.status)):
+        family.add(count, environment=environments[env_id], model=model, status=status)
+    return family
+
+
+def _nodes(session: Session, environments: dict[int, str]) -> Family:
+    family = Family("gpufleet_nodes", "Nodes by environment and status.",
+                    ("environment", "status"))
+    for env_id, status, count in session.execute(
+            select(Node.environment_id, Node.status, func.count())
+            .group_by(Node.environment_id, Node.status)):
+        family.add(count, environment=environments[env_id], status=status)
+    return family
+
+
+def _allocated(session: Session, environments: dict[int, str]) -> Family:
+    family = Family("gpufleet_allocated_gpus",
+                    "GPUs held by open bindings, per project, environment and unit kind; a "
+                    "MIG instance counts as its share of the GPU, a shared fraction as "
+                    "milli/1000.", ("project", "environment", "kind"))
+    rows = session.execute(
+        select(Project.name, Gpu.environment_id, Gpu.model, Binding.kind,
+               Binding.mig_profile_id, func.sum(Binding.milli), func.count())
+        .join(Gpu, Gpu.id == Binding.gpu_id).join(Project, Project.id == Binding.project_id)
+        .where(Binding.ended_at.is_(None))
+        .group_by(Project.name, Gpu.environment_id, Gpu.model, Binding.kind,
+                  Binding.mig_profile_id))
+    for project, env_id, model, kind, profile_id, milli, count in rows:
+        family.add(_weight(kind, model, profile_id, int(milli or 0), count), project=project,
+                   environment=environments[env_id], kind=kind)
+    return family
+
+
+def _weight(kind: str, model: str, profile_id: int | None, milli: int, count: int) -> float:
+    if kind == UnitKind.SHARED.value:
+        return milli / 1000
+    if kind == UnitKind.MIG.value:
+        found = catalogue_model(model)
+        profile = found.mig.profile(profile_id) if found and found.mig else None
+        return count * found.mig.weight(profile) if profile else 0.0
+    return float(count)
+
+
+def _requests(session: Session) -> Family:
+    family = Family("gpufleet_requests", "GPU requests by state.", ("state",))
+    for state, count in session.execute(select(GpuRequest.state, func.count())
+                                        .group_by(GpuRequest.state)):
+        family.add(count, state=state)
+    return family
+
+
+def _silence(session: Session, environments: dict[int, str], now: datetime) -> Family:
+    family = Family("gpufleet_agent_silence_max_seconds",
+                    "Seconds since the quietest agent of each environment was last heard "
+                    "from (nodes not retired).", ("environment",))
+    for env_id, oldest in session.execute(
+            select(Node.environment_id, func.min(Node.last_seen_at))
+            .where(Node.status != NodeStatus.RETIRED.value, Node.last_seen_at.is_not(None))
+            .group_by(Node.environment_id)):
+        family.add(max((now - oldest).total_seconds(), 0.0), environment=environments[env_id])
+    return family
+
