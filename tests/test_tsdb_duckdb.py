@@ -53,6 +53,7 @@ def test_rollups_answer_as_raw_samples_do(store, metric, step):
 
     from_raw = answer(Tier.RAW)
     store.rollup(T0 + 4 * HOUR + timedelta(minutes=30))  # hours 0-3 rolled, the rest is tail
+    assert answer(Tier.RAW) == from_raw  # compacting the rolled-up hours lost nothing
     tiers = [Tier.MINUTE] if step < HOUR else [Tier.MINUTE, Tier.HOUR]
     for tier in tiers:
         rolled = answer(tier)

@@ -57,8 +57,9 @@ class DuckDBTelemetryStore:
     """The `TelemetryStore` on a DuckDB file (or `:memory:`)."""
 
     def __init__(self, path: str | Path, *, retention: Retention = Retention(),
-                 threads: int | None = None):
+                 threads: int | None = None, compact_raw: bool = True):
         self.path = str(path)
+        self.compact_raw = compact_raw
         self.retention = retention
         config = {} if threads is None else {"threads": threads}
         self._con = duckdb.connect(self.path, config=config)
@@ -270,6 +271,8 @@ class DuckDBTelemetryStore:
         if hour_done < hour_hi:
             con.execute(f"INSERT INTO rollup_1h SELECT {ROLLUP_COLUMNS} FROM "
                         f"({fold(sources.minute(hour_done, hour_hi), HOUR_MS)})")
+            if self.compact_raw:
+                _compact(con, hour_done, hour_hi)
             hour_done = hour_hi
         con.execute("INSERT OR REPLACE INTO rollup_state VALUES ('1m', $1), ('1h', $2)",
                     [minute_done, hour_done])
@@ -299,6 +302,17 @@ class DuckDBTelemetryStore:
         return [(sid, s) for sid, s in known
                 if (metric is None or s.metric == metric)
                 and all(s.label(name) in values for name, values in wanted.items())]
+
+
+def _compact(con: duckdb.DuckDBPyConnection, lo: int, hi: int) -> None:
+    """Rewrite the raw rows of closed hours in (series, time) order: written tick by tick,
+    a column interleaves every series; sorted, each series' values sit together, the
+    series id becomes runs and the times steady steps, which compress better."""
+    con.execute(f"""CREATE TEMP TABLE compacting AS SELECT * FROM samples
+                    WHERE ts_ms >= {lo} AND ts_ms < {hi} ORDER BY series_id, ts_ms""")
+    con.execute(f"DELETE FROM samples WHERE ts_ms >= {lo} AND ts_ms < {hi}")
+    con.execute("INSERT INTO samples SELECT * FROM compacting")
+    con.execute("DROP TABLE compacting")
 
 
 def _ms(span: timedelta) -> int:
