@@ -53,7 +53,11 @@ def test_rollups_answer_as_raw_samples_do(store, metric, step):
 
     from_raw = answer(Tier.RAW)
     store.rollup(T0 + 4 * HOUR + timedelta(minutes=30))  # hours 0-3 rolled, the rest is tail
-    assert answer(Tier.RAW) == from_raw  # compacting the rolled-up hours lost nothing
+    compacted = answer(Tier.RAW)  # compacting the rolled-up hours lost nothing
+    assert {env: [t for t, _ in points] for env, points in compacted.items()} == \
+        {env: [t for t, _ in points] for env, points in from_raw.items()}
+    for env, points in from_raw.items():
+        assert [v for _, v in compacted[env]] == pytest.approx([v for _, v in points])
     tiers = [Tier.MINUTE] if step < HOUR else [Tier.MINUTE, Tier.HOUR]
     for tier in tiers:
         rolled = answer(tier)
