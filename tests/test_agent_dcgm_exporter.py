@@ -202,7 +202,7 @@ def test_pod_mapping_becomes_the_units_workload(h100):
         "llm-pretrain-0", "research", "trainer")
     assert gpu(h100, H100[4]).pod == "vllm-7c9f8d6b5-xk2lp"
     free = gpu(h100, H100[5])  # the exporter writes pod="" for an unassigned GPU
-    assert (free.pod, free.namespace, free.container, free.hpc_job) == (None,) * 4
+    assert (free.pod, free.namespace, free.container, free.slurm_job) == (None,) * 4
 
 
 def test_unknown_series_are_named_once_per_collect(h100):
@@ -315,7 +315,7 @@ def test_hpc_job_mapping_becomes_the_units_job():
     snapshot = snapshot_from_text(page(
         f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",UUID="{UUID}",Hostname="n1",hpc_job="4815162"}} 40',
     ), "n1", AT)
-    assert gpu(snapshot, UUID).hpc_job == "4815162"
+    assert gpu(snapshot, UUID).slurm_job == "4815162"
 
 
 def test_a_shared_gpu_keeps_only_the_workload_fields_its_series_agree_on():

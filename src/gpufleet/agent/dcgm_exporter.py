@@ -14,8 +14,8 @@ MIG instance's. A device-only metric (the catalogue's `per_mig` false) seen on a
 series belongs to the parent GPU's unit. dcgm-exporter does not say a MIG instance's UUID:
 it is looked up in the agent's own inventory by (GPU UUID, GPU instance id) when given, and
 otherwise derived (`derived_mig_uuid`). Kubernetes pod mapping (`pod`, `namespace`,
-`container`) and HPC job mapping (`hpc_job`) become the unit's workload claim; dcgm-exporter
-lists no processes, so units carry none.
+`container`) and HPC job mapping (`hpc_job`, kept as `slurm_job`) become the unit's
+workload claim; dcgm-exporter lists no processes, so units carry none.
 
 Failures are values for the agent, never tracebacks: an exporter that cannot be reached,
 answers with an error, times out, or serves something that is not a metrics page raises
@@ -55,7 +55,7 @@ WORKLOAD_LABELS = {
     "pod": ("pod", "pod_name"),
     "namespace": ("namespace", "pod_namespace"),
     "container": ("container", "container_name"),
-    "hpc_job": ("hpc_job",),
+    "slurm_job": ("hpc_job",),  # DESIGN.md §4 calls the job `slurm_job`
 }
 
 # (GPU UUID lower-cased, GPU instance id) -> the MIG instance's UUID, from the inventory.

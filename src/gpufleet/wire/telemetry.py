@@ -74,7 +74,7 @@ class UnitSnapshot(Frozen):
     pod: LabelText | None = None
     namespace: LabelText | None = None
     container: LabelText | None = None
-    hpc_job: LabelText | None = None
+    slurm_job: LabelText | None = None  # dcgm-exporter's `hpc_job`
 
     @property
     def is_mig(self) -> bool:

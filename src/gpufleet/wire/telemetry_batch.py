@@ -33,7 +33,7 @@ from gpufleet.wire.telemetry import (
 )
 
 BatchId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-CLAIM_FIELDS = ("pod", "namespace", "container", "hpc_job")
+CLAIM_FIELDS = ("pod", "namespace", "container", "slurm_job")
 
 
 class SeriesKey(StrictModel):
@@ -60,7 +60,7 @@ class UnitClaimRow(StrictModel):
     pod: LabelText | None = None
     namespace: LabelText | None = None
     container: LabelText | None = None
-    hpc_job: LabelText | None = None
+    slurm_job: LabelText | None = None
 
 
 class TelemetryBatch(StrictModel):
