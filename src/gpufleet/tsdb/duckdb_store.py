@@ -64,6 +64,7 @@ class DuckDBTelemetryStore:
         config = {} if threads is None else {"threads": threads}
         self._con = duckdb.connect(self.path, config=config)
         self._lock = threading.Lock()
+        self._dictionary_lock = threading.Lock()
         # Read cursors are made from a connection of their own, so making one never touches
         # the writer's connection while a write runs on it.
         self._cursor_root = self._con.cursor()
@@ -250,8 +251,10 @@ class DuckDBTelemetryStore:
         except BaseException:
             con.rollback()
             raise
-        for labels, sid in (new or {}).items():
-            self._remember(sid, labels)
+        if new:
+            with self._dictionary_lock:
+                for labels, sid in new.items():
+                    self._remember(sid, labels)
 
     def _rollup(self, con: duckdb.DuckDBPyConnection, until_ms: int) -> None:
         minute_hi = until_ms // MINUTE_MS * MINUTE_MS
@@ -296,7 +299,7 @@ class DuckDBTelemetryStore:
 
     def _select(self, metric: str | None,
                 filters: Filters | None) -> list[tuple[int, SeriesLabels]]:
-        with self._lock:
+        with self._dictionary_lock:  # not the write lock: a read never waits on a write
             known = list(self._labels.items())
         wanted = {name: set(values) for name, values in (filters or {}).items()}
         return [(sid, s) for sid, s in known
