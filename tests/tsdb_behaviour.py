@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpufleet.tsdb import Sample, series
+from gpufleet.tsdb import Binding, Sample, series
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -210,3 +210,24 @@ def test_concurrent_writers_and_readers_do_not_corrupt(store):
                                     group_by=[], across="sum"))
     assert values_of(result) == [sum(range(6)) * 20.0]
     assert len(store.latest(metric="gpu.sm_active")) == 6 * 20
+
+
+def test_ownership_comes_from_binding_intervals_at_query_time(store):
+    half = 180  # ticks in 30 minutes
+    store.write(ticks("gpu.sm_active", "GPU-a", [20.0] * half + [40.0] * half)
+                + ticks("gpu.sm_active", "GPU-b", [80.0] * 2 * half)
+                + ticks("gpu.sm_active", "GPU-c", [99.0] * 2 * half))
+    middle = T0 + timedelta(minutes=30)
+    bindings = {("GPU-a", None): [Binding(T0, middle, "alloc-1", "p1"),
+                                  Binding(middle, None, "alloc-2", "p2")],
+                ("GPU-b", None): [Binding(T0 - HOUR, None, "alloc-3", "p1")]}
+    step = timedelta(minutes=30)
+    results = store.query_range("gpu.sm_active", T0, T0 + HOUR, step, group_by=["project"],
+                                bindings=bindings)
+    assert {r.labels["project"]: r.points for r in results} == {
+        "p1": [(T0, 50.0), (middle, 80.0)],  # GPU-a left p1 at the half hour
+        "p2": [(middle, 40.0)],
+    }  # GPU-c, held by nobody, counts nowhere
+    p2 = only(store.query_range("gpu.sm_active", T0, T0 + HOUR, HOUR, bindings=bindings,
+                                filters={"project": ["p2"]}, group_by=["allocation"]))
+    assert (p2.labels, values_of(p2)) == ({"allocation": "alloc-2"}, [40.0])

@@ -6,6 +6,8 @@ state store's binding intervals by the services.
 """
 
 from gpufleet.tsdb.protocol import (
+    Binding,
+    Bindings,
     LatestValue,
     Retention,
     Sample,
@@ -17,5 +19,5 @@ from gpufleet.tsdb.protocol import (
     series,
 )
 
-__all__ = ["LatestValue", "Retention", "Sample", "SeriesLabels", "SeriesResult",
-           "TelemetryStore", "Tier", "choose_tier", "series"]
+__all__ = ["Binding", "Bindings", "LatestValue", "Retention", "Sample", "SeriesLabels",
+           "SeriesResult", "TelemetryStore", "Tier", "choose_tier", "series"]

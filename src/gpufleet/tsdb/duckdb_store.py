@@ -28,6 +28,9 @@ from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.tsdb.protocol import (
     HOUR_MS,
     MINUTE_MS,
+    OWNER_LABELS,
+    Binding,
+    Bindings,
     Filters,
     LatestValue,
     Retention,
@@ -45,6 +48,10 @@ from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labe
 _SELECTION = ("WITH sel AS (SELECT unnest($ids::INTEGER[]) AS series_id, "
               "unnest($groups::INTEGER[]) AS grp)")
 _IN_SELECTION = "series_id IN (SELECT series_id FROM sel)"
+_SLOTS = ("WITH sel AS (SELECT unnest($slots::INTEGER[]) AS slot, unnest($ids::INTEGER[]) AS sid,"
+          " unnest($groups::INTEGER[]) AS grp, unnest($froms::BIGINT[]) AS from_ms,"
+          " unnest($tos::BIGINT[]) AS to_ms)")
+_FOREVER_MS = 2**62
 _OVER_TIME = {OverTime.MEAN: "v_mean", OverTime.LAST: "v_last", OverTime.INCREASE: "inc"}
 _ACROSS = {AcrossSeries.MEAN: "avg(v)", AcrossSeries.SUM: "sum(v)",
            AcrossSeries.MAX: "max(v)", AcrossSeries.COUNT: "count_if(v <> 0)"}
@@ -136,7 +143,8 @@ class DuckDBTelemetryStore:
     def query_range(self, metric: str, start: datetime, end: datetime, step: timedelta, *,
                     filters: Filters | None = None, group_by: Sequence[str] = (),
                     over_time: OverTime | None = None, across: AcrossSeries | None = None,
-                    tier: Tier | None = None) -> list[SeriesResult]:
+                    tier: Tier | None = None,
+                    bindings: Bindings | None = None) -> list[SeriesResult]:
         if step <= timedelta(0) or end <= start:
             raise InvalidInput("a range query needs start < end and a positive step",
                                code="invalid_range")
@@ -145,29 +153,50 @@ class DuckDBTelemetryStore:
         over_time = OverTime(over_time or aggregation.over_time)
         column = "v_max" if across is AcrossSeries.MAX and over_time is OverTime.MEAN \
             else _OVER_TIME[over_time]
-        tier = Tier(tier or choose_tier(step, start, end, self.retention))
+        if tier is None:
+            # Ownership is attributed per row by the row's start: with bindings, read minutes
+            # rather than hours wherever the minutes are still kept.
+            by_step = min(step, timedelta(minutes=1)) if bindings is not None else step
+            tier = choose_tier(by_step, start, end, self.retention)
+        tier = Tier(tier)
         width = _TIER_WIDTH_MS[tier]
         lo = to_ms(start) // width * width
         hi = to_ms(end)
         groups: dict[tuple, int] = {}
-        ids, group_of = [], []
-        for sid, labels in self._select(metric, filters):
-            key = tuple(labels.label(name) for name in group_by)
-            ids.append(sid)
-            group_of.append(groups.setdefault(key, len(groups)))
-        if not ids:
+        slots = _Slots()
+        unit_filters = {k: v for k, v in (filters or {}).items() if k not in OWNER_LABELS}
+        owner_filters = {k: set(v) for k, v in (filters or {}).items() if k in OWNER_LABELS}
+        for sid, labels in self._select(metric, unit_filters):
+            if bindings is None:
+                key = tuple(labels.label(name) for name in group_by)
+                slots.add(sid, groups.setdefault(key, len(groups)), None)
+                continue
+            for binding in bindings.get((labels.gpu_uuid, labels.mig_uuid), ()):
+                owner = {"allocation": binding.allocation, "project": binding.project}
+                if all(owner[k] in allowed for k, allowed in owner_filters.items()):
+                    key = tuple(owner[name] if name in OWNER_LABELS else labels.label(name)
+                                for name in group_by)
+                    slots.add(sid, groups.setdefault(key, len(groups)), binding)
+        if not slots.ids:
             return []
         step_ms = max(int(step.total_seconds() * 1000), 1)
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
             minute_done, hour_done = self._state(cur)
-            rows = TierSources(minute_done, hour_done, _IN_SELECTION).rows(tier, lo, hi)
-            return cur.execute(f"""{_SELECTION},
-                per_series AS (SELECT series_id, bucket_ms, {column} AS v
-                               FROM ({fold(rows, step_ms, lo, carry=True)}))
-                SELECT grp, bucket_ms, {_ACROSS[across]} FROM per_series JOIN sel USING (series_id)
-                GROUP BY grp, bucket_ms ORDER BY grp, bucket_ms""",
-                {"ids": ids, "groups": group_of}).fetchall()
+            rows = TierSources(minute_done, hour_done, "series_id IN (SELECT sid FROM sel)"
+                               ).rows(tier, lo, hi)
+            # Each slot is one series over one binding (or all time): rows are tagged with
+            # their slot, folded per slot, and combined per group.
+            tagged = f"""SELECT sel.slot AS series_id, r.bucket_ms, r.v_first, r.v_last,
+                                r.v_mean, r.v_min, r.v_max, r.n, r.inc
+                         FROM ({rows}) r JOIN sel ON r.series_id = sel.sid
+                          AND r.bucket_ms >= sel.from_ms AND r.bucket_ms < sel.to_ms"""
+            return cur.execute(f"""{_SLOTS},
+                per_slot AS (SELECT series_id AS slot, bucket_ms, {column} AS v
+                             FROM ({fold(tagged, step_ms, lo, carry=True)}))
+                SELECT grp, bucket_ms, {_ACROSS[across]} FROM per_slot JOIN sel USING (slot)
+                GROUP BY grp, bucket_ms ORDER BY grp, bucket_ms""", slots.parameters()
+                ).fetchall()
 
         results = [SeriesResult(dict(zip(group_by, key, strict=True))) for key in groups]
         for grp, bucket_ms, value in self._read(run):
@@ -305,6 +334,27 @@ class DuckDBTelemetryStore:
         return [(sid, s) for sid, s in known
                 if (metric is None or s.metric == metric)
                 and all(s.label(name) in values for name, values in wanted.items())]
+
+
+class _Slots:
+    """The query's selection: series, each over one binding interval or all time."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.groups: list[int] = []
+        self.froms: list[int] = []
+        self.tos: list[int] = []
+
+    def add(self, sid: int, group: int, binding: Binding | None) -> None:
+        self.ids.append(sid)
+        self.groups.append(group)
+        self.froms.append(-_FOREVER_MS if binding is None else to_ms(binding.start))
+        self.tos.append(_FOREVER_MS if binding is None or binding.end is None
+                        else to_ms(binding.end))
+
+    def parameters(self) -> dict[str, list[int]]:
+        return {"slots": list(range(len(self.ids))), "ids": self.ids, "groups": self.groups,
+                "froms": self.froms, "tos": self.tos}
 
 
 def _compact(con: duckdb.DuckDBPyConnection, lo: int, hi: int) -> None:

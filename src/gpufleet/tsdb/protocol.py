@@ -105,6 +105,23 @@ class LatestValue:
 
 
 Filters = Mapping[str, Sequence[str | None]]
+OWNER_LABELS = ("allocation", "project")
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Who held a unit over [start, end) (`end` None: still held), as the state store's
+    binding intervals say. A query given bindings attributes each bucket of a unit's series
+    to the binding that covers the bucket's start."""
+
+    start: datetime
+    end: datetime | None
+    allocation: str
+    project: str
+
+
+# (gpu_uuid, mig_uuid) → the unit's bindings over the query window.
+Bindings = Mapping[tuple[str, str | None], Sequence[Binding]]
 
 
 class TelemetryStore(Protocol):
@@ -118,9 +135,13 @@ class TelemetryStore(Protocol):
     def query_range(self, metric: str, start: datetime, end: datetime, step: timedelta, *,
                     filters: Filters | None = None, group_by: Sequence[str] = (),
                     over_time: OverTime | None = None, across: AcrossSeries | None = None,
-                    tier: Tier | None = None) -> list[SeriesResult]:
+                    tier: Tier | None = None,
+                    bindings: Bindings | None = None) -> list[SeriesResult]:
         """Values in [start, end) per step, aggregated over time per series and then across
-        the series of each group, by the metric class's rules unless overridden."""
+        the series of each group, by the metric class's rules unless overridden.
+
+        With `bindings`, only units' time under a binding counts, and `allocation` /
+        `project` can be filtered and grouped by like labels."""
         ...
 
     def latest(self, filters: Filters | None = None, *, metric: str | None = None,
