@@ -28,7 +28,7 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.domain.telemetry.catalogue import CORE
-from gpufleet.tsdb import Sample, series
+from gpufleet.tsdb import Binding, Sample, series
 from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
 
 T0 = datetime(2026, 11, 1, 0, 0, tzinfo=UTC)
@@ -137,6 +137,13 @@ def raw_bytes_per_sample(store: DuckDBTelemetryStore, workdir: Path) -> tuple[fl
     return (used[1] - used[0]) / count, count
 
 
+def bindings(rng: random.Random, uuids: list[str], per_project: int,
+             start: datetime) -> dict:
+    """Every GPU bound to one of many projects for the whole window; one project asked."""
+    return {(u, None): [Binding(start, None, f"alloc-{u}", f"p{i // per_project}")]
+            for i, u in enumerate(rng.sample(uuids, len(uuids)))}
+
+
 def time_queries(store: DuckDBTelemetryStore, gpus: int, hours: int, per_project: int,
                  repeats: int) -> dict[str, tuple[float, float]]:
     end = T0 + timedelta(hours=hours)
@@ -147,6 +154,9 @@ def time_queries(store: DuckDBTelemetryStore, gpus: int, hours: int, per_project
         "project sm_active mean, 5 min step": lambda: store.query_range(
             "gpu.sm_active", start, end, timedelta(minutes=5),
             filters={"gpu_uuid": rng.sample(uuids, min(per_project, gpus))}),
+        "project sm_active mean via bindings, 5 min step": lambda: store.query_range(
+            "gpu.sm_active", start, end, timedelta(minutes=5), group_by=["project"],
+            filters={"project": ["p0"]}, bindings=bindings(rng, uuids, per_project, start)),
         "project sm_active mean, 1 h step": lambda: store.query_range(
             "gpu.sm_active", start, end, timedelta(hours=1),
             filters={"gpu_uuid": rng.sample(uuids, min(per_project, gpus))}),
