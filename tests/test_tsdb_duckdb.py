@@ -149,11 +149,12 @@ def test_a_batch_is_stored_whole_or_not_at_all(store, monkeypatch):
 
 def test_a_unit_that_moves_keeps_its_series_and_takes_the_new_attributes(store):
     store.write(ticks("gpu.sm_active", "GPU-a", [10.0], environment="dev"))
-    store.write([Sample(series("gpu.sm_active", "GPU-a", environment="prod"), at(10), 30.0)])
+    store.write([Sample(series("gpu.sm_active", "GPU-a", environment="staging"), at(5), 30.0),
+                 Sample(series("gpu.sm_active", "GPU-a", environment="prod"), at(10), 30.0)])
     assert [s.environment for s in store.series("gpu.sm_active")] == ["prod"]
     result = only(store.query_range("gpu.sm_active", T0, at(20), timedelta(minutes=1),
                                     group_by=["environment"]))
-    assert (result.labels, values_of(result)) == ({"environment": "prod"}, [20.0])
+    assert (result.labels, values_of(result)) == ({"environment": "prod"}, [pytest.approx(70 / 3)])
 
 
 def test_a_node_snapshot_becomes_samples_of_unit_series(store):

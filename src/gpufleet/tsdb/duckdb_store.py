@@ -259,8 +259,9 @@ class DuckDBTelemetryStore:
     def _store(self, con: duckdb.DuckDBPyConnection, new: dict[SeriesLabels, int],
                ids: list[int], times: list[int], values: list[float]) -> None:
         if new:
+            latest = {sid: s for s, sid in new.items()}  # a unit moved twice: the last form
             rows = [(sid, s.metric, s.gpu_uuid, s.mig_uuid, encode_labels(s.labels), s.node,
-                     s.environment, s.model) for s in new for sid in (new[s],)]
+                     s.environment, s.model) for sid, s in latest.items()]
             con.execute("DELETE FROM series WHERE series_id IN (SELECT unnest($1::INTEGER[]))",
                         [[row[0] for row in rows]])
             con.execute(f"INSERT INTO series SELECT {_UNNEST_SERIES}",
