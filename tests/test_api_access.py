@@ -60,6 +60,7 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/v1/projects/{name}/members"): OPERATORS,
     ("GET", "/api/v1/audit-events"): OPERATORS,
     ("GET", "/api/v1/fleet/summary"): READERS,
+    ("GET", "/metrics"): READERS,
     ("GET", "/api/v1/gpus"): READERS,
     ("GET", "/api/v1/gpus/{uuid}"): READERS,
     ("POST", "/api/v1/gpus/{uuid}/health"): OPERATORS,
