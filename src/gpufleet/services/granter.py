@@ -1,13 +1,14 @@
-"""Granting, batched: approvals that arrive together are placed and written together.
+"""Granting, batched: approvals that arrive together are approved, placed and written together.
 
 A grant on its own is a transaction of some thirty statements and a commit. Under load,
-callers waiting for the grant lock leave their requests in a queue, and whoever holds the
-lock grants the whole queue in one transaction (group commit): the quota and pool ledgers
-are read once, and bindings, claims and labels go in a few multi-row statements. A lone
-caller still has its grant at once, in a batch of one. Requests are served in the order
-they were queued; a batch that cannot place a request records why, as a single grant does.
-Each caller gets its requests' views as the batch left them, read in the batch's own
-transaction (one query for all of them) rather than in one more transaction apiece.
+callers queue their tickets while a batch is being written; when it ends, one of the
+waiting callers leads the next batch, taking the whole queue into one transaction (group
+commit), and the others wait until their batch has committed. In it, operators' approvals
+are made first, then the quota and pool ledgers are read once, and bindings, claims and
+labels go in a few multi-row statements. A lone caller still has its grant at once, in a
+batch of one. Requests are served in the order they were queued; a batch that cannot place
+a request records why, as a single grant does. Each caller gets its requests' views as the
+batch left them, read in the batch's own transaction (one query for all of them).
 
 Decisions come from the placement cache. If the database refuses a batch (a unit another
 server took, a MIG layout that changed), nothing of it is kept: the nodes it touched are
