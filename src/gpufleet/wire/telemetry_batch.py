@@ -14,6 +14,7 @@ once, so a batch replayed from the spool after a lost acknowledgement is not cou
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -172,7 +173,7 @@ def decode(payload: bytes, max_bytes: int) -> TelemetryBatch:
     `max_bytes` once decompressed (a small body can inflate enormously), not JSON; a
     pydantic ValidationError says which field is malformed."""
     try:
-        with gzip.GzipFile(fileobj=_Reader(payload)) as stream:
+        with gzip.GzipFile(fileobj=io.BytesIO(payload)) as stream:
             raw = stream.read(max_bytes + 1)
     except (OSError, EOFError) as exc:
         raise ValueError(f"the body is not gzip-compressed JSON ({exc})") from None
@@ -190,15 +191,3 @@ def _key(unit: UnitSnapshot, metric: str, labels: dict[str, str] | None = None) 
                      mig_profile=unit.mig_profile, gpu_instance_id=unit.gpu_instance_id,
                      labels=labels or {})
 
-
-class _Reader:
-    """Bytes as the file object gzip reads from (io.BytesIO, without copying twice)."""
-
-    def __init__(self, payload: bytes):
-        self._view, self._at = memoryview(payload), 0
-
-    def read(self, size: int = -1) -> bytes:
-        end = len(self._view) if size < 0 else self._at + size
-        chunk = self._view[self._at:end].tobytes()
-        self._at += len(chunk)
-        return chunk
