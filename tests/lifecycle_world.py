@@ -32,6 +32,16 @@ def h100s(api, people):
     return people
 
 
+@pytest.fixture
+def two_nodes(api):
+    """Two ready nodes of 4 GPUs each; projects `vision` and `speech` (no members)."""
+    create_environment(api)
+    register(api, 1, gpus=4)
+    register(api, 2, gpus=4)
+    for project in ("vision", "speech"):
+        api.post("/api/v1/projects", json={"name": project, "organisation": "research"})
+
+
 def create(api, expect: int = 201, **body):
     response = api.post("/api/v1/requests", json={"project": "vision", **body})
     assert response.status_code == expect, response.text

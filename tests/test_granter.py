@@ -17,7 +17,6 @@ from gpufleet.services.app import Gpufleet
 from gpufleet.services.principal import SYSTEM
 from gpufleet.wire.requests import RequestCreate
 from tests.helpers import create_environment, register
-from tests.test_placement_cache import two_nodes  # noqa: F401  (fixture)
 
 
 def pending(gf, count: int = 1) -> str:
@@ -50,7 +49,7 @@ def wait_for_queue(granter, length: int) -> None:
 
 
 def test_approvals_queued_together_commit_once_and_a_refused_one_fails_only_its_caller(
-        two_nodes, gf, store):  # noqa: F811
+        two_nodes, gf, store):
     gf.lifecycle.warm()
     first, second = pending(gf), pending(gf, count=2)
     commits = []
@@ -76,7 +75,7 @@ def test_approvals_queued_together_commit_once_and_a_refused_one_fails_only_its_
 
 
 def test_an_approval_whose_grant_the_database_keeps_refusing_is_still_written(
-        two_nodes, gf, monkeypatch):  # noqa: F811
+        two_nodes, gf, monkeypatch):
     code = pending(gf)
 
     def refuse(*args, **kwargs):
@@ -91,7 +90,7 @@ def test_an_approval_whose_grant_the_database_keeps_refusing_is_still_written(
     assert gf.lifecycle.show_request(SYSTEM, code).state == "active"
 
 
-def test_approving_a_request_that_does_not_exist_writes_nothing(two_nodes, gf):  # noqa: F811
+def test_approving_a_request_that_does_not_exist_writes_nothing(two_nodes, gf):
     code = pending(gf)
     with pytest.raises(NotFound):
         gf.lifecycle.approve(SYSTEM, "GR-999999", None)

@@ -13,7 +13,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from sqlalchemy import func, select
 
 from gpufleet.domain.requests import FlavourKind
@@ -22,15 +21,6 @@ from gpufleet.services.principal import SYSTEM
 from gpufleet.store.tables import Binding
 from gpufleet.wire.requests import RequestCreate
 from tests.helpers import create_environment, register
-
-
-@pytest.fixture
-def two_nodes(api):
-    create_environment(api)
-    register(api, 1, gpus=4)
-    register(api, 2, gpus=4)
-    for project in ("vision", "speech"):
-        api.post("/api/v1/projects", json={"name": project, "organisation": "research"})
 
 
 def grant(gf: Gpufleet, count: int = 1, **body):
