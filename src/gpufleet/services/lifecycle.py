@@ -1,12 +1,13 @@
 """The lifecycle's front door: requests, approvals, pools, quotas, and the lifecycle loop.
 
-One method per use case, one transaction each — except granting, which runs after the
-decision that allowed it, in transactions of its own (services/granter.py: batched when
-approvals arrive together, retried when the database refuses a claim another server won
-meanwhile). The approval itself is never rolled back by a failed placement: the request
-then waits, approved, and the loop tries again. Placement decides on the in-memory
-placement cache (services/placement_cache.py); whatever frees units or changes the fleet
-tells it which nodes to re-read.
+One method per use case, one transaction each — except granting (services/granter.py):
+an operator's approval is made in the transaction that grants the request, batched with
+the other approvals and grants that arrive together, and retried when the database refuses
+a claim another server won meanwhile. The approval is never lost to a failed placement: if
+the grant keeps being refused, the approval is written alone and the request waits,
+approved, for the loop. Auto-approved requests are granted right after their creation.
+Placement decides on the in-memory placement cache (services/placement_cache.py);
+whatever frees units or changes the fleet tells it which nodes to re-read.
 """
 
 from __future__ import annotations
