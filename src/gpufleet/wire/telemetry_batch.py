@@ -191,3 +191,20 @@ def _key(unit: UnitSnapshot, metric: str, labels: dict[str, str] | None = None) 
                      mig_profile=unit.mig_profile, gpu_instance_id=unit.gpu_instance_id,
                      labels=labels or {})
 
+
+
+TELEMETRY_BATCHES_PATH = "/api/v1/telemetry/batches"
+
+
+class TelemetryAck(StrictModel):
+    """The server's answer to a batch, sent only once its samples are durable.
+
+    `duplicate`: the batch id was already stored (a replay); nothing was stored twice and
+    the agent may forget the batch. `dropped` counts samples left out, by reason (an unknown
+    metric, a non-finite value, a time outside the accepted window…); the rest was stored.
+    """
+
+    batch_id: BatchId
+    duplicate: bool = False
+    samples_stored: int = Field(ge=0)
+    dropped: dict[str, int] = Field(default_factory=dict)
