@@ -231,3 +231,28 @@ def test_ownership_comes_from_binding_intervals_at_query_time(store):
     p2 = only(store.query_range("gpu.sm_active", T0, T0 + HOUR, HOUR, bindings=bindings,
                                 filters={"project": ["p2"]}, group_by=["allocation"]))
     assert (p2.labels, values_of(p2)) == ({"allocation": "alloc-2"}, [40.0])
+
+
+def columns_of(samples: list[Sample]):
+    """The samples as ingest hands them over: parallel columns over a series list."""
+    from gpufleet.tsdb import SampleColumns
+
+    index: dict = {}
+    for s in samples:
+        index.setdefault(s.series, len(index))
+    return SampleColumns(series=list(index), series_index=[index[s.series] for s in samples],
+                         times_ms=[int(s.at.timestamp() * 1000) for s in samples],
+                         values=[s.value for s in samples])
+
+
+def test_columns_are_stored_like_samples_and_a_replayed_key_is_not_counted_twice(store):
+    first = columns_of(ticks("gpu.power_usage_watts", "GPU-a", [100.0, 200.0]))
+    second = columns_of(ticks("gpu.power_usage_watts", "GPU-b", [50.0, 50.0]))
+    assert store.write_columns([("node-1:b1", first), ("node-2:b1", second)]) == [2, 2]
+    # A replay after a lost acknowledgement, alone and beside a new batch (and the same key
+    # twice in one call): each replay is answered None and nothing is stored twice.
+    third = columns_of(ticks("gpu.power_usage_watts", "GPU-c", [10.0]))
+    assert store.write_columns([("node-1:b1", first), ("node-3:b1", third),
+                                ("node-3:b1", third)]) == [None, 1, None]
+    total = only(store.query_range("gpu.power_usage_watts", T0, at(20), timedelta(seconds=10)))
+    assert total.points == [(at(0), 160.0), (at(10), 250.0)]

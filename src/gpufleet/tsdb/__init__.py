@@ -11,6 +11,7 @@ from gpufleet.tsdb.protocol import (
     LatestValue,
     Retention,
     Sample,
+    SampleColumns,
     SeriesLabels,
     SeriesResult,
     TelemetryStore,
@@ -19,5 +20,5 @@ from gpufleet.tsdb.protocol import (
     series,
 )
 
-__all__ = ["Binding", "Bindings", "LatestValue", "Retention", "Sample", "SeriesLabels",
-           "SeriesResult", "TelemetryStore", "Tier", "choose_tier", "series"]
+__all__ = ["Binding", "Bindings", "LatestValue", "Retention", "Sample", "SampleColumns",
+           "SeriesLabels", "SeriesResult", "TelemetryStore", "Tier", "choose_tier", "series"]

@@ -35,6 +35,7 @@ from gpufleet.tsdb.protocol import (
     LatestValue,
     Retention,
     Sample,
+    SampleColumns,
     SeriesLabels,
     SeriesResult,
     Tier,
@@ -108,6 +109,40 @@ class DuckDBTelemetryStore:
             self._transaction(lambda con: self._store(con, new, ids, times, values), new)
             return len(ids)
 
+    def write_columns(self, batches: Sequence[tuple[str, SampleColumns]]) -> list[int | None]:
+        with self._lock:
+            self._fresh = 0
+            new: dict[SeriesLabels, int] = {}
+            answers: list[int | None] = [None] * len(batches)
+            ids: list[int] = []
+            times: list[int] = []
+            values: list[float] = []
+            keys: list[str] = []
+            newest: list[int] = []
+
+            def work(con: duckdb.DuckDBPyConnection) -> None:
+                held = {key for (key,) in con.execute(
+                    "SELECT batch_key FROM ingested_batches WHERE batch_key IN "
+                    "(SELECT unnest($1::VARCHAR[]))", [[k for k, _ in batches]]).fetchall()}
+                for n, (key, columns) in enumerate(batches):
+                    if key in held:
+                        continue  # a replay: stored before, answered None
+                    held.add(key)
+                    sids = [self._series_id(s, new) for s in columns.series]
+                    ids.extend([sids[i] for i in columns.series_index])
+                    times.extend(columns.times_ms)
+                    values.extend(columns.values)
+                    keys.append(key)
+                    newest.append(max(columns.times_ms, default=0))
+                    answers[n] = len(columns)
+                self._store(con, new, ids, times, values)
+                if keys:
+                    con.execute("INSERT INTO ingested_batches SELECT unnest($1::VARCHAR[]), "
+                                "unnest($2::BIGINT[])", [keys, newest])
+
+            self._transaction(work, new)
+            return answers
+
     def rollup(self, until: datetime) -> None:
         until_ms = to_ms(until)
         with self._lock:
@@ -126,6 +161,8 @@ class DuckDBTelemetryStore:
                             [min(now_ms - _ms(r.minute), hour_done)])
                 con.execute("DELETE FROM rollup_1h WHERE bucket_ms < $1",
                             [now_ms - _ms(r.hour)])
+                con.execute("DELETE FROM ingested_batches WHERE newest_ms < $1",
+                            [now_ms - _ms(r.raw)])
             self._transaction(drop)
 
     def checkpoint(self) -> None:
@@ -243,6 +280,10 @@ class DuckDBTelemetryStore:
         self._ids[labels] = sid
         self._by_key[labels.key] = sid
         self._labels[sid] = labels
+
+    def _series_id(self, labels: SeriesLabels, new: dict[SeriesLabels, int]) -> int:
+        sid = self._ids.get(labels)
+        return self._resolve(labels, new) if sid is None else sid
 
     def _resolve(self, labels: SeriesLabels, new: dict[SeriesLabels, int]) -> int:
         """The id of a series seen for the first time in this form: a new series, or a known

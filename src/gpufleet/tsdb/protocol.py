@@ -89,6 +89,22 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class SampleColumns:
+    """Many samples as parallel columns: sample `i` is `values[i]` of series
+    `series[series_index[i]]` at `times_ms[i]`. Ingest builds these straight from an
+    agent's columnar batch or a remote-write body, so a sample never becomes an object of
+    its own on the hot path. Values are finite numbers; "cannot say" was left out."""
+
+    series: Sequence[SeriesLabels]
+    series_index: Sequence[int]
+    times_ms: Sequence[int]
+    values: Sequence[float]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+@dataclass(frozen=True)
 class SeriesResult:
     """One answer series of `query_range`: the group's labels and its (time, value) points,
     each time the start of its step."""
@@ -130,6 +146,15 @@ class TelemetryStore(Protocol):
     def write(self, batch: Sequence[Sample]) -> int:
         """Store a batch atomically; returns how many samples were stored (None values are
         skipped). Idempotence (batch ids) is the ingest layer's job."""
+        ...
+
+    def write_columns(self, batches: Sequence[tuple[str, SampleColumns]]) -> list[int | None]:
+        """Store several keyed batches in one go (the ingest's group commit).
+
+        A key names one upload (`node:batch_id`). A batch whose key the store already holds
+        is a replay: it is skipped and answered None; each other batch is answered with
+        the samples it stored. When this returns, everything answered is durable; when it
+        raises, the caller must not acknowledge any of the batches."""
         ...
 
     def query_range(self, metric: str, start: datetime, end: datetime, step: timedelta, *,

@@ -9,6 +9,10 @@
   count (`v_first` … `n`), and the increase inside the bucket (`inc`, resets handled),
   which lets counters answer from rollups without their raw samples.
 * `rollup_state` — per tier, the bucket up to which it has been folded (exclusive).
+* `ingested_batches` — the key of every upload stored (`node:batch_id`) and the time of its
+  newest sample, written in the same transaction as its samples: a replay is recognised
+  exactly, even after a crash between storing and acknowledging. Kept as long as raw
+  samples are, which is as old as a sample may be when it arrives.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ DDL = (
       for table in ("rollup_1m", "rollup_1h")),
     """CREATE TABLE IF NOT EXISTS rollup_state (
         tier VARCHAR PRIMARY KEY, done_until_ms BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ingested_batches (
+        batch_key VARCHAR PRIMARY KEY, newest_ms BIGINT NOT NULL)""",
 )
 
 
