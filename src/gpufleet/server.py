@@ -15,6 +15,7 @@ from gpufleet.api.app import create_app
 from gpufleet.clock import Clock
 from gpufleet.private_files import write_private_file
 from gpufleet.services.app import Gpufleet
+from gpufleet.services.telemetry_store import open_telemetry_store
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 
@@ -42,7 +43,7 @@ def build_gpufleet(settings: Settings, clock: Clock | None = None) -> Gpufleet:
                        sqlite_synchronous=settings.sqlite_synchronous,
                        pool_size=settings.database_pool_size)
     store.migrate()
-    return Gpufleet(store, settings, clock)
+    return Gpufleet(store, settings, clock, telemetry=open_telemetry_store(settings))
 
 
 def configure_logging(settings: Settings) -> None:
@@ -72,5 +73,5 @@ def run_server(settings: Settings) -> int:
     try:
         server.run()
     finally:
-        gf.store.dispose()
+        gf.close()
     return 0

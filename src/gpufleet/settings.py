@@ -120,6 +120,58 @@ class Settings(BaseSettings):
         "bounds how long one made by another server process can go unseen (the database "
         "still refuses a unit held twice)."))
 
+    # --- telemetry -----------------------------------------------------------------------
+    telemetry_url: str | None = Field(default=None, description=(
+        "Empty: telemetry is kept in the embedded DuckDB store in the data dir (one server "
+        "process). Set: a Prometheus-compatible engine receives it by remote-write at "
+        "`<url>/api/v1/write` and answers PromQL at `<url>/api/v1/query_range`, e.g. "
+        "VictoriaMetrics `http://vm:8428`, or a cluster's vminsert "
+        "`http://vminsert:8480/insert/0/prometheus` (docs/telemetry-store.md)."))
+    telemetry_query_url: str | None = Field(default=None, description=(
+        "Where PromQL queries go when it is not `telemetry_url` (a VictoriaMetrics "
+        "cluster's vmselect, `http://vmselect:8481/select/0/prometheus`)."))
+    telemetry_raw_retention_days: float = Field(default=7.0, gt=0, le=3660, description=(
+        "Days the embedded store keeps raw samples (once rolled up)."))
+    telemetry_minute_retention_days: float = Field(default=30.0, gt=0, le=3660, description=(
+        "Days the embedded store keeps 1-minute rollups."))
+    telemetry_hour_retention_days: float = Field(default=400.0, gt=0, le=36600, description=(
+        "Days the embedded store keeps 1-hour rollups."))
+    telemetry_rollup_interval_s: float = Field(default=60.0, gt=0, le=3600, description=(
+        "How often the embedded store folds closed minutes and hours into its rollups and "
+        "applies retention."))
+    telemetry_rollup_grace_s: float = Field(default=120.0, ge=0, le=86400, description=(
+        "How long after a minute ends it is rolled up: samples that arrive later (a "
+        "spool replay) still land in the raw tier, and later rollups of that minute "
+        "are not redone, so this is how late a sample may be and still count in the "
+        "1-minute and 1-hour tiers."))
+    telemetry_duckdb_threads: int | None = Field(default=None, ge=1, le=256, description=(
+        "Threads DuckDB may use for telemetry queries. Empty: DuckDB's default (all "
+        "cores)."))
+    telemetry_max_batch_bytes: int = Field(default=8 * 1024**2, ge=1024, description=(
+        "Largest telemetry batch or remote-write body the server accepts, compressed; "
+        "larger ones get 413. Telemetry is exempt from `max_request_body_bytes`."))
+    telemetry_max_batch_uncompressed_bytes: int = Field(
+        default=64 * 1024**2, ge=1024, description=(
+            "Largest a telemetry batch may be once decompressed (a small body can "
+            "inflate enormously); larger ones get 413."))
+    telemetry_max_sample_age_s: float = Field(default=7 * 86400.0, gt=0, description=(
+        "Samples older than this are dropped and counted (`too_old`) on ingest: the raw "
+        "tier would not keep them anyway."))
+    telemetry_max_sample_future_s: float = Field(default=300.0, ge=0, description=(
+        "Samples stamped further ahead of the server's clock than this are dropped and "
+        "counted (`in_future`): a node's clock is wrong."))
+    activity_threshold_percent: float = Field(default=5.0, ge=0, le=100, description=(
+        "A minute is *active* when the unit's activity is at least this (DESIGN.md §3); "
+        "a unit below it for the whole idle window is *idle*."))
+    effective_sm_active_percent: float = Field(default=50.0, ge=0, le=100, description=(
+        "A minute is *effective* when the unit's `gpu.sm_active` is at least this."))
+    idle_window_hours: float = Field(default=4.0, gt=0, le=24 * 90, description=(
+        "How long a unit's activity must stay below the activity threshold for it to be "
+        "idle, and a process's own SM activity at zero for it to be a zombie."))
+    idle_held_memory_bytes: int = Field(default=1024**3, ge=0, description=(
+        "An idle unit whose used memory is at least this is *idle-held*: memory held, "
+        "nothing computed."))
+
     # --- CLI client ----------------------------------------------------------------------
     url: str = Field(default="http://127.0.0.1:8080", description=(
         "Server URL the CLI talks to (`gpufleet login` stores it; `GPUFLEET_URL` overrides)."))

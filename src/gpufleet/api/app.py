@@ -14,7 +14,15 @@ from gpufleet import __version__
 from gpufleet.api import errors
 from gpufleet.api.auth_gate import BearerRequired
 from gpufleet.api.limits import BodySizeLimit
-from gpufleet.api.routes import agent, identity, inventory, lifecycle, mig, prometheus
+from gpufleet.api.routes import (
+    agent,
+    identity,
+    inventory,
+    lifecycle,
+    mig,
+    prometheus,
+    telemetry_queries,
+)
 from gpufleet.api.timing import ServerTiming
 from gpufleet.domain.errors import GpufleetError
 from gpufleet.services.app import Gpufleet
@@ -80,6 +88,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(lifecycle.router)
     app.include_router(mig.router)
     app.include_router(prometheus.router)
+    app.include_router(telemetry_queries.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

@@ -8,6 +8,7 @@ through the store's single write path.
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import timedelta
 
 from gpufleet import __version__
@@ -30,9 +31,12 @@ from gpufleet.services import (
 from gpufleet.services.lifecycle import Lifecycle
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.principal import Principal
+from gpufleet.services.telemetry_queries import TelemetryQueries
+from gpufleet.services.telemetry_store import open_telemetry_store
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import User
+from gpufleet.tsdb import TelemetryStore
 from gpufleet.wire import inventory as wi
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
 from gpufleet.wire.base import Page
@@ -41,11 +45,32 @@ log = logging.getLogger(__name__)
 
 
 class Gpufleet:
-    def __init__(self, store: StateStore, settings: Settings, clock: Clock | None = None):
+    def __init__(self, store: StateStore, settings: Settings, clock: Clock | None = None, *,
+                 telemetry: TelemetryStore | None = None):
+        """`telemetry`: the telemetry store; None opens an in-memory embedded one on first
+        use (what tests and tools that never touch telemetry want). The server passes the
+        one its settings name (`open_telemetry_store`)."""
         self.store = store
         self.settings = settings
         self.clock = clock or SystemClock()
         self.lifecycle = Lifecycle(store, settings, self.clock)
+        self._telemetry = telemetry
+        self._telemetry_lock = threading.Lock()
+        self.queries = TelemetryQueries(store, lambda: self.telemetry, settings, self.clock)
+
+    @property
+    def telemetry(self) -> TelemetryStore:
+        if self._telemetry is None:
+            with self._telemetry_lock:
+                if self._telemetry is None:
+                    self._telemetry = open_telemetry_store(self.settings, in_memory=True)
+        return self._telemetry
+
+    def close(self) -> None:
+        """Close the telemetry store and the state store's connections."""
+        if self._telemetry is not None:
+            self._telemetry.close()
+        self.store.dispose()
 
     # --- identity ------------------------------------------------------------------------
     def authenticate(self, raw_token: str) -> Principal:
