@@ -149,7 +149,8 @@ class Api:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def request(self, method: str, path: str, **kwargs):
-        return self.client.request(method, path, headers=self._headers(), **kwargs)
+        headers = {**self._headers(), **kwargs.pop("headers", {})}
+        return self.client.request(method, path, headers=headers, **kwargs)
 
     def get(self, path: str, **kwargs):
         return self.request("GET", path, **kwargs)

@@ -22,6 +22,8 @@ from gpufleet.services.principal import SYSTEM
 from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.inventory import UserCreate
 from gpufleet.wire.requests import PoolCreate, RequestCreate
+from gpufleet.wire.telemetry import NodeSnapshot, UnitSnapshot
+from gpufleet.wire.telemetry_batch import columnar, encode
 from tests.helpers import create_environment, gpu_uuid, join_token, register, registration
 from tests.module_world import module_world, shared_client
 
@@ -76,6 +78,8 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     # a node's own credential re-registers it; no other token may.
     ("POST", "/api/v1/agent/register"): frozenset({"agent", "join"}),
     ("POST", "/api/v1/agent/heartbeat"): frozenset({"agent"}),
+    # Telemetry in: a node's agent for its own GPUs; an ingest token (a relay) for any node's.
+    ("POST", "/api/v1/telemetry/batches"): frozenset({"agent", "ingest"}),
     # The lifecycle: members request for their own projects, operators decide.
     ("POST", "/api/v1/requests"): REQUESTERS,
     ("GET", "/api/v1/requests"): READERS,
@@ -183,7 +187,7 @@ def world(request, tmp_path_factory) -> Iterator[World]:
         yield w
 
 
-Request = tuple[str, dict | None]  # (concrete path, JSON body)
+Request = tuple[str, dict | bytes | None]  # (concrete path, JSON body or raw bytes)
 
 
 def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
@@ -217,6 +221,11 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         start = world.clock.now() + timedelta(days=1)
         return new_request(starts_at=start, duration_hours=1)
 
+    def telemetry_batch() -> bytes:
+        tick = NodeSnapshot(node="node-1", at=world.clock.now(), backend="sim", units=(
+            UnitSnapshot(gpu_uuid=gpu_self, values={"gpu.sm_active": 50.0}),))
+        return encode(columnar(world.unique("batch"), [tick]))
+
     def registration_body() -> dict:
         node = NODE_NEW if caller == "join" else NODE_SELF
         return registration(node, gpus=2 if node == NODE_SELF else 1)
@@ -248,6 +257,7 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             template, {"name": world.unique("env"), "kind": "cloud"}),
         ("POST", "/api/v1/agent/register"): lambda: (template, registration_body()),
         ("POST", "/api/v1/agent/heartbeat"): lambda: (template, {}),
+        ("POST", "/api/v1/telemetry/batches"): lambda: (template, telemetry_batch()),
         ("POST", "/api/v1/requests"): lambda: (
             template, {"project": "vision", "count": 1, "models": ["H100-80GB"]}),
         ("GET", "/api/v1/requests/{code}"): lambda: (
@@ -293,7 +303,8 @@ def test_access(world, caller, route):
     path, body = _request_for(world, route, caller)
     token = world.tokens[caller]
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    response = world.client.request(route[0], path, headers=headers, json=body)
+    payload = {"content": body} if isinstance(body, bytes) else {"json": body}
+    response = world.client.request(route[0], path, headers=headers, **payload)
     expected = expected_status(caller, route)
     if expected is None:
         assert 200 <= response.status_code < 300, response.text

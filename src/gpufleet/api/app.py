@@ -21,11 +21,13 @@ from gpufleet.api.routes import (
     lifecycle,
     mig,
     prometheus,
+    telemetry,
     telemetry_queries,
 )
 from gpufleet.api.timing import ServerTiming
 from gpufleet.domain.errors import GpufleetError
 from gpufleet.services.app import Gpufleet
+from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,9 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
                               "and how well. Every /api/v1 endpoint needs a bearer token.")
     app.state.gpufleet = gf
     errors.install(app)
-    app.add_middleware(BodySizeLimit, max_bytes=gf.settings.max_request_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=gf.settings.max_request_body_bytes,
+                       limits_by_path={TELEMETRY_BATCHES_PATH:
+                                       gf.settings.telemetry_max_batch_bytes})
     app.add_middleware(BearerRequired)
     app.add_middleware(ServerTiming)
     app.include_router(inventory.router)
@@ -88,6 +92,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(lifecycle.router)
     app.include_router(mig.router)
     app.include_router(prometheus.router)
+    app.include_router(telemetry.router)
     app.include_router(telemetry_queries.router)
 
     @app.get("/healthz", tags=["health"])

@@ -31,6 +31,7 @@ from gpufleet.services import (
 from gpufleet.services.lifecycle import Lifecycle
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.principal import Principal
+from gpufleet.services.telemetry_ingest import TelemetryIngest
 from gpufleet.services.telemetry_queries import TelemetryQueries
 from gpufleet.services.telemetry_store import open_telemetry_store
 from gpufleet.settings import Settings
@@ -57,6 +58,7 @@ class Gpufleet:
         self._telemetry = telemetry
         self._telemetry_lock = threading.Lock()
         self.queries = TelemetryQueries(store, lambda: self.telemetry, settings, self.clock)
+        self.ingest = TelemetryIngest(store, lambda: self.telemetry, settings, self.clock)
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -188,6 +190,7 @@ class Gpufleet:
                     token_ttl=None, heartbeat_interval_s=self.settings.heartbeat_interval_s)
             self.lifecycle.placement.mark_stale([reply.node])
             self.lifecycle.shape.invalidate()  # its GPUs, models or modes may be new
+            self.ingest.forget_node(reply.node)
             return reply
         except registration.GpuClaimConflict as conflict:
             with self.store.write() as session:

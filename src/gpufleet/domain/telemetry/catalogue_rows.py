@@ -232,4 +232,12 @@ PROCESSES = (
                            notes="the `usedGpuMemory` member; NVML_VALUE_NOT_AVAILABLE is "
                                  "missing; a MIG device handle lists the instance's "
                                  "processes")),
+    Metric("gpu.workload_claimed", Unit.BOOLEAN, MetricClass.STATE, DEVICE_MIG, True,
+           "1 while the telemetry source attributes the unit to a workload, named by the "
+           "labels `pod`, `namespace`, `container`, `slurm_job`: a claim, checked against "
+           "the unit's binding like a process's.",
+           prometheus_name="gpufleet_gpu_workload_claimed",
+           labels=("pod", "namespace", "container", "slurm_job"),
+           notes="From dcgm-exporter's pod mapping and HPC job mapping labels; sources "
+                 "that list processes claim per process instead."),
 )

@@ -1,0 +1,192 @@
+"""An agent's telemetry batch as store columns, each bad sample dropped and counted.
+
+A batch as a whole is checked by the ingest service (who sent it, for which node's GPUs);
+here each sample is. One bad sample must not cost the node its whole upload, so a sample
+that cannot be stored is left out and counted under a reason the acknowledgement and the
+server's metrics report:
+
+  unknown_metric  the metric is not in the catalogue
+  unknown_label   a label the metric does not have (a `link` on a metric without links)
+  wrong_scope     a process metric as a unit series, or a device-only metric on a MIG unit
+  not_finite      NaN or ±inf
+  out_of_range    impossible in the metric's unit: a percentage outside 0–100, a negative
+                  byte count, a flag that is not 0 or 1 — a source's sentinel, or a value
+                  in the wrong unit
+  too_old         older than the server keeps raw samples (`telemetry_max_sample_age_s`)
+  in_future       ahead of the server's clock (`telemetry_max_sample_future_s`): a node
+                  whose clock is wrong
+
+The hot path works a row (one series over the batch's ticks) at a time with C-level list
+operations; only a row that fails a check is looked at sample by sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
+from gpufleet.domain.telemetry.metric import Metric
+from gpufleet.domain.telemetry.vocabulary import Scope, Unit
+from gpufleet.services.node_units import NodeUnits
+from gpufleet.tsdb import SampleColumns, SeriesLabels, series
+from gpufleet.wire.telemetry_batch import CLAIM_FIELDS, TelemetryBatch
+
+_PERCENT_SLACK = 1e-6  # a 0–1 ratio × 100 may land a hair above 100
+CLAIMED_METRIC = "gpu.workload_claimed"
+PROCESS_LABELS = ("container", "pod", "namespace", "slurm_job", "claimed_allocation")
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """Sample times the store accepts, epoch milliseconds, both ends included."""
+
+    oldest_ms: int
+    newest_ms: int
+
+
+@cache
+def _known(name: str) -> Metric | None:
+    try:
+        return catalogue_metric(name)
+    except InvalidInput:
+        return None
+
+
+def _range_of(unit: Unit) -> tuple[float, float]:
+    if unit is Unit.PERCENT:
+        return 0.0, 100.0 + _PERCENT_SLACK
+    if unit is Unit.BOOLEAN:
+        return 0.0, 1.0
+    if unit is Unit.CELSIUS:
+        return -273.15, 1000.0  # sentinels (0x7FFFFFFF) and garbage fall outside
+    return 0.0, math.inf
+
+
+class _Columns:
+    """SampleColumns under construction, with the drop counts."""
+
+    def __init__(self) -> None:
+        self.series: list[SeriesLabels] = []
+        self._index: dict[SeriesLabels, int] = {}
+        self.series_index: list[int] = []
+        self.times_ms: list[int] = []
+        self.values: list[float] = []
+        self.dropped: Counter[str] = Counter()
+
+    def row(self, labels: SeriesLabels, metric: Metric, times_ms: Sequence[int],
+            values: Sequence[float | None], window: TimeWindow) -> None:
+        """One series over the batch's ticks; None entries are "cannot say", not drops."""
+        present = [v for v in values if v is not None]
+        if not present:
+            return
+        if len(present) == len(values):
+            kept_times = times_ms
+        else:
+            kept_times = [t for t, v in zip(times_ms, values, strict=True) if v is not None]
+        low, high = _range_of(metric.unit)
+        total = math.fsum(present)
+        clean = (math.isfinite(total) and min(present) >= low and max(present) <= high
+                 and min(kept_times) >= window.oldest_ms
+                 and max(kept_times) <= window.newest_ms)
+        if not clean:
+            kept_times, present = self._sift(kept_times, present, low, high, window)
+            if not present:
+                return
+        index = self._index.get(labels)
+        if index is None:
+            index = self._index[labels] = len(self.series)
+            self.series.append(labels)
+        self.series_index.extend([index] * len(present))
+        self.times_ms.extend(kept_times)
+        self.values.extend(present)
+
+    def _sift(self, times_ms: Sequence[int], values: Sequence[float], low: float,
+              high: float, window: TimeWindow) -> tuple[list[int], list[float]]:
+        kept_times, kept = [], []
+        for t, v in zip(times_ms, values, strict=True):
+            reason = (None if window.oldest_ms <= t <= window.newest_ms
+                      else "too_old" if t < window.oldest_ms else "in_future")
+            if reason is None and not math.isfinite(v):
+                reason = "not_finite"
+            elif reason is None and not low <= v <= high:
+                reason = "out_of_range"
+            if reason is None:
+                kept_times.append(t)
+                kept.append(float(v))
+            else:
+                self.dropped[reason] += 1
+        return kept_times, kept
+
+    def drop(self, reason: str, values: Iterable[float | None]) -> None:
+        self.dropped[reason] += sum(1 for v in values if v is not None)
+
+    def result(self) -> SampleColumns:
+        return SampleColumns(self.series, self.series_index, self.times_ms, self.values)
+
+
+def batch_columns(batch: TelemetryBatch, units: NodeUnits,
+                  window: TimeWindow) -> tuple[SampleColumns, Counter[str]]:
+    """The batch's storable samples, and how many were dropped by reason. Every unit the
+    batch names must be one of `units` (the caller checks that first)."""
+    out = _Columns()
+    times = batch.times_ms
+
+    def labels_for(metric: str, gpu_uuid: str, mig_uuid: str | None, extra: dict[str, str],
+                   mig_profile: str | None = None) -> SeriesLabels:
+        environment, model = units.gpus[gpu_uuid]
+        if mig_uuid is not None and mig_profile:
+            extra = {**extra, "mig_profile": mig_profile}
+        return series(metric, gpu_uuid, mig_uuid, labels=extra, node=batch.node,
+                      environment=environment, model=model)
+
+    for key, row in zip(batch.series, batch.values, strict=True):
+        metric = _known(key.metric)
+        reason = _unit_series_problem(metric, key.mig_uuid, key.labels)
+        if reason is not None:
+            out.drop(reason, row)
+            continue
+        out.row(labels_for(key.metric, key.gpu_uuid, key.mig_uuid, key.labels,
+                           key.mig_profile), metric, times, row, window)
+    for process in batch.processes:
+        extra = {"pid": str(process.pid)}
+        if process.name:
+            extra["process_name"] = process.name
+        extra |= {f: getattr(process, f) for f in PROCESS_LABELS if getattr(process, f)}
+        extra |= {f"tag.{k}": v for k, v in process.tags.items()}
+        at = [times[process.tick]]
+        for name, value in process.values.items():
+            metric = _known(name)
+            if metric is None or Scope.PROCESS not in metric.scopes:
+                out.drop("unknown_metric" if metric is None else "wrong_scope", [value])
+                continue
+            out.row(labels_for(name, process.gpu_uuid, process.mig_uuid, extra), metric, at,
+                    [value], window)
+    claimed = catalogue_metric(CLAIMED_METRIC)
+    for claim in batch.unit_claims:
+        extra = {f: getattr(claim, f) for f in CLAIM_FIELDS if getattr(claim, f)}
+        out.row(labels_for(CLAIMED_METRIC, claim.gpu_uuid, claim.mig_uuid, extra), claimed,
+                [times[claim.tick]], [1.0], window)
+    return out.result(), out.dropped
+
+
+def _unit_series_problem(metric: Metric | None, mig_uuid: str | None,
+                         labels: dict[str, str]) -> str | None:
+    if metric is None:
+        return "unknown_metric"
+    if Scope.PROCESS in metric.scopes or (mig_uuid is not None and not metric.per_mig):
+        return "wrong_scope"
+    if labels and not set(labels) <= set(metric.labels):
+        return "unknown_label"
+    return None
+
+
+def units_named(batch: TelemetryBatch) -> set[str]:
+    """Every GPU the batch has data for (MIG instances by their parent GPU)."""
+    return ({key.gpu_uuid for key in batch.series}
+            | {p.gpu_uuid for p in batch.processes}
+            | {c.gpu_uuid for c in batch.unit_claims})

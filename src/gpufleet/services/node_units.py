@@ -1,0 +1,65 @@
+"""Which GPUs each node holds, kept in memory for telemetry ingest.
+
+Every upload must be checked against the inventory (a node writes only its own GPUs) and
+its series stamped with each GPU's environment and model. Reading that from the state
+store for every batch would put a query on the hot path of the busiest endpoint, so it is
+read once per node and kept: dropped when the node registers again (its GPUs may have
+changed) and re-read after `max_age_s` (a change made through another server process).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.store.tables import Environment, Gpu, Node
+
+
+@dataclass(frozen=True)
+class NodeUnits:
+    node: str
+    # gpu_uuid → (environment, model)
+    gpus: dict[str, tuple[str, str]]
+
+
+def read_node_units(session: Session, node: str) -> NodeUnits | None:
+    """The node's GPUs as the inventory has them; None for a node it does not know."""
+    if session.scalar(select(Node.id).where(Node.name == node)) is None:
+        return None
+    rows = session.execute(
+        select(Gpu.uuid, Environment.name, Gpu.model)
+        .join(Node, Gpu.node_id == Node.id)
+        .join(Environment, Gpu.environment_id == Environment.id)
+        .where(Node.name == node)).all()
+    return NodeUnits(node, {uuid: (environment, model) for uuid, environment, model in rows})
+
+
+class NodeUnitsMemo:
+    """Thread-safe; `monotonic_s` is injectable for tests."""
+
+    def __init__(self, max_age_s: float, monotonic_s: Callable[[], float] = time.monotonic):
+        self.max_age_s = max_age_s
+        self._monotonic_s = monotonic_s
+        self._lock = threading.Lock()
+        self._known: dict[str, tuple[float, NodeUnits]] = {}
+
+    def get(self, node: str, read: Callable[[str], NodeUnits | None]) -> NodeUnits | None:
+        now_s = self._monotonic_s()
+        with self._lock:
+            held = self._known.get(node)
+        if held is not None and now_s - held[0] < self.max_age_s:
+            return held[1]
+        units = read(node)
+        if units is not None:
+            with self._lock:
+                self._known[node] = (now_s, units)
+        return units
+
+    def forget(self, node: str) -> None:
+        with self._lock:
+            self._known.pop(node, None)

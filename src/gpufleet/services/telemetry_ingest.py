@@ -1,0 +1,176 @@
+"""`ingest_batch`: an agent's telemetry upload, checked, stored, then acknowledged.
+
+The order is what makes "nothing acknowledged is ever lost" and "a replay is never counted
+twice" hold: the batch is decoded and checked as a whole (a 4xx names what is wrong and
+nothing is stored), each sample is checked (bad ones are dropped and counted, the rest
+stored), the samples are written with the batch's key in one store transaction (group
+commit), and only then is the acknowledgement sent. A store that fails answers 503: the
+agent keeps the batch in its spool and sends it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+
+from pydantic import ValidationError
+
+from gpufleet.clock import Clock
+from gpufleet.domain.access import Action, Role
+from gpufleet.domain.errors import (
+    Forbidden,
+    GpufleetError,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+)
+from gpufleet.services.batch_columns import TimeWindow, batch_columns, units_named
+from gpufleet.services.group_commit import GroupCommit
+from gpufleet.services.node_units import NodeUnits, NodeUnitsMemo, read_node_units
+from gpufleet.services.principal import Principal
+from gpufleet.settings import Settings
+from gpufleet.store.database import StateStore
+from gpufleet.tsdb import SampleColumns, TelemetryStore
+from gpufleet.wire.telemetry_batch import TelemetryAck, TelemetryBatch, decode
+
+log = logging.getLogger(__name__)
+
+DROP_LOG_INTERVAL_S = 60.0  # per node: a misconfigured fleet must not flood the log
+
+
+class IngestCounters:
+    """What ingest has done since the server started, for its `/metrics` (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.batches: Counter[str] = Counter()  # stored, duplicate, refused
+        self.refusals: Counter[str] = Counter()  # by error code
+        self.samples_stored = 0
+        self.samples_dropped: Counter[str] = Counter()  # by reason
+
+    def stored(self, samples: int, dropped: Counter[str]) -> None:
+        with self._lock:
+            self.batches["stored"] += 1
+            self.samples_stored += samples
+            self.samples_dropped.update(dropped)
+
+    def duplicate(self) -> None:
+        with self._lock:
+            self.batches["duplicate"] += 1
+
+    def refused(self, code: str) -> None:
+        with self._lock:
+            self.batches["refused"] += 1
+            self.refusals[code] += 1
+
+
+class TelemetryIngest:
+    def __init__(self, state: StateStore, telemetry: Callable[[], TelemetryStore],
+                 settings: Settings, clock: Clock):
+        self.state = state
+        self.settings = settings
+        self.clock = clock
+        self.units = NodeUnitsMemo(settings.placement_cache_max_age_s)
+        self.commit = GroupCommit(lambda batches: telemetry().write_columns(batches))
+        self.counters = IngestCounters()
+        self._drop_logged: dict[str, float] = {}
+
+    def ingest_batch(self, principal: Principal, payload: bytes) -> TelemetryAck:
+        principal.require(Action.WRITE_TELEMETRY)
+        try:
+            batch = self._decode(payload)
+            units = self._units_for(principal, batch)
+            columns, dropped = batch_columns(batch, units, self._window())
+            stored = self._store(f"{batch.node}:{batch.batch_id}", columns)
+        except GpufleetError as exc:
+            self.counters.refused(exc.code)
+            raise
+        if stored is None:
+            self.counters.duplicate()
+            return TelemetryAck(batch_id=batch.batch_id, duplicate=True, samples_stored=0)
+        self.counters.stored(stored, dropped)
+        if dropped:
+            self._log_drops(batch, dropped)
+        return TelemetryAck(batch_id=batch.batch_id, samples_stored=stored,
+                            dropped=dict(dropped))
+
+    def forget_node(self, node: str) -> None:
+        """The node registered again: its GPUs are read afresh on its next upload."""
+        self.units.forget(node)
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def _decode(self, payload: bytes) -> TelemetryBatch:
+        limit = self.settings.telemetry_max_batch_uncompressed_bytes
+        try:
+            return decode(payload, limit)
+        except ValidationError as exc:
+            problems = [f"{'.'.join(str(p) for p in e['loc']) or 'batch'}: {e['msg']}"
+                        for e in exc.errors(include_url=False, include_input=False)[:10]]
+            raise InvalidInput("the telemetry batch is malformed: " + "; ".join(problems),
+                               code="invalid_batch",
+                               details={"problems": problems}) from None
+        except ValueError as exc:
+            if "larger than" in str(exc):
+                raise PayloadTooLarge(str(exc), code="batch_too_large",
+                                      details={"max_uncompressed_bytes": limit}) from None
+            raise InvalidInput(str(exc), code="malformed_batch") from None
+
+    def _units_for(self, principal: Principal, batch: TelemetryBatch) -> NodeUnits:
+        if principal.role is Role.AGENT and principal.node_name != batch.node:
+            raise Forbidden(f"node {principal.node_name!r} may not write telemetry for node "
+                            f"{batch.node!r}", code="foreign_node",
+                            details={"node": principal.node_name, "batch_node": batch.node})
+        units = self.units.get(batch.node, self._read_units)
+        foreign = units_named(batch) - units.gpus.keys() if units is not None else set()
+        if units is None or foreign:
+            self.units.forget(batch.node)  # perhaps it changed through another server
+            units = self.units.get(batch.node, self._read_units)
+        if units is None:
+            raise NotFound(f"node {batch.node!r} is not in the inventory", code="unknown_node",
+                           details={"node": batch.node})
+        foreign = units_named(batch) - units.gpus.keys()
+        if foreign:
+            named = sorted(foreign)
+            raise Forbidden(f"node {batch.node!r} does not hold GPU(s) "
+                            f"{', '.join(named[:5])}{' …' if len(named) > 5 else ''}: a node "
+                            "writes telemetry only for its own GPUs (if its GPUs changed, "
+                            "the agent registers again first)", code="foreign_gpus",
+                            details={"node": batch.node, "gpus": named[:50]})
+        return units
+
+    def _read_units(self, node: str) -> NodeUnits | None:
+        with self.state.read() as session:
+            return read_node_units(session, node)
+
+    def _window(self) -> TimeWindow:
+        now = self.clock.now()
+        oldest = now - timedelta(seconds=self.settings.telemetry_max_sample_age_s)
+        newest = now + timedelta(seconds=self.settings.telemetry_max_sample_future_s)
+        return TimeWindow(int(oldest.timestamp() * 1000), int(newest.timestamp() * 1000))
+
+    def _store(self, key: str, columns: SampleColumns) -> int | None:
+        try:
+            return self.commit.submit(key, columns)
+        except GpufleetError:
+            raise
+        except Exception as exc:
+            log.exception("the telemetry store failed to store a group of batches")
+            raise Unavailable("the telemetry store could not store the batch, so it was not "
+                              "acknowledged; send it again later",
+                              code="telemetry_store_unavailable") from exc
+
+    def _log_drops(self, batch: TelemetryBatch, dropped: Counter[str]) -> None:
+        now_s = time.monotonic()
+        if now_s - self._drop_logged.get(batch.node, -DROP_LOG_INTERVAL_S) < \
+                DROP_LOG_INTERVAL_S:
+            return
+        self._drop_logged[batch.node] = now_s
+        log.warning("telemetry from node %s (batch %s): dropped %s (logged at most once a "
+                    "minute per node)", batch.node, batch.batch_id,
+                    ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items())))
