@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from gpufleet.wire import telemetry_batch
 from gpufleet.wire.agent import Heartbeat, NodeRegistration
+from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH, TelemetryBatch
 
 
 def _error(status: int, code: str, message: str) -> httpx.Response:
@@ -34,6 +36,12 @@ class FakeServer:
     heartbeats: list[tuple[str, Heartbeat]] = field(default_factory=list)
     fail_next: int = 0  # answer this many requests with 503 first
     requests: list[str] = field(default_factory=list)
+    # Telemetry: every batch stored, in arrival order, once per id (a replay is a duplicate).
+    batches: list[TelemetryBatch] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    telemetry_fail_next: int = 0  # answer this many telemetry posts with 503 first
+    refused_batches: dict[str, tuple[int, str]] = field(default_factory=dict)  # id -> status, code
+    telemetry_status: int | None = None  # answer every telemetry post with this error
     _ids: itertools.count = field(default_factory=itertools.count)
 
     def transport(self) -> httpx.MockTransport:
@@ -48,6 +56,8 @@ class FakeServer:
             self.fail_next -= 1
             return _error(503, "unavailable", "try later")
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if request.url.path == TELEMETRY_BATCHES_PATH:
+            return self._telemetry(bearer, request)
         body = json.loads(request.content or b"{}")
         route = {"/api/v1/environments": self._environment,
                  "/api/v1/join-tokens": self._join_tokens,
@@ -104,3 +114,31 @@ class FakeServer:
             "node": self.nodes[machine_id].hostname, "node_status": "ready",
             "heartbeat_interval_s": self.heartbeat_interval_s,
             "desired_state": self.desired_state()})
+
+    def _telemetry(self, bearer: str, request: httpx.Request) -> httpx.Response:
+        if self.telemetry_fail_next:
+            self.telemetry_fail_next -= 1
+            return _error(503, "unavailable", "telemetry store busy")
+        if self.telemetry_status is not None:
+            return _error(self.telemetry_status, "refused", "telemetry refused")
+        machine_id = self.credentials.get(bearer)
+        if machine_id is None:
+            return _error(401, "unauthenticated", "revoked")
+        if (request.headers.get("content-encoding") != "gzip"
+                or request.headers.get("content-type") != "application/json"):
+            return _error(415, "unsupported_media_type", "gzip JSON expected")
+        try:
+            batch = telemetry_batch.decode(request.content, max_bytes=64 * 1024**2)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            return _error(400, "invalid_batch", str(exc)[:200])
+        if batch.batch_id in self.refused_batches:
+            status, code = self.refused_batches[batch.batch_id]
+            return _error(status, code, f"batch {batch.batch_id} refused")
+        duplicate = any(b.batch_id == batch.batch_id for b in self.batches)
+        if duplicate:
+            self.duplicates.append(batch.batch_id)
+        else:
+            self.batches.append(batch)
+        stored = 0 if duplicate else sum(v is not None for row in batch.values for v in row)
+        return httpx.Response(200, json={"batch_id": batch.batch_id, "duplicate": duplicate,
+                                         "samples_stored": stored, "dropped": {}})

@@ -22,6 +22,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
+from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH, TelemetryAck
 
 REGISTER_PATH = "/api/v1/agent/register"
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
@@ -78,11 +79,15 @@ def error_from_response(response: httpx.Response) -> AgentError:
 
 
 async def post(http: httpx.AsyncClient, url: str, bearer: str,
-               body: BaseModel | dict) -> httpx.Response:
-    """POST JSON with a bearer token; the 2xx response, or the AgentError for anything else."""
-    headers = {"Authorization": f"Bearer {bearer}"}
+               body: BaseModel | dict | bytes,
+               headers: dict[str, str] | None = None) -> httpx.Response:
+    """POST with a bearer token: a model or dict as JSON, bytes as they are (with the
+    caller's `headers`); the 2xx response, or the AgentError for anything else."""
+    headers = {"Authorization": f"Bearer {bearer}", **(headers or {})}
     try:
-        if isinstance(body, BaseModel):
+        if isinstance(body, bytes):
+            response = await http.post(url, content=body, headers=headers)
+        elif isinstance(body, BaseModel):
             headers["Content-Type"] = "application/json"
             response = await http.post(url, content=body.model_dump_json(exclude_none=True),
                                        headers=headers)
@@ -103,8 +108,11 @@ def parse_reply(response: httpx.Response, model: type[ReplyT]) -> ReplyT:
                        f"the server's reply is not a {model.__name__}: {exc}") from exc
 
 
+GZIP_JSON = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
+
 class AgentClient:
-    """The two agent endpoints. The httpx client is the caller's, so many agents in one
+    """The agent endpoints. The httpx client is the caller's, so many agents in one
     process can share one connection pool."""
 
     def __init__(self, server_url: str, http: httpx.AsyncClient):
@@ -119,3 +127,11 @@ class AgentClient:
     async def heartbeat(self, credential: str, heartbeat: Heartbeat) -> HeartbeatReply:
         response = await post(self.http, self.server_url + HEARTBEAT_PATH, credential, heartbeat)
         return parse_reply(response, HeartbeatReply)
+
+    async def upload_telemetry(self, credential: str, payload: bytes) -> TelemetryAck:
+        """POST one encoded batch (`telemetry_batch.encode`: gzip JSON). The ack comes only
+        once the samples are durable; `duplicate` (the id was stored before) is an ack too.
+        """
+        response = await post(self.http, self.server_url + TELEMETRY_BATCHES_PATH, credential,
+                              payload, headers=GZIP_JSON)
+        return parse_reply(response, TelemetryAck)

@@ -1,0 +1,159 @@
+"""One agent's telemetry loop: collect every `collect_interval_s`, seal a batch every
+`upload_interval_s`, upload the spool (DESIGN.md §5, §9).
+
+Collection runs in a worker thread (`asyncio.to_thread`): a slow NVML call or a slow
+dcgm-exporter scrape must not stall the heartbeats on the event loop. A collection that
+fails — `SourceUnavailable` or any other exception — is logged, counted, and the loop goes
+on to the next tick; nothing a backend does ends the agent.
+
+When the server cannot take batches, they stay spooled and the next attempt waits a capped,
+jittered backoff (in logical time: the loop's own intervals, so tests need no clock);
+collection and spooling go on meanwhile. A 401 / 403 ends the loop with the `TokenRejected`
+it got: the runner reports it as it does for heartbeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from gpufleet.wire.telemetry import NodeSnapshot
+
+from .backend import SourceUnavailable, TelemetrySource
+from .backoff import Backoff
+from .client import TokenRejected
+from .spool import DEFAULT_MAX_BYTES
+from .telemetry_uploader import DEFAULT_MAX_BATCH_BYTES, TelemetryUploader, UploadOutcome
+
+log = logging.getLogger(__name__)
+
+Wait = Callable[[asyncio.Event, float], Awaitable[bool]]
+SnapshotListener = Callable[[NodeSnapshot], None]
+MAX_BATCHES_PER_UPLOAD = 100  # after a long outage, replay in slices between ticks
+
+
+@dataclass(frozen=True)
+class TelemetryOptions:
+    collect_interval_s: float = 10.0
+    upload_interval_s: float = 30.0
+    spool_max_bytes: int = DEFAULT_MAX_BYTES
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+
+    def __post_init__(self) -> None:
+        if self.collect_interval_s <= 0 or self.upload_interval_s <= 0:
+            raise ValueError("collection and upload intervals must be positive")
+
+    @property
+    def ticks_per_batch(self) -> int:
+        return max(1, round(self.upload_interval_s / self.collect_interval_s))
+
+
+async def collect_in_thread(source: TelemetrySource) -> NodeSnapshot | SourceUnavailable:
+    """One collection in a worker thread; the failure as a value, never raised."""
+    try:
+        return await asyncio.to_thread(source.collect)
+    except SourceUnavailable as exc:
+        return exc
+    except Exception as exc:  # a backend bug must not end the agent
+        log.exception("telemetry collection failed unexpectedly")
+        return SourceUnavailable(f"collection failed: {type(exc).__name__}: {exc}")
+
+
+class TelemetryLoop:
+    def __init__(self, source: TelemetrySource, uploader: TelemetryUploader,
+                 credential: Callable[[], str | None], options: TelemetryOptions, *,
+                 wait: Wait, backoff: Backoff | None = None,
+                 on_snapshot: SnapshotListener | None = None,
+                 monotonic_s: Callable[[], float] = time.monotonic):
+        self.source = source
+        self.uploader = uploader
+        self.credential = credential
+        self.options = options
+        self.backoff = backoff or Backoff(initial_s=options.upload_interval_s, max_s=600.0)
+        self.on_snapshot = on_snapshot
+        self._wait = wait
+        self._monotonic_s = monotonic_s
+        self._elapsed_s = 0.0  # logical time: the sum of this loop's intervals
+        self._next_seal_s = options.upload_interval_s
+        self._retry_at_s: float | None = None
+        self._spent_s = 0.0
+
+    async def collect(self) -> NodeSnapshot | None:
+        """Collect one tick into the upload buffer (and to `on_snapshot`); None on failure."""
+        counters = self.uploader.counters
+        result = await collect_in_thread(self.source)
+        if isinstance(result, SourceUnavailable):
+            counters.collections_failed += 1
+            log.warning("telemetry not collected this tick: %s", result)
+            return None
+        counters.collections += 1
+        if self.on_snapshot is not None:
+            try:
+                self.on_snapshot(result)
+            except Exception:
+                log.exception("a snapshot listener failed")
+        self.uploader.add(result)
+        return result
+
+    async def seal(self) -> None:
+        if self.uploader.buffered:
+            await asyncio.to_thread(self.uploader.seal)  # columnar + gzip + fsync
+        self._next_seal_s = self._elapsed_s + self.options.upload_interval_s
+
+    async def upload(self) -> UploadOutcome:
+        """Send what is spooled (a slice of it after a long outage) and plan the next
+        attempt: the next seal when all went, the next tick when a slice is left, a backoff
+        when the server was unavailable. Raises TokenRejected."""
+        credential = self.credential()
+        if credential is None:
+            return UploadOutcome.UNAVAILABLE
+        outcome = await self.uploader.upload(credential, MAX_BATCHES_PER_UPLOAD)
+        if outcome is UploadOutcome.DONE:
+            self.backoff.reset()
+            self._retry_at_s = None
+        elif outcome is UploadOutcome.MORE:
+            self._retry_at_s = self._elapsed_s
+        else:
+            self._retry_at_s = self._elapsed_s + self.backoff.next_delay_s()
+        return outcome
+
+    def _upload_due(self, sealed: bool) -> bool:
+        if not self.uploader.pending():
+            return False
+        if self._retry_at_s is not None:
+            return self._elapsed_s >= self._retry_at_s
+        return sealed
+
+    async def tick(self) -> None:
+        """One collection, and a seal and an upload when they are due. Raises
+        TokenRejected."""
+        started_s = self._monotonic_s()
+        await self.collect()
+        sealed = self.uploader.full or self._elapsed_s + 1e-9 >= self._next_seal_s
+        if sealed:
+            await self.seal()
+        first = self._elapsed_s == 0.0  # replay what an earlier run left in the spool
+        if self._upload_due(sealed or first):
+            await self.upload()
+        self._spent_s = self._monotonic_s() - started_s
+
+    async def run(self, stop_event: asyncio.Event) -> TokenRejected | None:
+        """Tick until stopped; the TokenRejected that ended it, if one did. What is buffered
+        at the stop is sealed into the spool, for the next start to send."""
+        try:
+            while not stop_event.is_set():
+                try:
+                    await self.tick()
+                except TokenRejected as exc:
+                    return exc
+                delay_s = max(0.0, self.options.collect_interval_s - self._spent_s)
+                if await self._wait(stop_event, delay_s):
+                    break
+                self._elapsed_s += self.options.collect_interval_s
+        finally:
+            if self.uploader.buffered:
+                self.uploader.seal()
+        return None

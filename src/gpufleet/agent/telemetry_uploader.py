@@ -1,0 +1,214 @@
+"""Snapshots → batches → spool → server: the part of the telemetry upload that every agent
+shares, the real one (`telemetry_loop.py`) and each agent of the simulated fleet.
+
+A batch is spooled BEFORE it is sent and forgotten only on a `TelemetryAck` (the server
+sends one once the samples are durable; `duplicate` is an ack too), so a crash or an
+outage loses nothing the spool's bound keeps, and a replay is never counted twice (the
+batch id). Pending batches go oldest first and an upload stops at the first one the server
+cannot take now, so the store receives each node's samples in order (DESIGN.md §9).
+
+What the server answers decides each batch's fate:
+
+- `ServerUnavailable` (no answer, 5xx, 429) and 404 / 405 (a server without the endpoint,
+  e.g. older than the agent): keep everything, the caller backs off and tries again;
+- another 4xx (a malformed or refused batch): it can never be accepted — it is dropped,
+  counted and logged with the server's message, so it cannot block the spool forever;
+- 401 / 403 (`TokenRejected`): raised to the caller, which stops and reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from gpufleet.wire import telemetry_batch
+from gpufleet.wire.telemetry import NodeSnapshot
+
+from .client import AgentClient, ApiError, ServerUnavailable, TokenRejected
+
+log = logging.getLogger(__name__)
+
+# The server's general body limit is 1 MiB; telemetry may be larger, but a batch this size
+# stays cheap to retry and well inside every limit a proxy in front of the server may set.
+DEFAULT_MAX_BATCH_BYTES = 512 * 1024
+ENDPOINT_MISSING = (404, 405)
+
+
+def new_batch_id() -> str:
+    """32 hex digits: unique per batch, within the wire's [A-Za-z0-9_-]{1,64}."""
+    return uuid.uuid4().hex
+
+
+class PendingBatch(Protocol):
+    batch_id: str
+
+    def read(self) -> bytes: ...
+
+
+class BatchSpool(Protocol):
+    """`spool.Spool` (on disk) or `memory_spool.MemorySpool`."""
+
+    dropped_batches: int
+
+    def put(self, batch_id: str, payload: bytes) -> PendingBatch: ...
+
+    def pending(self) -> Sequence[PendingBatch]: ...
+
+    def ack(self, batch) -> None: ...
+
+
+class UploadOutcome(StrEnum):
+    DONE = "done"  # nothing left in the spool
+    MORE = "more"  # the server takes batches; the slice ended with some left
+    UNAVAILABLE = "unavailable"  # the server cannot take them now: back off
+
+
+@dataclass
+class TelemetryCounters:
+    """Since the agent started; the agent's own /metrics exposes them."""
+
+    collections: int = 0
+    collections_failed: int = 0
+    batches_spooled: int = 0
+    batches_acknowledged: int = 0
+    batches_duplicate: int = 0  # acknowledged as already stored (a replay)
+    batches_refused: int = 0  # a 4xx: dropped, never to be accepted
+    batches_unspoolable: int = 0  # could not be written to the spool: lost
+    uploads_failed: int = 0  # attempts that found the server unavailable
+    samples_stored: int = 0
+    samples_dropped_by_server: int = 0
+
+
+class TelemetryUploader:
+    """Buffers one node's snapshots, seals them into spooled batches, uploads the spool.
+
+    Not thread-safe: one loop owns it (`seal` may run in a worker thread between awaits).
+    """
+
+    def __init__(self, client: AgentClient, spool: BatchSpool, *, ticks_per_batch: int = 3,
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+                 max_samples_per_batch: int = 100_000,
+                 batch_id: Callable[[], str] = new_batch_id,
+                 counters: TelemetryCounters | None = None):
+        if ticks_per_batch < 1:
+            raise ValueError("a batch holds at least one tick")
+        self.client = client
+        self.spool = spool
+        self.ticks_per_batch = ticks_per_batch
+        self.max_batch_bytes = max_batch_bytes
+        self.max_samples_per_batch = max_samples_per_batch
+        self.counters = counters or TelemetryCounters()
+        self._batch_id = batch_id
+        self._buffer: list[NodeSnapshot] = []
+        self._buffered_samples = 0
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def add(self, snapshot: NodeSnapshot) -> bool:
+        """Buffer one tick; True when the buffer should be sealed now (ticks or size)."""
+        if self._buffer and snapshot.node != self._buffer[0].node:
+            self.seal()  # a batch holds one node's snapshots
+        self._buffer.append(snapshot)
+        self._buffered_samples += _samples(snapshot)
+        return self.full
+
+    @property
+    def full(self) -> bool:
+        """The buffer holds a batch's ticks, or enough samples to seal early."""
+        return (len(self._buffer) >= self.ticks_per_batch
+                or self._buffered_samples >= self.max_samples_per_batch)
+
+    def seal(self) -> int:
+        """Write the buffered ticks to the spool as batches; how many were written."""
+        snapshots, self._buffer, self._buffered_samples = self._buffer, [], 0
+        return sum(self._spool(part) for part in self._within_size(snapshots))
+
+    def _within_size(self, snapshots: list[NodeSnapshot]) -> list[tuple[str, bytes]]:
+        """(batch id, payload) pairs, halving the ticks until each fits max_batch_bytes."""
+        if not snapshots:
+            return []
+        batch_id = self._batch_id()
+        payload = telemetry_batch.encode(telemetry_batch.columnar(batch_id, snapshots))
+        if len(payload) <= self.max_batch_bytes or len(snapshots) == 1:
+            if len(payload) > self.max_batch_bytes:
+                log.warning("one tick of node %s is %d bytes compressed, over the %d-byte "
+                            "batch size; sent as it is", snapshots[0].node, len(payload),
+                            self.max_batch_bytes)
+            return [(batch_id, payload)]
+        half = len(snapshots) // 2
+        return self._within_size(snapshots[:half]) + self._within_size(snapshots[half:])
+
+    def _spool(self, part: tuple[str, bytes]) -> int:
+        batch_id, payload = part
+        try:
+            self.spool.put(batch_id, payload)
+        except (OSError, ValueError) as exc:
+            self.counters.batches_unspoolable += 1
+            log.error("telemetry batch %s (%d bytes) could not be spooled and is lost: %s",
+                      batch_id, len(payload), exc)
+            return 0
+        self.counters.batches_spooled += 1
+        return 1
+
+    def pending(self) -> int:
+        return len(self.spool.pending())
+
+    async def upload(self, credential: str, max_batches: int | None = None) -> UploadOutcome:
+        """Send pending batches oldest first, at most `max_batches` of them. Raises
+        TokenRejected (401 / 403)."""
+        for sent, batch in enumerate(self.spool.pending()):
+            if max_batches is not None and sent >= max_batches:
+                return UploadOutcome.MORE
+            if not await self._send(credential, batch):
+                self.counters.uploads_failed += 1
+                return UploadOutcome.UNAVAILABLE
+        return UploadOutcome.DONE
+
+    async def _send(self, credential: str, batch: PendingBatch) -> bool:
+        """One batch; True when it is off the spool (acknowledged or refused for good)."""
+        try:
+            payload = batch.read()
+        except OSError as exc:
+            log.error("spooled telemetry batch %s cannot be read and is dropped: %s",
+                      batch.batch_id, exc)
+            self.spool.ack(batch)
+            self.counters.batches_refused += 1
+            return True
+        try:
+            ack = await self.client.upload_telemetry(credential, payload)
+        except TokenRejected:
+            raise
+        except ServerUnavailable as exc:
+            log.warning("telemetry upload: server unavailable (%s); %d batch(es) kept in the "
+                        "spool", exc, self.pending())
+            return False
+        except ApiError as exc:
+            if exc.status_code in ENDPOINT_MISSING:
+                log.warning("telemetry upload: the server has no telemetry endpoint (%s); "
+                            "batches are kept in the spool until it does", exc)
+                return False
+            self.spool.ack(batch)
+            self.counters.batches_refused += 1
+            log.error("telemetry batch %s refused by the server and dropped (it can never be "
+                      "accepted): %s", batch.batch_id, exc)
+            return True
+        self.spool.ack(batch)
+        self.counters.batches_acknowledged += 1
+        self.counters.batches_duplicate += ack.duplicate
+        self.counters.samples_stored += ack.samples_stored
+        self.counters.samples_dropped_by_server += sum(ack.dropped.values())
+        if ack.dropped:
+            log.info("telemetry batch %s: the server left out samples %s", ack.batch_id,
+                     ack.dropped)
+        return True
+
+
+def _samples(snapshot: NodeSnapshot) -> int:
+    return sum(len(u.values) + len(u.labelled) + sum(len(p.values) for p in u.processes)
+               for u in snapshot.units)
