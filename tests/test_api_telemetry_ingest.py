@@ -237,3 +237,22 @@ def test_a_batch_the_store_cannot_take_is_not_acknowledged(store, settings, cloc
         response = post(agent, body(snapshot(0, unit(gpu__sm_active=1.0))))
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "telemetry_store_unavailable"
+
+
+@SQLITE_ONLY
+def test_upkeep_rolls_minutes_up_once_their_grace_has_passed(node, gf, clock, settings):
+    assert post(node, body(snapshot(0, unit(gpu__sm_active=20.0)),
+                           snapshot(30, unit(gpu__sm_active=40.0)))).status_code == 200
+
+    def minute_tier() -> list[float]:
+        """The 1-minute rollup rows themselves (a query would read raw rows where the
+        rollup has not reached yet)."""
+        return [v for (v,) in gf.telemetry._con.execute(
+            "SELECT v_mean FROM rollup_1m").fetchall()]
+
+    clock.advance(60 + settings.telemetry_rollup_grace_s - 1)  # the minute is still open
+    gf.telemetry_upkeep()
+    assert minute_tier() == []
+    clock.advance(2)
+    gf.telemetry_upkeep()
+    assert minute_tier() == [30.0]

@@ -65,11 +65,21 @@ async def _lifecycle_loop(gf: Gpufleet) -> None:
             log.exception("lifecycle round failed")
 
 
+async def _telemetry_upkeep_loop(gf: Gpufleet) -> None:
+    """Roll telemetry up and apply its retention, for the server's lifetime."""
+    while True:
+        await asyncio.sleep(gf.settings.telemetry_rollup_interval_s)
+        try:
+            await run_in_threadpool(gf.telemetry_upkeep)
+        except Exception:  # the loop must outlive one failed round; the next one retries
+            log.exception("telemetry rollup round failed")
+
+
 def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        tasks = [asyncio.create_task(_silent_node_loop(gf)),
-                 asyncio.create_task(_lifecycle_loop(gf))] if background_loops else []
+        loops = (_silent_node_loop, _lifecycle_loop, _telemetry_upkeep_loop)
+        tasks = [asyncio.create_task(loop(gf)) for loop in loops] if background_loops else []
         yield
         for task in tasks:
             task.cancel()

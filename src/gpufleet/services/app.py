@@ -68,6 +68,17 @@ class Gpufleet:
                     self._telemetry = open_telemetry_store(self.settings, in_memory=True)
         return self._telemetry
 
+    def telemetry_upkeep(self) -> None:
+        """Fold closed minutes and hours into the rollups, then drop what retention ends.
+
+        Minutes are folded `telemetry_rollup_grace_s` after they close, so samples a spool
+        replays a little late still count in the rollups. With a Prometheus-compatible
+        store both are the engine's own business and this does nothing.
+        """
+        now = self.clock.now()
+        self.telemetry.rollup(now - timedelta(seconds=self.settings.telemetry_rollup_grace_s))
+        self.telemetry.apply_retention(now)
+
     def close(self) -> None:
         """Close the telemetry store and the state store's connections."""
         if self._telemetry is not None:
