@@ -167,3 +167,31 @@ def test_once_without_a_join_token_says_so(tmp_path):
 
     result = asyncio.run(once())
     assert not result.ok and result.reason is StopReason.NOT_JOINED
+
+
+def test_a_forbidden_batch_is_dropped_and_the_node_registers_again(tmp_path, caplog):
+    server = joined_server()
+    server.telemetry_status = 403
+    registrations: list[int] = []
+
+    def count_registrations(_tick: int) -> None:
+        registrations.append(server.requests.count("/api/v1/agent/register"))
+
+    async def beat_now(stop_event: asyncio.Event, _delay_s: float) -> bool:
+        await asyncio.sleep(0)  # heartbeats (and re-registrations) keep pace with the ticks
+        return stop_event.is_set()
+
+    backend = standalone_backend("l40s-8", "node-1", seed=1)
+
+    async def go():
+        async with httpx.AsyncClient(transport=server.transport()) as http:
+            runner = AgentRunner(SERVER, backend, tmp_path, "join-x", http=http,
+                                 wait=beat_now, telemetry=OPTIONS,
+                                 telemetry_wait=Ticks(7, count_registrations))
+            return await runner.run(asyncio.Event()), runner
+
+    reason, runner = asyncio.run(go())
+    assert reason is StopReason.STOPPED  # not a credential problem: the agent goes on
+    assert runner.telemetry.uploader.counters.batches_refused == 2
+    assert registrations[-1] >= 2
+    assert "registering again" in caplog.text

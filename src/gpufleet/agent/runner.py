@@ -5,7 +5,7 @@ The runner must outlive the server: an unreachable server, a timeout or a 5xx is
 with capped exponential backoff and jitter, and nothing short of a stop ends the loop —
 except a 401, which no retry can cure (the join token is spent or expired, or the node's
 credential was revoked): then the runner logs what the operator must do and returns. A 401
-or 403 on a telemetry upload ends the run the same way.
+on a telemetry upload ends the run the same way.
 
 Telemetry (`telemetry=TelemetryOptions(...)`, for a backend with `collect()`) runs as a
 second asyncio task once the node has registered: `telemetry_loop.TelemetryLoop`, with its
@@ -97,9 +97,10 @@ class AgentRunner:
             uploader = TelemetryUploader(client, spool, ticks_per_batch=telemetry.ticks_per_batch,
                                          max_batch_bytes=telemetry.max_batch_bytes)
             source: TelemetrySource = backend  # type: ignore[assignment]
-            self.telemetry = TelemetryLoop(source, uploader, lambda: self.session.credential,
-                                           telemetry, wait=telemetry_wait,
-                                           on_snapshot=on_snapshot)
+            self.telemetry = TelemetryLoop(
+                source, uploader, lambda: self.session.credential, telemetry,
+                wait=telemetry_wait, on_snapshot=on_snapshot,
+                node_name=lambda: self.session.node, on_inventory_stale=self._register_again)
 
     async def __aenter__(self) -> AgentRunner:
         return self
@@ -110,6 +111,11 @@ class AgentRunner:
     async def aclose(self) -> None:
         if self._owns_http:
             await self._http.aclose()
+
+    def _register_again(self) -> None:
+        log.warning("the server refused telemetry naming GPUs this node's registration does "
+                    "not hold; registering again")
+        self.session.registered = False
 
     def _store_credential(self, credential: str) -> None:
         try:
@@ -204,8 +210,8 @@ class AgentRunner:
         return StopReason.STOPPED
 
     async def _telemetry(self, halt: asyncio.Event) -> TokenRejected | None:
-        """The telemetry loop from the first registration until halted; a TokenRejected
-        halts the agent."""
+        """The telemetry loop from the first registration until halted; a rejected
+        credential (401) halts the agent."""
         assert self.telemetry is not None
         if not await _first_of(self._registered, halt):
             return None

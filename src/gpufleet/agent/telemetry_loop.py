@@ -8,8 +8,13 @@ on to the next tick; nothing a backend does ends the agent.
 
 When the server cannot take batches, they stay spooled and the next attempt waits a capped,
 jittered backoff (in logical time: the loop's own intervals, so tests need no clock);
-collection and spooling go on meanwhile. A 401 / 403 ends the loop with the `TokenRejected`
-it got: the runner reports it as it does for heartbeats.
+collection and spooling go on meanwhile. A 401 ends the loop with the `Unauthorized` it got:
+the runner reports it as it does for heartbeats. A 403 on a batch (GPUs the registration
+does not hold) calls `on_inventory_stale`: the runner registers again.
+
+Snapshots are uploaded under the node name the server gave at registration (`node_name`),
+whatever the backend calls the host, since the server takes a node's telemetry only under
+its own name.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from gpufleet.wire.telemetry import NodeSnapshot
 
 from .backend import SourceUnavailable, TelemetrySource
 from .backoff import Backoff
-from .client import TokenRejected
+from .client import Unauthorized
 from .spool import DEFAULT_MAX_BYTES
 from .telemetry_uploader import DEFAULT_MAX_BATCH_BYTES, TelemetryUploader, UploadOutcome
 
@@ -67,6 +72,8 @@ class TelemetryLoop:
                  credential: Callable[[], str | None], options: TelemetryOptions, *,
                  wait: Wait, backoff: Backoff | None = None,
                  on_snapshot: SnapshotListener | None = None,
+                 node_name: Callable[[], str | None] = lambda: None,
+                 on_inventory_stale: Callable[[], None] = lambda: None,
                  monotonic_s: Callable[[], float] = time.monotonic):
         self.source = source
         self.uploader = uploader
@@ -74,6 +81,8 @@ class TelemetryLoop:
         self.options = options
         self.backoff = backoff or Backoff(initial_s=options.upload_interval_s, max_s=600.0)
         self.on_snapshot = on_snapshot
+        self.node_name = node_name
+        self.on_inventory_stale = on_inventory_stale
         self._wait = wait
         self._monotonic_s = monotonic_s
         self._elapsed_s = 0.0  # logical time: the sum of this loop's intervals
@@ -90,6 +99,9 @@ class TelemetryLoop:
             log.warning("telemetry not collected this tick: %s", result)
             return None
         counters.collections += 1
+        node = self.node_name()
+        if node and node != result.node:
+            result = result.model_copy(update={"node": node})
         if self.on_snapshot is not None:
             try:
                 self.on_snapshot(result)
@@ -106,11 +118,14 @@ class TelemetryLoop:
     async def upload(self) -> UploadOutcome:
         """Send what is spooled (a slice of it after a long outage) and plan the next
         attempt: the next seal when all went, the next tick when a slice is left, a backoff
-        when the server was unavailable. Raises TokenRejected."""
+        when the server was unavailable. Raises Unauthorized."""
         credential = self.credential()
         if credential is None:
             return UploadOutcome.UNAVAILABLE
         outcome = await self.uploader.upload(credential, MAX_BATCHES_PER_UPLOAD)
+        if self.uploader.inventory_stale:
+            self.uploader.inventory_stale = False
+            self.on_inventory_stale()
         if outcome is UploadOutcome.DONE:
             self.backoff.reset()
             self._retry_at_s = None
@@ -129,7 +144,7 @@ class TelemetryLoop:
 
     async def tick(self) -> None:
         """One collection, and a seal and an upload when they are due. Raises
-        TokenRejected."""
+        Unauthorized."""
         started_s = self._monotonic_s()
         await self.collect()
         sealed = self.uploader.full or self._elapsed_s + 1e-9 >= self._next_seal_s
@@ -140,14 +155,14 @@ class TelemetryLoop:
             await self.upload()
         self._spent_s = self._monotonic_s() - started_s
 
-    async def run(self, stop_event: asyncio.Event) -> TokenRejected | None:
-        """Tick until stopped; the TokenRejected that ended it, if one did. What is buffered
+    async def run(self, stop_event: asyncio.Event) -> Unauthorized | None:
+        """Tick until stopped; the Unauthorized that ended it, if one did. What is buffered
         at the stop is sealed into the spool, for the next start to send."""
         try:
             while not stop_event.is_set():
                 try:
                     await self.tick()
-                except TokenRejected as exc:
+                except Unauthorized as exc:
                     return exc
                 delay_s = max(0.0, self.options.collect_interval_s - self._spent_s)
                 if await self._wait(stop_event, delay_s):

@@ -13,7 +13,12 @@ What the server answers decides each batch's fate:
   e.g. older than the agent): keep everything, the caller backs off and tries again;
 - another 4xx (a malformed or refused batch): it can never be accepted — it is dropped,
   counted and logged with the server's message, so it cannot block the spool forever;
-- 401 / 403 (`TokenRejected`): raised to the caller, which stops and reports it.
+- 403 (`Forbidden`): the server will not take this batch from this node — it names GPUs the
+  node's registration does not hold (a MIG layout changed since), or another node. The
+  batch is dropped like any refused one, and `inventory_stale` asks the agent to register
+  again, which heals the first case; a credential that is really wrong is refused on the
+  heartbeat too, and the runner reports it there;
+- 401 (`Unauthorized`): the credential is revoked: raised to the caller, which stops.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Protocol
 from gpufleet.wire import telemetry_batch
 from gpufleet.wire.telemetry import NodeSnapshot
 
-from .client import AgentClient, ApiError, ServerUnavailable, TokenRejected
+from .client import AgentClient, ApiError, Forbidden, ServerUnavailable, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +110,7 @@ class TelemetryUploader:
         self._batch_id = batch_id
         self._buffer: list[NodeSnapshot] = []
         self._buffered_samples = 0
+        self.inventory_stale = False  # a 403: the agent should register again
 
     @property
     def buffered(self) -> int:
@@ -161,7 +167,7 @@ class TelemetryUploader:
 
     async def upload(self, credential: str, max_batches: int | None = None) -> UploadOutcome:
         """Send pending batches oldest first, at most `max_batches` of them. Raises
-        TokenRejected (401 / 403)."""
+        Unauthorized (401)."""
         for sent, batch in enumerate(self.spool.pending()):
             if max_batches is not None and sent >= max_batches:
                 return UploadOutcome.MORE
@@ -182,8 +188,12 @@ class TelemetryUploader:
             return True
         try:
             ack = await self.client.upload_telemetry(credential, payload)
-        except TokenRejected:
+        except Unauthorized:
             raise
+        except Forbidden as exc:
+            self.inventory_stale = True
+            self._refused(batch, exc)
+            return True
         except ServerUnavailable as exc:
             log.warning("telemetry upload: server unavailable (%s); %d batch(es) kept in the "
                         "spool", exc, self.pending())
@@ -193,10 +203,7 @@ class TelemetryUploader:
                 log.warning("telemetry upload: the server has no telemetry endpoint (%s); "
                             "batches are kept in the spool until it does", exc)
                 return False
-            self.spool.ack(batch)
-            self.counters.batches_refused += 1
-            log.error("telemetry batch %s refused by the server and dropped (it can never be "
-                      "accepted): %s", batch.batch_id, exc)
+            self._refused(batch, exc)
             return True
         self.spool.ack(batch)
         self.counters.batches_acknowledged += 1
@@ -207,6 +214,13 @@ class TelemetryUploader:
             log.info("telemetry batch %s: the server left out samples %s", ack.batch_id,
                      ack.dropped)
         return True
+
+
+    def _refused(self, batch: PendingBatch, exc: ApiError) -> None:
+        self.spool.ack(batch)
+        self.counters.batches_refused += 1
+        log.error("telemetry batch %s refused by the server and dropped (it can never be "
+                  "accepted): %s", batch.batch_id, exc)
 
 
 def _samples(snapshot: NodeSnapshot) -> int:
