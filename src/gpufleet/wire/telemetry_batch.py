@@ -14,13 +14,12 @@ once, so a batch replayed from the spool after a lost acknowledgement is not cou
 from __future__ import annotations
 
 import gzip
-import io
-import json
+import zlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, ValidationError, model_validator
 
 from gpufleet.wire.base import StrictModel
 from gpufleet.wire.telemetry import (
@@ -33,6 +32,7 @@ from gpufleet.wire.telemetry import (
     UnitSnapshot,
 )
 
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around a deflate stream
 BatchId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 CLAIM_FIELDS = ("pod", "namespace", "container", "slurm_job")
 
@@ -170,20 +170,23 @@ def encode(batch: TelemetryBatch) -> bytes:
 
 def decode(payload: bytes, max_bytes: int) -> TelemetryBatch:
     """A batch from its wire form. ValueError names what is wrong: not gzip, larger than
-    `max_bytes` once decompressed (a small body can inflate enormously), not JSON; a
-    pydantic ValidationError says which field is malformed."""
+    `max_bytes` once decompressed (a small body can inflate enormously: decompression stops
+    at the limit), not JSON; a pydantic ValidationError says which field is malformed."""
+    inflate = zlib.decompressobj(wbits=_GZIP_WBITS)
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(payload)) as stream:
-            raw = stream.read(max_bytes + 1)
-    except (OSError, EOFError) as exc:
+        raw = inflate.decompress(payload, max_bytes + 1)
+    except zlib.error as exc:
         raise ValueError(f"the body is not gzip-compressed JSON ({exc})") from None
     if len(raw) > max_bytes:
         raise ValueError(f"the batch is larger than {max_bytes} bytes uncompressed")
+    if not inflate.eof:
+        raise ValueError("the body is not gzip-compressed JSON (the gzip stream is cut short)")
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"the batch is not JSON ({exc})") from None
-    return TelemetryBatch.model_validate(data)
+        return TelemetryBatch.model_validate_json(raw)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise ValueError(f"the batch is not JSON ({exc.errors()[0]['msg']})") from None
+        raise
 
 
 def _key(unit: UnitSnapshot, metric: str, labels: dict[str, str] | None = None) -> SeriesKey:
