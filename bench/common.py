@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,8 +30,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(data_dir: Path, database_url: str | None, **settings):
-    """Start `gpufleet serve` on a free loopback port; yields (url, admin token)."""
+def running_server(data_dir: Path, database_url: str | None, *,
+                   on_start: Callable[[subprocess.Popen], None] | None = None, **settings):
+    """Start `gpufleet serve` on a free loopback port; yields (url, admin token).
+    `on_start` is handed the server's process (to read its CPU time, say)."""
     port = free_port()
     env = {**os.environ, "GPUFLEET_DATA_DIR": str(data_dir), "GPUFLEET_PORT": str(port),
            "GPUFLEET_HOST": "127.0.0.1", "GPUFLEET_LOG_LEVEL": "warning"}
@@ -39,6 +42,8 @@ def running_server(data_dir: Path, database_url: str | None, **settings):
     for name, value in settings.items():
         env[f"GPUFLEET_{name.upper()}"] = str(value)
     process = subprocess.Popen([sys.executable, "-c", SERVE], env=env)
+    if on_start is not None:
+        on_start(process)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

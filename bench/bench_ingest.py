@@ -1,0 +1,143 @@
+"""Telemetry ingest: server CPU-seconds per million samples, and samples/s.
+
+    python -u bench/bench_ingest.py --nodes 1250 --rounds 4
+
+A real server (its own process, embedded DuckDB telemetry store) with a registered fleet of
+`--nodes` × 8 GPUs; a load generator in another process posts pre-encoded batches as fast
+as the server takes them: the core catalogue (19 metrics) of every GPU, 3 ticks of 10 s per
+batch (what an agent uploading every 30 s sends), `--rounds` batches per node. The server's
+CPU time is read from /proc before and after, so the figure is the server's alone — HTTP,
+authentication, decoding, checks and the store — not the generator's.
+
+Target (issue 4): ≤ 3 CPU-s per million samples (≥ 330,000 samples/s per core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pickle
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+
+from bench_fleet_scale import register_fleet
+from common import running_server
+from gpufleet.domain.telemetry.catalogue import CORE, metric
+from gpufleet.domain.telemetry.vocabulary import Unit
+from gpufleet.sim.nodes import iter_nodes
+from gpufleet.sim.scaled import scaled_spec
+from gpufleet.wire.telemetry import NodeSnapshot, UnitSnapshot
+from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH, columnar, encode
+
+TICKS_PER_BATCH = 3
+TICK_S = 10
+CLOCK_TICKS_S = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_S
+
+
+def plausible(name: str, rng: random.Random) -> float:
+    unit = metric(name).unit
+    if unit is Unit.PERCENT:
+        return round(rng.uniform(0, 100), 1)
+    if unit in (Unit.BOOLEAN, Unit.FLAGS, Unit.CODE):
+        return 0.0
+    if unit is Unit.CELSIUS:
+        return float(rng.randint(30, 80))
+    return float(rng.randint(0, 80 * 1024**3)) if unit is Unit.BYTES else rng.uniform(0, 700)
+
+
+def encoded_batches(nodes: int, rounds: int, seed: int = 1) -> tuple[list[bytes], int]:
+    """Every node's `rounds` batches, oldest first, ending now; and the samples they hold."""
+    rng = random.Random(seed)
+    start = datetime.now(UTC) - timedelta(seconds=rounds * TICKS_PER_BATCH * TICK_S)
+    batches: list[bytes] = []
+    samples = 0
+    for node in iter_nodes(scaled_spec(nodes)):
+        uuids = [g.uuid for g in node.registration.gpus]
+        for round_ in range(rounds):
+            ticks = []
+            for tick in range(TICKS_PER_BATCH):
+                at = start + timedelta(seconds=(round_ * TICKS_PER_BATCH + tick) * TICK_S)
+                units = tuple(UnitSnapshot(gpu_uuid=u, values={m: plausible(m, rng)
+                                                               for m in CORE}) for u in uuids)
+                ticks.append(NodeSnapshot(node=node.hostname, at=at, backend="sim",
+                                          units=units))
+                samples += len(uuids) * len(CORE)
+            batches.append(encode(columnar(f"{node.hostname}-{round_}", ticks)))
+    return batches, samples
+
+
+async def post_all(url: str, token: str, batches: list[bytes], concurrency: int) -> None:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+               "Content-Encoding": "gzip"}
+    queue = list(reversed(batches))
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120,
+                                 limits=httpx.Limits(max_connections=concurrency)) as http:
+        async def worker() -> None:
+            while queue:
+                reply = await http.post(TELEMETRY_BATCHES_PATH, content=queue.pop())
+                reply.raise_for_status()
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def generate(url: str, token: str, batch_file: str, concurrency: int) -> None:
+    """The load generator's process: post the batches in the file, then exit."""
+    batches = pickle.loads(Path(batch_file).read_bytes())
+    asyncio.run(post_all(url, token, batches, concurrency))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1250)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--generate", nargs=3, metavar=("URL", "TOKEN", "FILE"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.generate:
+        generate(*args.generate, args.concurrency)
+        return
+    batches, samples = encoded_batches(args.nodes, args.rounds)
+    wire_bytes = sum(len(b) for b in batches)
+    print(f"== {len(batches)} batches, {samples:,} samples, {wire_bytes / samples:.2f} "
+          f"wire bytes/sample ({args.nodes} nodes × 8 GPUs × {len(CORE)} metrics × "
+          f"{TICKS_PER_BATCH} ticks × {args.rounds} rounds)")
+    with tempfile.TemporaryDirectory() as tmp:
+        batch_file = Path(tmp) / "batches.pickle"
+        batch_file.write_bytes(pickle.dumps(batches))
+        server: list[subprocess.Popen] = []
+        with running_server(Path(tmp) / "data", None, heartbeat_interval_s=3600,
+                            telemetry_rollup_interval_s=3600,
+                            on_start=server.append) as (url, admin):
+            asyncio.run(register_fleet(url, admin, args.nodes, args.concurrency))
+            token = httpx.post(f"{url}/api/v1/tokens", json={"name": "bench", "role": "ingest"},
+                               headers={"Authorization": f"Bearer {admin}"}).json()["token"]
+            pid = server[0].pid
+            cpu_before_s, started_s = cpu_seconds(pid), time.perf_counter()
+            subprocess.run([sys.executable, __file__, "--concurrency", str(args.concurrency),
+                            "--generate", url, token, str(batch_file)], check=True)
+            wall_s, cpu_s = time.perf_counter() - started_s, cpu_seconds(pid) - cpu_before_s
+            store_bytes = (Path(tmp) / "data" / "telemetry.duckdb").stat().st_size
+    print(f"server CPU {cpu_s:.1f} s over {wall_s:.1f} s wall: "
+          f"{cpu_s / samples * 1e6:.2f} CPU-s per million samples "
+          f"({samples / cpu_s:,.0f} samples per CPU-second); "
+          f"{samples / wall_s:,.0f} samples/s, {len(batches) / wall_s:.0f} batches/s")
+    print(f"telemetry file {store_bytes / 1e6:.1f} MB before any rollup or compaction")
+
+
+if __name__ == "__main__":
+    main()
