@@ -2,6 +2,14 @@
 
 Who is using how many GPUs, where, and how well — and the GPU lifecycle from request to
 chargeback as one system of record. See README.md and DESIGN.md for the map.
+
+For workloads: `gpufleet.tag(allocation=..., model=..., dataset=...)` names the work of the
+calling process for the node agent (gpufleet/tagging.py, docs/attribution.md). This import
+stays light — the standard library only, nothing of the server — so any training script
+can afford it.
 """
 
+from gpufleet.tagging import tag, untag
+
+__all__ = ["tag", "untag"]
 __version__ = "0.1.0"
