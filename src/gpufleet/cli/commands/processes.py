@@ -45,7 +45,8 @@ def demo(
 def agent(
     server: Annotated[str, typer.Option("--server", help="The gpufleet server's URL.")],
     backend: Annotated[str, typer.Option(
-        "--backend", help="Where GPU data comes from: sim (the simulator).")] = "sim",
+        "--backend", help="Where GPU data comes from: nvml (the driver's NVML), "
+        "dcgm-exporter (scrape the node's exporter) or sim (the simulator).")] = "sim",
     join_token: Annotated[str | None, typer.Option(
         "--join-token", envvar="GPUFLEET_JOIN_TOKEN", show_envvar=True,
         help="Single-use token for the first registration (then the stored credential).")
@@ -55,15 +56,38 @@ def agent(
     sim_shape: Annotated[str | None, typer.Option(
         "--sim-shape", help="Simulated node shape (sim backend).")] = None,
     hostname: Annotated[str | None, typer.Option(
-        "--hostname", help="Node name to register; default (sim): sim-<shape>-<seed>.")] = None,
+        "--hostname", help="Node name to register; default: the host's name "
+        "(sim: sim-<shape>-<seed>).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Simulator seed.")] = None,
+    dcgm_exporter_url: Annotated[str | None, typer.Option(
+        "--dcgm-exporter-url", help="The node's dcgm-exporter metrics page (dcgm-exporter "
+        "backend), e.g. http://localhost:9400/metrics.")] = None,
+    collect_interval_s: Annotated[float, typer.Option(
+        "--collect-interval-s", help="Seconds between two telemetry collections.")] = 10.0,
+    upload_interval_s: Annotated[float, typer.Option(
+        "--upload-interval-s", help="Seconds between two telemetry uploads (one batch).")
+    ] = 30.0,
+    spool_max_mb: Annotated[float, typer.Option(
+        "--spool-max-mb", help="Bound of the on-disk spool of unacknowledged batches; the "
+        "oldest are dropped beyond it.")] = 256.0,
+    once: Annotated[bool, typer.Option(
+        "--once", help="Register if needed, collect once, upload with what the spool "
+        "holds, exit 0 when all was acknowledged (for cron and checks).")] = False,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", help="Serve the agent's /metrics (dcgm-exporter names) on this "
+        "port, e.g. 9400; off by default.")] = None,
+    metrics_address: Annotated[str, typer.Option(
+        "--metrics-address", help="Address the /metrics server binds to.")] = "0.0.0.0",
 ) -> None:
-    """Run the node agent: register this node, then heartbeat and report."""
+    """Run the node agent: register this node, heartbeat, and collect and upload telemetry."""
     from gpufleet.agent_main import main as agent_main
 
-    raise typer.Exit(agent_main(backend=backend, server=server, join_token=join_token,
-                                state_dir=state_dir, sim_shape=sim_shape, hostname=hostname,
-                                seed=seed))
+    raise typer.Exit(agent_main(
+        backend=backend, server=server, join_token=join_token, state_dir=state_dir,
+        sim_shape=sim_shape, hostname=hostname, seed=seed, dcgm_exporter_url=dcgm_exporter_url,
+        collect_interval_s=collect_interval_s, upload_interval_s=upload_interval_s,
+        spool_max_mb=spool_max_mb, once=once, metrics_port=metrics_port,
+        metrics_address=metrics_address))
 
 
 def _exit_with(result: object) -> None:
