@@ -18,13 +18,21 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
-from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.errors import InvalidInput, Unavailable
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 
 # Labels a query may filter or group by besides a metric's extra labels.
 UNIT_LABELS = ("gpu_uuid", "mig_uuid", "node", "environment", "model")
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
+
+
+class TelemetryStoreUnavailable(Unavailable):
+    """The telemetry engine behind the store could not be reached, or did not accept a
+    write (a non-2xx answer): nothing in the batch may be acknowledged, so the agent keeps
+    it in its spool and sends it again."""
+
+    default_code = "telemetry_store_unavailable"
 
 
 class Tier(StrEnum):

@@ -1,0 +1,551 @@
+"""The Prometheus-compatible telemetry store: remote-write out, PromQL in (DESIGN.md §5).
+
+For sites that outgrow one machine: samples go to VictoriaMetrics (single-node or cluster)
+by remote-write, and queries are PromQL (MetricsQL) range and instant queries. The engine
+keeps the samples, downsamples and expires them; this class maps the `TelemetryStore`
+protocol onto it so that the services cannot tell the backends apart
+(tests/tsdb_behaviour.py runs on both).
+
+How a query keeps the DuckDB store's answers:
+
+* Windows are the store's buckets exactly. A step bucket [b, b + step) is PromQL's range
+  window `[step]` evaluated at b + step − 1 ms (range windows are left-open), and a last
+  partial bucket is one instant query with a window cut at `end`.
+* Over time, by class: mean → `avg_over_time` (as `sum_over_time` / `count_over_time`
+  where rows are folded further), last → `last_over_time`, the sensor peak →
+  `max_over_time`. A counter's increase is computed here from each row's
+  `increase_prometheus` (the increase inside the row, resets handled, no extrapolation,
+  no guess about the sample before the window), `first_over_time` and `last_over_time`:
+  the step between rows is credited to the later one, reset-aware, exactly as the DuckDB
+  store's fold does. MetricsQL's own `increase` is not used: it guesses whether a counter
+  started from zero when no earlier sample is in reach, and answers 155 where 55 is right.
+* Across series: in the engine (`avg|sum|max by (…)`, count as `sum(x != bool 0)`) when
+  nothing needs folding here; otherwise here, per group and bucket.
+* Bindings: ownership is not a label (DESIGN.md §4), so the per-unit rows are fetched at
+  the attribution resolution (1 minute, 1 hour for windows past 30 days, the step when it
+  is finer), attributed to the binding covering each row's start, folded into steps and
+  aggregated here — the DuckDB store's rule.
+
+`tier` only aligns the first bucket as the DuckDB store does; the engine reads whatever
+resolution it keeps (its own downsampling). `rollup()` and `apply_retention()` do nothing:
+the engine's retention flags rule (VictoriaMetrics `-retentionPeriod`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from functools import cache
+
+import httpx
+
+from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.telemetry.catalogue import CATALOGUE
+from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.tsdb.protocol import (
+    HOUR_MS,
+    MINUTE_MS,
+    OWNER_LABELS,
+    UNIT_LABELS,
+    Bindings,
+    Filters,
+    LatestValue,
+    Sample,
+    SampleColumns,
+    SeriesLabels,
+    SeriesResult,
+    TelemetryStoreUnavailable,
+    Tier,
+    choose_tier,
+    from_ms,
+    series,
+    to_ms,
+)
+from gpufleet.wire.remote_write import METRIC_NAME_LABEL, REQUEST_HEADERS, encode_write_request
+
+EXPOSITION_PREFIX = "gpufleet_"
+# Labels a query adds to tell the parts of one answer apart; never written.
+PART_LABEL = "gpufleet_part"
+_RESERVED = frozenset((METRIC_NAME_LABEL, PART_LABEL))
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ABSENT_AS_EMPTY = frozenset(("node", "environment", "model"))  # "" in SeriesLabels
+_TIER_WIDTH_MS = {Tier.RAW: 1, Tier.MINUTE: MINUTE_MS, Tier.HOUR: HOUR_MS}
+
+MAX_SAMPLES_PER_REQUEST = 50_000  # one remote-write body stays a few hundred kB
+MAX_POINTS_PER_QUERY = 10_000  # under Prometheus' 11,000 and VictoriaMetrics' 30,000
+LATEST_AHEAD_MS = 3_600_000  # `latest` also sees samples stamped by a clock running ahead
+# `latest` without `since` looks back this far: as long as raw samples may be kept (the
+# setting's limit); a window reaching back to the epoch finds nothing in VictoriaMetrics.
+LATEST_LOOKBACK_MS = 3661 * 86_400_000
+REMEMBERED_BATCH_KEYS = 100_000
+MAX_SELECTOR_CHARS = 6_000  # with the query around it, under -search.maxQueryLen's 16 kB
+
+_ACROSS_IN_ENGINE = {AcrossSeries.MEAN: "avg", AcrossSeries.SUM: "sum",
+                     AcrossSeries.MAX: "max", AcrossSeries.COUNT: "sum"}
+# Row parts each over-time aggregation needs when rows are folded here.
+_ROW_PARTS = {
+    "mean": {"sum": "sum_over_time", "count": "count_over_time"},
+    "peak": {"max": "max_over_time"},
+    "last": {"last": "last_over_time"},
+    "increase": {"within": "increase_prometheus", "first": "first_over_time",
+                 "last": "last_over_time"},
+}
+
+
+# -- names: one function each way ----------------------------------------------------------
+
+def exposition_name(metric: str) -> str:
+    """The series name a catalogue metric is stored under: `gpu.sm_active` →
+    `gpufleet_gpu_sm_active`. Values are in the catalogue's units (percent, bytes, …), so
+    the name is gpufleet's own, never a DCGM field name whose scale differs."""
+    return EXPOSITION_PREFIX + metric.replace(".", "_")
+
+
+@cache
+def _catalogue_by_exposition() -> dict[str, str]:
+    return {exposition_name(row.name): row.name for row in CATALOGUE}
+
+
+def catalogue_name(exposition: str) -> str | None:
+    """The catalogue metric stored under an exposition name; None for a name that is not
+    one of gpufleet's (another job's series in the same engine)."""
+    return _catalogue_by_exposition().get(exposition)
+
+
+def exposition_labels(labels: SeriesLabels) -> dict[str, str]:
+    """The labels a series is written with: `__name__`, `gpu_uuid`, `mig_uuid` (absent for
+    a whole GPU), `node`, `environment`, `model` (absent when empty) and the metric's extra
+    labels."""
+    out = {METRIC_NAME_LABEL: exposition_name(labels.metric), "gpu_uuid": labels.gpu_uuid}
+    if labels.mig_uuid is not None:
+        out["mig_uuid"] = labels.mig_uuid
+    for name in ("node", "environment", "model"):
+        if getattr(labels, name):
+            out[name] = getattr(labels, name)
+    out.update(labels.labels)
+    return out
+
+
+def series_of_labels(labels: Mapping[str, str], metric: str | None = None) -> SeriesLabels | None:
+    """The series an engine's label set describes (the inverse of `exposition_labels`);
+    None where it is not a gpufleet series."""
+    metric = metric or catalogue_name(labels.get(METRIC_NAME_LABEL, ""))
+    if metric is None or "gpu_uuid" not in labels:
+        return None
+    extra = {k: v for k, v in labels.items() if k not in UNIT_LABELS and k not in _RESERVED}
+    return series(metric, labels["gpu_uuid"], labels.get("mig_uuid"), labels=extra,
+                  node=labels.get("node", ""), environment=labels.get("environment", ""),
+                  model=labels.get("model", ""))
+
+
+# -- the store -----------------------------------------------------------------------------
+
+class PrometheusTelemetryStore:
+    """The `TelemetryStore` on a Prometheus-compatible engine.
+
+    `write_url` is the engine's remote-write base (`{write_url}/api/v1/write`); `query_url`
+    its PromQL base (`{query_url}/api/v1/query_range`), `write_url` when None. A `client`
+    passed in is used as it is and not closed by `close()`.
+    """
+
+    def __init__(self, write_url: str, query_url: str | None = None, *,
+                 timeout_s: float = 10.0, client: httpx.Client | None = None):
+        self.write_url = write_url.rstrip("/")
+        self.query_url = (query_url or write_url).rstrip("/")
+        self._owns_client = client is None
+        self._client = client or httpx.Client(timeout=timeout_s)
+        # Upload keys written by this process: a replay is answered None. The engine drops
+        # a sample repeated at the same time (VictoriaMetrics with -dedup.minScrapeInterval),
+        # so a replay this process does not remember is harmless too.
+        self._batch_keys: OrderedDict[str, None] = OrderedDict()
+        self._keys_lock = threading.Lock()
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def write(self, batch: Sequence[Sample]) -> int:
+        points: dict[SeriesLabels, list[tuple[int, float]]] = defaultdict(list)
+        stored = 0
+        for sample in batch:
+            if sample.value is not None:
+                points[sample.series].append((to_ms(sample.at), float(sample.value)))
+                stored += 1
+        self._remote_write(points)
+        return stored
+
+    def write_columns(self, batches: Sequence[tuple[str, SampleColumns]]) -> list[int | None]:
+        answers: list[int | None] = []
+        points: dict[SeriesLabels, list[tuple[int, float]]] = defaultdict(list)
+        fresh: set[str] = set()
+        with self._keys_lock:
+            held = {key for key, _ in batches if key in self._batch_keys}
+        for key, columns in batches:
+            if key in held or key in fresh:
+                answers.append(None)
+                continue
+            fresh.add(key)
+            for index, at_ms, value in zip(columns.series_index, columns.times_ms,
+                                           columns.values, strict=True):
+                points[columns.series[index]].append((at_ms, float(value)))
+            answers.append(len(columns))
+        self._remote_write(points)
+        with self._keys_lock:
+            for key in fresh:
+                self._batch_keys[key] = None
+            while len(self._batch_keys) > REMEMBERED_BATCH_KEYS:
+                self._batch_keys.popitem(last=False)
+        return answers
+
+    def rollup(self, until: datetime) -> None:
+        """Nothing to do: the engine downsamples by its own settings."""
+
+    def apply_retention(self, now: datetime) -> None:
+        """Nothing to do: the engine expires samples by its own retention flag
+        (VictoriaMetrics `-retentionPeriod`, Prometheus `--storage.tsdb.retention.time`)."""
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def query_range(self, metric: str, start: datetime, end: datetime, step: timedelta, *,
+                    filters: Filters | None = None, group_by: Sequence[str] = (),
+                    over_time: OverTime | None = None, across: AcrossSeries | None = None,
+                    tier: Tier | None = None,
+                    bindings: Bindings | None = None) -> list[SeriesResult]:
+        if step <= timedelta(0) or end <= start:
+            raise InvalidInput("a range query needs start < end and a positive step",
+                               code="invalid_range")
+        aggregation = catalogue_metric(metric).aggregation
+        across = AcrossSeries(across or aggregation.across_series)
+        over_time = OverTime(over_time or aggregation.over_time)
+        fold = "peak" if across is AcrossSeries.MAX and over_time is OverTime.MEAN \
+            else over_time.value
+        _check_label_names([*group_by, *(filters or {})])
+        if tier is None:
+            # As the DuckDB store: with bindings, attribution is by minute where minutes
+            # are kept, and the first bucket is aligned on the tier's width.
+            by_step = min(step, timedelta(minutes=1)) if bindings is not None else step
+            tier = choose_tier(by_step, start, end)
+        width = _TIER_WIDTH_MS[Tier(tier)]
+        step_ms = max(int(step.total_seconds() * 1000), 1)
+        window = _Window(to_ms(start) // width * width, to_ms(end), step_ms)
+        unit_filters = {k: list(v) for k, v in (filters or {}).items() if k not in OWNER_LABELS}
+        owner_filters = {k: set(v) for k, v in (filters or {}).items() if k in OWNER_LABELS}
+        if bindings is not None:
+            bound = {gpu for gpu, _ in bindings}
+            wanted = set(unit_filters.get("gpu_uuid", bound))
+            unit_filters["gpu_uuid"] = sorted(bound & wanted)
+            row_ms = step_ms if width == 1 else min(step_ms, width)
+            window = _Window(window.lo, window.hi, row_ms, step_ms)
+        selector, leftover = _selection(exposition_name(metric), unit_filters)
+        if selector is None:
+            return []
+        if bindings is None and over_time is not OverTime.INCREASE and not leftover:
+            return self._aggregated_in_engine(selector, window, group_by, across, fold)
+        slots = _Slots(group_by, bindings, owner_filters, leftover)
+        parts = _ROW_PARTS[fold]
+        rows = self._rows(window, lambda w: _union(
+            {part: f"{fn}({selector}[{w}ms])" for part, fn in parts.items()}))
+        for labels, by_start in rows.items():
+            slots.add(series_of_labels(dict(labels), metric), by_start)
+        return slots.results(window, fold, across)
+
+    def latest(self, filters: Filters | None = None, *, metric: str | None = None,
+               since: datetime | None = None) -> list[LatestValue]:
+        _check_label_names(list(filters or {}))
+        names = exposition_name(metric) if metric is not None else f"{EXPOSITION_PREFIX}.+"
+        selector, leftover = _selection(names, filters or {})
+        if selector is None:
+            return []
+        at_ms = int(time.time() * 1000) + LATEST_AHEAD_MS
+        window_ms = at_ms - to_ms(since) + 1 if since is not None else LATEST_LOOKBACK_MS
+        # keep_metric_names: the series of several metrics stay apart.
+        query = _union({part: f"{fn}({selector}[{window_ms}ms]) keep_metric_names"
+                        for part, fn in (("value", "last_over_time"), ("at", "tlast_over_time"))})
+        found: dict[tuple, dict[str, float]] = defaultdict(dict)
+        for labels, value in self._instant(query, at_ms):
+            part = labels.pop(PART_LABEL)
+            found[_key(labels)][part] = value
+        latest = []
+        for labels, got in found.items():
+            described = series_of_labels(dict(labels))
+            if described is not None and _passes(described, leftover) and len(got) == 2:
+                latest.append(LatestValue(described, from_ms(round(got["at"] * 1000)),
+                                          got["value"]))
+        return sorted(latest, key=lambda v: (v.series.metric, v.series.key))
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _aggregated_in_engine(self, selector: str, window: _Window, group_by: Sequence[str],
+                              across: AcrossSeries, fold: str) -> list[SeriesResult]:
+        fn = {"mean": "avg_over_time", "peak": "max_over_time", "last": "last_over_time"}[fold]
+        by = f" by ({', '.join(group_by)})" if group_by else ""
+
+        def expression(window_ms: int) -> str:
+            inner = f"{fn}({selector}[{window_ms}ms])"
+            if across is AcrossSeries.COUNT:
+                inner = f"({inner} != bool 0)"
+            return f"{_ACROSS_IN_ENGINE[across]}{by} ({inner})"
+
+        results = []
+        for labels, by_start in self._rows(window, expression).items():
+            found = dict(labels)
+            group = {name: found.get(name, "" if name in _ABSENT_AS_EMPTY else None)
+                     for name in group_by}
+            points = [(from_ms(b), row[None]) for b, row in sorted(by_start.items())]
+            results.append(SeriesResult(group, points))
+        return sorted(results, key=lambda r: [str(v) for v in r.labels.values()])
+
+    def _rows(self, window: _Window, expression: Callable[[int], str]
+              ) -> dict[tuple, dict[int, dict[str | None, float]]]:
+        """Each answer series' rows: row start → {part: value}, for rows of `window.row_ms`
+        from `window.lo`, the last one cut at `window.hi`."""
+        rows: dict[tuple, dict[int, dict[str | None, float]]] = defaultdict(
+            lambda: defaultdict(dict))
+
+        def keep(labels: dict[str, str], start_ms: int, value: float) -> None:
+            part = labels.pop(PART_LABEL, None)
+            labels.pop(METRIC_NAME_LABEL, None)
+            rows[_key(labels)][start_ms][part] = value
+
+        row_ms = window.row_ms
+        for first, count in window.full_row_chunks():
+            for labels, at_ms, value in self._range(expression(row_ms), first + row_ms - 1,
+                                                    count, row_ms):
+                keep(labels, at_ms - row_ms + 1, value)
+        cut = window.cut_row()
+        if cut is not None:
+            cut_start, cut_ms = cut
+            for labels, value in self._instant(expression(cut_ms), window.hi - 1):
+                keep(labels, cut_start, value)
+        return rows
+
+    def _range(self, query: str, first_ms: int, count: int, step_ms: int
+               ) -> Iterable[tuple[dict[str, str], int, float]]:
+        data = self._get("query_range", {
+            "query": query, "start": _seconds(first_ms),
+            "end": _seconds(first_ms + (count - 1) * step_ms), "step": _seconds(step_ms)})
+        for found in data["result"]:
+            for at_s, text in found["values"]:
+                value = float(text)
+                if not math.isnan(value):
+                    yield dict(found["metric"]), round(float(at_s) * 1000), value
+
+    def _instant(self, query: str, at_ms: int) -> Iterable[tuple[dict[str, str], float]]:
+        data = self._get("query", {"query": query, "time": _seconds(at_ms)})
+        for found in data["result"]:
+            value = float(found["value"][1])
+            if not math.isnan(value):
+                yield dict(found["metric"]), value
+
+    def _get(self, endpoint: str, form: dict[str, str]) -> dict:
+        # nocache=1: VictoriaMetrics would otherwise align start and end to the step (for
+        # its cache) and hide the latest -search.latencyOffset of an instant query.
+        url = f"{self.query_url}/api/v1/{endpoint}"
+        try:
+            answer = self._client.post(url, data={**form, "nocache": "1"})
+        except httpx.HTTPError as error:
+            raise _unavailable("query", url, None, str(error)) from error
+        if answer.status_code != 200:
+            raise _unavailable("query", url, answer.status_code, answer.text[:500])
+        return answer.json()["data"]
+
+    def _remote_write(self, points: Mapping[SeriesLabels, list[tuple[int, float]]]) -> None:
+        """Send the points, in bodies of at most MAX_SAMPLES_PER_REQUEST samples; returns
+        once every body was answered 2xx. On an error some bodies may have been stored:
+        the caller does not acknowledge, the agent resends, and the engine keeps one sample
+        per series and time."""
+        body: list[tuple[dict[str, str], list[tuple[int, float]]]] = []
+        size = 0
+        for labels, series_points in points.items():
+            body.append((exposition_labels(labels), sorted(series_points)))
+            size += len(series_points)
+            if size >= MAX_SAMPLES_PER_REQUEST:
+                self._post(body)
+                body, size = [], 0
+        if body:
+            self._post(body)
+
+    def _post(self, body: list[tuple[dict[str, str], list[tuple[int, float]]]]) -> None:
+        url = f"{self.write_url}/api/v1/write"
+        try:
+            answer = self._client.post(url, content=encode_write_request(body),
+                                       headers=REQUEST_HEADERS)
+        except httpx.HTTPError as error:
+            raise _unavailable("write", url, None, str(error)) from error
+        if not 200 <= answer.status_code < 300:
+            raise _unavailable("write", url, answer.status_code, answer.text[:500])
+
+
+class _Window:
+    """The query's rows: [lo, hi) cut into rows of `row_ms` (the step itself unless rows
+    are folded into steps here), folded into steps of `step_ms` from `lo`."""
+
+    def __init__(self, lo: int, hi: int, row_ms: int, step_ms: int | None = None):
+        self.lo, self.hi, self.row_ms = lo, hi, row_ms
+        self.step_ms = step_ms or row_ms
+
+    def full_row_chunks(self) -> Iterable[tuple[int, int]]:
+        """(first row start, rows) of each range query: rows wholly inside [lo, hi)."""
+        full = (self.hi - self.lo) // self.row_ms
+        for done in range(0, full, MAX_POINTS_PER_QUERY):
+            yield self.lo + done * self.row_ms, min(MAX_POINTS_PER_QUERY, full - done)
+
+    def cut_row(self) -> tuple[int, int] | None:
+        """(start, length) of the last row where `hi` cuts it short, else None."""
+        cut_ms = (self.hi - self.lo) % self.row_ms
+        return (self.hi - cut_ms, cut_ms) if cut_ms else None
+
+    def step_of(self, row_start_ms: int) -> int:
+        return self.lo + (row_start_ms - self.lo) // self.step_ms * self.step_ms
+
+
+class _Slots:
+    """Series rows by slot — one series over one binding, or over all time — folded into
+    steps per slot and combined across the slots of each group."""
+
+    def __init__(self, group_by: Sequence[str], bindings: Bindings | None,
+                 owner_filters: Mapping[str, set], unit_filters: Filters):
+        self.group_by = list(group_by)
+        self.bindings = bindings
+        self.owner_filters = owner_filters
+        self.unit_filters = unit_filters  # those the engine's selector could not hold
+        self.groups: dict[tuple, list[list[tuple[int, dict]]]] = defaultdict(list)
+
+    def add(self, labels: SeriesLabels | None, by_start: Mapping[int, dict]) -> None:
+        if labels is None or not _passes(labels, self.unit_filters):
+            return
+        rows = sorted(by_start.items())
+        if self.bindings is None:
+            key = tuple(labels.label(name) for name in self.group_by)
+            self.groups[key].append(rows)
+            return
+        for binding in self.bindings.get((labels.gpu_uuid, labels.mig_uuid), ()):
+            owner = {"allocation": binding.allocation, "project": binding.project}
+            if not all(owner[k] in allowed for k, allowed in self.owner_filters.items()):
+                continue
+            key = tuple(owner[name] if name in OWNER_LABELS else labels.label(name)
+                        for name in self.group_by)
+            lo = to_ms(binding.start)
+            hi = to_ms(binding.end) if binding.end is not None else math.inf
+            self.groups[key].append([(b, row) for b, row in rows if lo <= b < hi])
+
+    def results(self, window: _Window, fold: str, across: AcrossSeries) -> list[SeriesResult]:
+        results = []
+        for key, slots in self.groups.items():
+            by_step: dict[int, list[float]] = defaultdict(list)
+            for rows in slots:
+                for step_ms, value in _fold_rows(rows, window, fold).items():
+                    by_step[step_ms].append(value)
+            points = [(from_ms(b), _combine(values, across))
+                      for b, values in sorted(by_step.items())]
+            if points:
+                results.append(SeriesResult(dict(zip(self.group_by, key, strict=True)), points))
+        return sorted(results, key=lambda r: [str(v) for v in r.labels.values()])
+
+
+def _fold_rows(rows: Sequence[tuple[int, dict]], window: _Window, fold: str) -> dict[int, float]:
+    """One slot's rows (in time order) folded into the query's steps, by the over-time
+    aggregation; a counter's step between rows goes to the later row, reset-aware."""
+    acc: dict[int, list[float]] = {}
+    previous_last: float | None = None
+    for start_ms, row in rows:
+        b = window.step_of(start_ms)
+        if fold == "mean":
+            if "count" not in row:
+                continue
+            total = acc.setdefault(b, [0.0, 0.0])
+            total[0] += row["sum"]
+            total[1] += row["count"]
+        elif fold == "peak":
+            if "max" in row:
+                acc[b] = [max(acc.get(b, [-math.inf])[0], row["max"])]
+        elif fold == "last":
+            if "last" in row:
+                acc[b] = [row["last"]]
+        elif "last" in row:  # increase
+            first = row.get("first", row["last"])
+            carried = 0.0 if previous_last is None else \
+                (first - previous_last if first >= previous_last else first)
+            acc.setdefault(b, [0.0])[0] += row.get("within", 0.0) + carried
+            previous_last = row["last"]
+    if fold == "mean":
+        return {b: total / n for b, (total, n) in acc.items() if n}
+    return {b: value for b, (value, *_) in acc.items()}
+
+
+def _combine(values: list[float], across: AcrossSeries) -> float:
+    if across is AcrossSeries.MEAN:
+        return sum(values) / len(values)
+    if across is AcrossSeries.SUM:
+        return float(sum(values))
+    if across is AcrossSeries.MAX:
+        return max(values)
+    return float(sum(1 for v in values if v != 0))
+
+
+def _selection(names: str, filters: Filters) -> tuple[str | None, dict[str, list]]:
+    """`{__name__=~"names", label=~"a|b", …}` and the filters it could not hold; None where
+    a filter allows nothing. `None` (and "") in a filter's values matches a series without
+    that label. The engine refuses long queries (VictoriaMetrics `-search.maxQueryLen`,
+    16 kB by default), so the longest matchers (a project's thousand GPUs) are left for
+    the caller to apply to the series the engine returns."""
+    matchers = [f"__name__=~{_quote(names)}"]
+    leftover: dict[str, list] = {}
+    budget = MAX_SELECTOR_CHARS
+    for name, allowed in sorted(filters.items(), key=lambda item: len(item[1])):
+        if not allowed:
+            return None, {}
+        alternatives = sorted({re.escape(v) if v else "" for v in allowed})
+        matcher = f"{name}=~{_quote('|'.join(alternatives))}"
+        if len(matcher) > budget:
+            leftover[name] = list(allowed)
+            continue
+        budget -= len(matcher)
+        matchers.append(matcher)
+    return "{" + ", ".join(matchers) + "}", leftover
+
+
+def _passes(labels: SeriesLabels, filters: Filters) -> bool:
+    return all((labels.label(name) or None) in {v or None for v in allowed}
+               for name, allowed in filters.items())
+
+
+def _union(parts: Mapping[str, str]) -> str:
+    """One expression answering several: each part's series tagged by `label_replace`."""
+    return " or ".join(f"label_replace({expression}, {_quote(PART_LABEL)}, {_quote(part)}, "
+                       '"", "")' for part, expression in parts.items())
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _key(labels: Mapping[str, str]) -> tuple:
+    return tuple(sorted(labels.items()))
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms // 1000}.{ms % 1000:03d}"
+
+
+def _check_label_names(names: Iterable[str]) -> None:
+    for name in names:
+        if not _LABEL_NAME.match(name) or name in _RESERVED:
+            raise InvalidInput(f"not a label a query can name: {name!r}", code="invalid_label",
+                               details={"label": name})
+
+
+def _unavailable(what: str, url: str, status: int | None, reason: str
+                 ) -> TelemetryStoreUnavailable:
+    said = f"answered {status}" if status is not None else "could not be reached"
+    return TelemetryStoreUnavailable(
+        f"the telemetry engine {said} on {what}: {reason}".strip(),
+        details={"url": url, "status": status})
