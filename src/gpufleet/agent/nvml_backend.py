@@ -20,6 +20,9 @@ What the metric catalogue names is what is read, each value through the row's NV
   backend started into `gpu.xid_errors_total` (one series per `xid`) and `gpu.xid_last_code`;
 - processes (compute processes and their SM utilisation) every `process_every`-th collect,
   on the unit they run on (MIG: by GPU instance id); other snapshots carry no processes.
+  Each process's name and claims (container, pod, namespace, Slurm job, claimed allocation,
+  tags) come from the `Attributor` (attribution.py, docs/attribution.md), which reads the
+  node's /proc and the `gpufleet.tag` spool; the server checks the claims against bindings.
 
 `discover()` reads the node's registration from NVML (GPUs, PCI ids, MIG instances with
 profile and placement); the host's own facts come from `read_host()`. There is no
@@ -47,6 +50,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpufleet.agent.attribution import Attributor
 from gpufleet.agent.backend import SourceUnavailable
 from gpufleet.agent.nvml_adapter import (
     ERROR_DRIVER_NOT_LOADED,
@@ -156,13 +160,15 @@ class _Gpu:
 
 class NvmlBackend:
     """A `TelemetrySource` over NVML. `lib` is a `pynvml`-shaped module (default: import
-    pynvml); NVML is initialised on the first collect and shut down by `close()`."""
+    pynvml); NVML is initialised on the first collect and shut down by `close()`.
+    `attributor` says who each GPU process is (default: an `Attributor` over /proc)."""
 
     name = BACKEND
 
     def __init__(self, node: str, *, lib: Any = None, process_every: int = DEFAULT_PROCESS_EVERY,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 host: Callable[[], HostFacts] = read_host):
+                 host: Callable[[], HostFacts] = read_host,
+                 attributor: Attributor | None = None):
         if process_every < 1:
             raise ValueError("process_every is a number of collects, at least 1")
         self.node = node
@@ -170,6 +176,7 @@ class NvmlBackend:
         self._lib = lib
         self._now = now
         self._host = host
+        self._attributor = attributor
         self._nvml: NvmlAdapter | None = None
         self._gpus: list[_Gpu] = []
         self._events: Any = None
@@ -318,6 +325,8 @@ class NvmlBackend:
         at = self._now()
         with_processes = self._collects % self.process_every == 0
         self._collects += 1
+        if with_processes:
+            self._attribution().collect_garbage_if_due()
         self._drain_xids(nvml)
         units: list[UnitSnapshot] = []
         lost: list[str] = []
@@ -480,8 +489,14 @@ class NvmlBackend:
             by_unit.setdefault(p.gpu_instance_id, []).append(ProcessSnapshot(pid=p.pid, values={
                 PROCESS_MEMORY.name: PROCESS_MEMORY.nvml.to_catalogue_value(p.used_memory),
                 PROCESS_SM.name: None if sample is None
-                else PROCESS_SM.nvml.to_catalogue_value(sample.sm_util)}))
+                else PROCESS_SM.nvml.to_catalogue_value(sample.sm_util)},
+                **self._attribution().attribute(p.pid).snapshot_fields()))
         return {gi: tuple(ps) for gi, ps in by_unit.items()}
+
+    def _attribution(self) -> Attributor:
+        if self._attributor is None:
+            self._attributor = Attributor()
+        return self._attributor
 
 
 @cache
