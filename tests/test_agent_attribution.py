@@ -178,7 +178,7 @@ class FakeProc:
 
     def add(self, pid: int, *, start: int, ppid: int = 1, name: str = "python",
             uid: int | None = None, cgroup: str = "0::/\n", environ: bytes = b"",
-            namespace: int = HOST_NS, nspid: tuple[int, ...] = ()) -> None:
+            namespace: int | None = HOST_NS, nspid: tuple[int, ...] = ()) -> None:
         uid = os.getuid() if uid is None else uid
         d = self.root / str(pid)
         (d / "ns").mkdir(parents=True, exist_ok=True)
@@ -191,7 +191,8 @@ class FakeProc:
         link = d / "ns" / "pid"
         if link.is_symlink():
             link.unlink()
-        os.symlink(f"pid:[{namespace}]", link)
+        if namespace is not None:  # None: the link cannot be read (another user's process)
+            os.symlink(f"pid:[{namespace}]", link)
 
 
 @pytest.fixture
@@ -310,6 +311,14 @@ def test_garbage_collection_keeps_live_files_and_files_it_does_not_know(proc, ta
     assert attributor.collect_garbage_if_due() == 0  # not due yet
     clock[0] += 1
     assert attributor.collect_garbage_if_due() == 1
+
+
+def test_garbage_collection_keeps_files_of_a_process_whose_namespace_it_cannot_read(
+        proc, tags):
+    proc.add(80, start=555, namespace=None, nspid=(3,))  # in a container, link unreadable
+    kept = write_tags(tags, (4026532111, 3, 555), model="a")
+    assert Attributor(proc.root, tags).collect_garbage() == 0
+    assert kept.exists()
 
 
 def test_the_nvml_backend_fills_process_claims_from_its_attributor(proc, tags):

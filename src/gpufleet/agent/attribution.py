@@ -43,7 +43,7 @@ from gpufleet.agent.attribution_proc import (
     read_owner,
     read_text,
 )
-from gpufleet.agent.attribution_tags import TagFileState, TagKey, TagSpool
+from gpufleet.agent.attribution_tags import LiveProcesses, TagFileState, TagKey, TagSpool
 from gpufleet.tagging import ALLOCATION_KEY, MAX_TAGS, default_tag_dir
 
 ANCESTORS = 3
@@ -123,7 +123,7 @@ class Attributor:
     def collect_garbage(self) -> int:
         """Remove the tag files of processes that are gone; how many were removed."""
         self._last_gc = self._monotonic()
-        return self.spool.collect_garbage(self._live_tag_keys)
+        return self.spool.collect_garbage(self._live_processes)
 
     def collect_garbage_if_due(self) -> int:
         """`collect_garbage` at most every `gc_every_s` (the first call collects)."""
@@ -189,13 +189,20 @@ class Attributor:
         allocation = merged.pop(ALLOCATION_KEY, None)
         return allocation, merged
 
-    def _live_tag_keys(self) -> Iterator[TagKey]:
+    def _live_processes(self) -> LiveProcesses:
+        keys: set[TagKey] = set()
+        unresolved: set[int] = set()
         for pid in live_pids(self.proc):
             identity = read_identity(self.proc, pid)
-            owner = None if identity is None else read_owner(self.proc, pid)
+            if identity is None:
+                continue  # gone meanwhile
+            owner = read_owner(self.proc, pid)
             key = None if owner is None else _tag_key(identity, owner)
-            if key is not None:
-                yield key
+            if key is None:
+                unresolved.add(identity.start_ticks)
+            else:
+                keys.add(key)
+        return LiveProcesses(frozenset(keys), frozenset(unresolved))
 
 
 def _tag_key(identity: ProcessIdentity | None, owner: ProcessOwner) -> TagKey | None:

@@ -17,7 +17,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +35,20 @@ log = logging.getLogger(__name__)
 STALE_TEMPORARY_S = 600.0  # a writer's temporary file this old belongs to a crashed writer
 
 TagKey = tuple[int, int, int]  # (pid namespace inode, pid in it, start ticks)
+
+
+@dataclass(frozen=True)
+class LiveProcesses:
+    """The processes alive now, as garbage collection needs them. A process whose tag key
+    could not be read (another user's pid namespace, for an agent that is not root) is
+    known by its start time alone, and every file with that start time is kept."""
+
+    keys: frozenset[TagKey]
+    unresolved_starts: frozenset[int] = frozenset()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys or (isinstance(key, tuple) and len(key) == 3
+                                    and key[2] in self.unresolved_starts)
 
 
 @dataclass(frozen=True)
@@ -95,21 +109,21 @@ class TagSpool:
             return False
         return True
 
-    def collect_garbage(self, live_keys: Callable[[], Iterable[TagKey]], *,
+    def collect_garbage(self, live: Callable[[], LiveProcesses], *,
                         now_s: float | None = None) -> int:
         """Remove the tag files of processes that are gone and writers' temporary files
-        older than STALE_TEMPORARY_S; returns how many were removed. `live_keys` is asked
-        after the directory is listed, so a process that writes its first file meanwhile
-        is among them. Files of any other name are never touched: the directory is
+        older than STALE_TEMPORARY_S; returns how many were removed. `live` is asked after
+        the directory is listed, so a process that writes its first file meanwhile is
+        among them. Files of any other name are never touched: the directory is
         configurable and may hold other things."""
         entries = _entries(self.directory)
         if not entries:
             return 0
-        live = set(live_keys())
+        alive = live()
         now_s = time.time() if now_s is None else now_s
         removed = 0
         for entry in entries:
-            if _is_garbage(entry, live, now_s):
+            if _is_garbage(entry, alive, now_s):
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
                     removed += 1
@@ -151,7 +165,7 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
         return []
 
 
-def _is_garbage(entry: os.DirEntry[str], live: set[TagKey], now_s: float) -> bool:
+def _is_garbage(entry: os.DirEntry[str], live: LiveProcesses, now_s: float) -> bool:
     key = parse_tag_file_name(entry.name)
     if key is not None:
         return key not in live
