@@ -101,6 +101,10 @@ class Settings(BaseSettings):
         "A node silent for this many heartbeat intervals becomes `unreachable`."))
     join_token_ttl_s: int = Field(default=86_400, ge=60, description=(
         "How long a join token stays valid when its creator names no expiry."))
+    token_cache_s: float = Field(default=5.0, ge=0, le=300, description=(
+        "How long a server process trusts a token it has found valid without reading it "
+        "again (agents authenticate every upload). A revocation made through another "
+        "server process takes effect here within this time; 0 reads every time."))
     api_token_ttl_days: int = Field(default=90, ge=1, description=(
         "Lifetime of API tokens (including the bootstrap admin token) when none is named."))
 

@@ -31,6 +31,7 @@ from gpufleet.services import (
 from gpufleet.services.lifecycle import Lifecycle
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.principal import Principal
+from gpufleet.services.principal_cache import PrincipalCache
 from gpufleet.services.telemetry_ingest import TelemetryIngest
 from gpufleet.services.telemetry_queries import TelemetryQueries
 from gpufleet.services.telemetry_store import open_telemetry_store
@@ -55,6 +56,7 @@ class Gpufleet:
         self.settings = settings
         self.clock = clock or SystemClock()
         self.lifecycle = Lifecycle(store, settings, self.clock)
+        self.principals = PrincipalCache(timedelta(seconds=settings.token_cache_s))
         self._telemetry = telemetry
         self._telemetry_lock = threading.Lock()
         self.queries = TelemetryQueries(store, lambda: self.telemetry, settings, self.clock)
@@ -88,13 +90,18 @@ class Gpufleet:
     # --- identity ------------------------------------------------------------------------
     def authenticate(self, raw_token: str) -> Principal:
         now = self.clock.now()
+        cached = self.principals.get(raw_token, now)
+        if cached is not None:
+            return cached
         with self.store.read() as session:
             token = tokens.find_api_token(session, raw_token, now)
             principal = tokens.principal_for(session, token)
             stale = tokens.needs_last_used_update(token, now)
+            expires_at = token.expires_at
         if stale:
             with self.store.write() as session:
                 tokens.touch(session, token.id, now)
+        self.principals.put(raw_token, principal, now, expires_at)
         return principal
 
     def ensure_admin_token(self, current: str | None) -> str:
@@ -146,7 +153,10 @@ class Gpufleet:
     def revoke_token(self, principal: Principal, token_id: int,
                      reason: str | None) -> wi.TokenView:
         with self.store.write() as session:
-            return tokens.revoke_token(session, principal, token_id, self.clock.now(), reason)
+            revoked = tokens.revoke_token(session, principal, token_id, self.clock.now(),
+                                          reason)
+        self.principals.clear()
+        return revoked
 
     # --- people and projects -------------------------------------------------------------
     def create_user(self, principal: Principal, body: wi.UserCreate) -> wi.UserView:
@@ -199,6 +209,7 @@ class Gpufleet:
                 reply = registration.register(
                     session, caller, body, now,
                     token_ttl=None, heartbeat_interval_s=self.settings.heartbeat_interval_s)
+            self.principals.clear()  # registering may have replaced the node's credential
             self.lifecycle.placement.mark_stale([reply.node])
             self.lifecycle.shape.invalidate()  # its GPUs, models or modes may be new
             self.ingest.forget_node(reply.node)
@@ -274,6 +285,7 @@ class Gpufleet:
         change = {"cordon": nodes.cordon, "uncordon": nodes.uncordon, "retire": nodes.retire}
         with self.store.write() as session:
             change[action](session, principal, name, self.clock.now(), reason)
+        self.principals.clear()  # retiring a node revokes its credential
         self.lifecycle.placement.mark_stale([name])
         return self.get_node(principal, name)
 
