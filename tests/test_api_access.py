@@ -21,6 +21,7 @@ from gpufleet.services.app import Gpufleet
 from gpufleet.services.principal import SYSTEM
 from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.inventory import UserCreate
+from gpufleet.wire.remote_write import encode_write_request
 from gpufleet.wire.requests import PoolCreate, RequestCreate
 from gpufleet.wire.telemetry import NodeSnapshot, UnitSnapshot
 from gpufleet.wire.telemetry_batch import columnar, encode
@@ -80,6 +81,8 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/v1/agent/heartbeat"): frozenset({"agent"}),
     # Telemetry in: a node's agent for its own GPUs; an ingest token (a relay) for any node's.
     ("POST", "/api/v1/telemetry/batches"): frozenset({"agent", "ingest"}),
+    # Prometheus remote-write: ingest tokens only (agents upload batches).
+    ("POST", "/api/v1/telemetry/remote-write"): frozenset({"ingest"}),
     # The lifecycle: members request for their own projects, operators decide.
     ("POST", "/api/v1/requests"): REQUESTERS,
     ("GET", "/api/v1/requests"): READERS,
@@ -258,6 +261,9 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         ("POST", "/api/v1/agent/register"): lambda: (template, registration_body()),
         ("POST", "/api/v1/agent/heartbeat"): lambda: (template, {}),
         ("POST", "/api/v1/telemetry/batches"): lambda: (template, telemetry_batch()),
+        ("POST", "/api/v1/telemetry/remote-write"): lambda: (template, encode_write_request([(
+            {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": gpu_self, "Hostname": "node-1"},
+            [(int(world.clock.now().timestamp() * 1000), 50.0)])])),
         ("POST", "/api/v1/requests"): lambda: (
             template, {"project": "vision", "count": 1, "models": ["H100-80GB"]}),
         ("GET", "/api/v1/requests/{code}"): lambda: (

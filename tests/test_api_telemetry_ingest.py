@@ -12,6 +12,7 @@ import pytest
 from gpufleet.services.app import Gpufleet
 from gpufleet.settings import Settings
 from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
+from gpufleet.wire.remote_write import encode_write_request
 from gpufleet.wire.telemetry import (
     LabelledValue,
     NodeSnapshot,
@@ -256,3 +257,61 @@ def test_upkeep_rolls_minutes_up_once_their_grace_has_passed(node, gf, clock, se
     clock.advance(2)
     gf.telemetry_upkeep()
     assert minute_tier() == [30.0]
+
+
+# --- Prometheus remote-write ---------------------------------------------------------------
+
+REMOTE_WRITE = "/api/v1/telemetry/remote-write"
+
+
+def dcgm_series(name: str, gpu: str, host: str | None, samples, **labels):
+    base = {"__name__": name, "UUID": gpu, "gpu": "0", "modelName": "NVIDIA H100 80GB HBM3",
+            **labels}
+    if host is not None:
+        base["Hostname"] = host
+    return base, samples
+
+
+@pytest.fixture
+def relay(node, api):
+    register(api, 2, gpus=1)
+    token = api.post("/api/v1/tokens", json={"name": "prom", "role": "ingest"}).json()["token"]
+    return api.as_(token)
+
+
+def push(api, series):
+    return api.post(REMOTE_WRITE, content=encode_write_request(series),
+                    headers={"Content-Type": "application/x-protobuf",
+                             "Content-Encoding": "snappy"})
+
+
+@SQLITE_ONLY
+def test_remote_write_maps_dcgm_exporter_series_and_counts_what_it_cannot_use(relay, gf):
+    t0 = int(START.timestamp() * 1000)
+    series = [
+        dcgm_series("DCGM_FI_PROF_SM_ACTIVE", GPU_A, "node-1",
+                    [(t0, 0.25), (t0 + 10_000, 0.5)]),
+        dcgm_series("DCGM_FI_DEV_FB_USED", GPU_A, "node-1", [(t0, 1024.0)]),  # MiB
+        dcgm_series("DCGM_FI_DEV_GPU_UTIL", gpu_uuid(2, 0), "node-1", [(t0, 5.0)]),  # node-2's
+        dcgm_series("DCGM_FI_DEV_GPU_UTIL", GPU_B, "node-9", [(t0, 5.0)]),
+        dcgm_series("DCGM_FI_DEV_GPU_UTIL", GPU_B, None, [(t0, 5.0)]),
+        ({"__name__": "up", "job": "dcgm"}, [(t0, 1.0)]),
+    ]
+    response = push(relay, series)
+    assert response.status_code == 204, response.text
+    assert response.headers["X-Gpufleet-Stored"] == "3"
+    assert response.headers["X-Gpufleet-Dropped"] == (
+        "foreign_gpu=1, no_node=1, not_dcgm=1, unknown_node=1")
+    assert stored(gf, "gpu.sm_active") == [(GPU_A, 50.0)]  # a 0–1 ratio became percent
+    assert stored(gf, "gpu.memory_used_bytes") == [(GPU_A, 1024.0 * 1024**2)]
+    again = push(relay, series)  # a sender's retry of the same body
+    assert again.headers["X-Gpufleet-Stored"] == "0"
+    assert gf.ingest.counters.samples_stored == 3
+
+
+@SQLITE_ONLY
+def test_remote_write_is_for_ingest_tokens_and_refuses_what_is_not_remote_write(relay, node):
+    assert push(node, []).status_code == 403  # an agent uploads batches instead
+    garbage = relay.post(REMOTE_WRITE, content=b"\x00\x01 not snappy")
+    assert garbage.status_code == 400
+    assert garbage.json()["error"]["code"] == "malformed_remote_write"

@@ -184,9 +184,18 @@ def snapshot_from_text(text: str, node: str, at: datetime,
     if not page.samples and page.malformed_lines:
         raise MalformedPage(f"{page.malformed_lines} unreadable line(s), first "
                             f"{page.first_malformed}")
+    return snapshot_from_samples(page.samples, node, at, mig_uuids, page=page)
+
+
+def snapshot_from_samples(samples: Iterable[Sample], node: str, at: datetime,
+                          mig_uuids: MigUuids | None = None, *,
+                          page: Page | None = None) -> NodeSnapshot:
+    """The snapshot dcgm-exporter's series say, however they arrived: scraped here from its
+    page, or pushed to the server by a Prometheus that scraped it (remote-write)."""
     reading = _Reading(mig_uuids or {})
-    for sample in page.samples:
+    for sample in samples:
         reading.add(sample)
+    page = page or Page(samples=())
     return NodeSnapshot(node=node, at=at, backend=BACKEND, units=reading.units(),
                         problems=tuple(_clip(p) for p in reading.problems(page)))
 

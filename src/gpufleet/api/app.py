@@ -92,8 +92,9 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.state.gpufleet = gf
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=gf.settings.max_request_body_bytes,
-                       limits_by_path={TELEMETRY_BATCHES_PATH:
-                                       gf.settings.telemetry_max_batch_bytes})
+                       limits_by_path=dict.fromkeys(
+                           (TELEMETRY_BATCHES_PATH, telemetry.REMOTE_WRITE_PATH),
+                           gf.settings.telemetry_max_batch_bytes))
     app.add_middleware(BearerRequired)
     app.add_middleware(ServerTiming)
     app.include_router(inventory.router)

@@ -85,8 +85,8 @@ class TelemetryIngest:
         try:
             batch = self._decode(payload)
             units = self._units_for(principal, batch)
-            columns, dropped = batch_columns(batch, units, self._window())
-            stored = self._store(f"{batch.node}:{batch.batch_id}", columns)
+            columns, dropped = batch_columns(batch, units, self.window())
+            stored = self.store(f"{batch.node}:{batch.batch_id}", columns)
         except GpufleetError as exc:
             self.counters.refused(exc.code)
             raise
@@ -126,11 +126,11 @@ class TelemetryIngest:
             raise Forbidden(f"node {principal.node_name!r} may not write telemetry for node "
                             f"{batch.node!r}", code="foreign_node",
                             details={"node": principal.node_name, "batch_node": batch.node})
-        units = self.units.get(batch.node, self._read_units)
+        units = self.units.get(batch.node, self.read_units)
         foreign = units_named(batch) - units.gpus.keys() if units is not None else set()
         if units is None or foreign:
             self.units.forget(batch.node)  # perhaps it changed through another server
-            units = self.units.get(batch.node, self._read_units)
+            units = self.units.get(batch.node, self.read_units)
         if units is None:
             raise NotFound(f"node {batch.node!r} is not in the inventory", code="unknown_node",
                            details={"node": batch.node})
@@ -144,17 +144,20 @@ class TelemetryIngest:
                             details={"node": batch.node, "gpus": named[:50]})
         return units
 
-    def _read_units(self, node: str) -> NodeUnits | None:
+    def read_units(self, node: str) -> NodeUnits | None:
         with self.state.read() as session:
             return read_node_units(session, node)
 
-    def _window(self) -> TimeWindow:
+    def window(self) -> TimeWindow:
+        """Sample times accepted now: not older than raw samples are kept, not ahead of
+        the server's clock by more than the allowed skew."""
         now = self.clock.now()
         oldest = now - timedelta(seconds=self.settings.telemetry_max_sample_age_s)
         newest = now + timedelta(seconds=self.settings.telemetry_max_sample_future_s)
         return TimeWindow(int(oldest.timestamp() * 1000), int(newest.timestamp() * 1000))
 
-    def _store(self, key: str, columns: SampleColumns) -> int | None:
+    def store(self, key: str, columns: SampleColumns) -> int | None:
+        """Write one keyed batch through the group commit; None for a stored key."""
         try:
             return self.commit.submit(key, columns)
         except GpufleetError:
