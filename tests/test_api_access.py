@@ -107,6 +107,14 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("DELETE", "/api/v1/projects/{name}/auto-approve"): OPERATORS,
     # MIG layouts as a mig-parted config: inventory, which every reader sees.
     ("GET", "/api/v1/mig/configs"): READERS,
+    # Telemetry queries: readers; members see their own projects' allocations.
+    ("GET", "/api/v1/telemetry/query"): READERS,
+    ("GET", "/api/v1/telemetry/latest"): READERS,
+    ("GET", "/api/v1/telemetry/funnel"): READERS,
+    ("GET", "/api/v1/telemetry/idle"): READERS,
+    ("GET", "/api/v1/telemetry/zombies"): READERS,
+    ("GET", "/api/v1/telemetry/unattributed"): READERS,
+    ("GET", "/api/v1/telemetry/top"): READERS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -299,6 +307,7 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             template.format(name="vision"), {"max_gpus": 1, "max_hours": 24}),
         ("DELETE", "/api/v1/projects/{name}/auto-approve"): lambda: (
             template.format(name="vision"), None),
+        ("GET", "/api/v1/telemetry/query"): lambda: (f"{template}?metric=gpu.sm_active", None),
     }
     return builders.get(route, lambda: (template, None))()
 
