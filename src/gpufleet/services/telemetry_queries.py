@@ -1,17 +1,61 @@
 """Questions asked of the fleet's telemetry (DESIGN.md §3, §4): range queries, the latest
-snapshot per GPU, the fleet funnel, idle / idle-held / zombie / unattributed lists.
+snapshot per GPU, the fleet funnel, idle / idle-held / zombie / unattributed lists, and the
+fleet view behind `gpufleet top`.
 
-Ownership comes from the state store's binding intervals, joined at query time.
+Ownership comes from the state store's binding intervals, read once per call in one read
+transaction and joined at query time (`telemetry_ownership`). Members see only their own
+projects' allocations. The funnel and idleness are counted from per-unit minute masks
+(`telemetry_masks`); range queries are the telemetry store's own `query_range`.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import defaultdict
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from gpufleet.clock import Clock
+from gpufleet.domain.access import Action
+from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
+from gpufleet.domain.telemetry.durations import parse_duration
+from gpufleet.domain.telemetry.funnel import MINUTES_PER_HOUR, Funnel, Thresholds
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Scope
+from gpufleet.services import telemetry_live
+from gpufleet.services.principal import Principal
+from gpufleet.services.telemetry_masks import MinuteMasks, SlotSpan, ms
+from gpufleet.services.telemetry_ownership import (
+    INVENTORY_LABELS,
+    Slot,
+    inventory_gpu_seconds,
+    mig_profiles,
+    read_slots,
+    telemetry_bindings,
+    visible_projects,
+)
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
-from gpufleet.tsdb import TelemetryStore
+from gpufleet.tsdb import SeriesResult, TelemetryStore
+from gpufleet.tsdb.protocol import MINUTE_MS, OWNER_LABELS, UNIT_LABELS
+from gpufleet.wire import telemetry_queries as wt
+
+MAX_POINTS_PER_SERIES = 11_000  # Prometheus' own cap on a range query's resolution
+DEFAULT_POINTS = 240
+MAX_WINDOW = timedelta(days=30)  # the 1-minute tier's default retention
+PROCESS_LABELS = ("pid", "process_name", "container", "pod", "namespace", "slurm_job",
+                  "claimed_allocation")
+FUNNEL_LABELS = (*INVENTORY_LABELS, "project", "allocation")
+IDLE_LOOKBACK = timedelta(hours=24)  # how far back "idle since" looks for the last activity
+METRICS_CACHE_S = 60.0  # /metrics funnel gauges: recomputed at most once a minute
+
+
+def thresholds_of(settings: Settings) -> Thresholds:
+    return Thresholds(settings.activity_threshold_percent,
+                      settings.effective_sm_active_percent,
+                      round(settings.idle_window_hours * MINUTES_PER_HOUR),
+                      settings.idle_held_memory_bytes)
 
 
 class TelemetryQueries:
@@ -21,7 +65,299 @@ class TelemetryQueries:
         self._telemetry = telemetry
         self.settings = settings
         self.clock = clock
+        self.thresholds = thresholds_of(settings)
+        self._masks: MinuteMasks | None = None
+        self._masks_lock = threading.Lock()
+        self._gauges: dict[frozenset[str] | None, tuple[float, wt.FunnelView]] = {}
 
     @property
     def telemetry(self) -> TelemetryStore:
         return self._telemetry()
+
+    @property
+    def masks(self) -> MinuteMasks:
+        with self._masks_lock:
+            if self._masks is None:
+                self._masks = MinuteMasks(self.telemetry, self.thresholds)
+            return self._masks
+
+    # --- range queries -------------------------------------------------------------------
+
+    def range_query(self, principal: Principal, metric: str, *, start: datetime | None = None,
+                    end: datetime | None = None, since: str | None = None,
+                    step: str | None = None, filters: dict[str, list[str]] | None = None,
+                    group_by: list[str] | None = None) -> wt.RangeQueryResult:
+        """The metric per step over [start, end) (or the last `since`), aggregated by its
+        class (DESIGN.md §4) per group of labels. Owner labels (project, allocation) come
+        from the binding intervals; a member's query counts only their projects' time."""
+        principal.require(Action.READ_INVENTORY)
+        row = catalogue_metric(metric)
+        start, end = self._window(start, end, since)
+        step_span = self._step(start, end, step)
+        by, filters = list(group_by or []), {k: list(v) for k, v in (filters or {}).items()}
+        allowed = self._labels_of(row)
+        for name in [*by, *filters]:
+            if name not in allowed:
+                raise InvalidInput(f"cannot group or filter {metric} by '{name}'; choose from: "
+                                   f"{', '.join(allowed)}", code="unknown_label",
+                                   details={"label": name, "allowed": list(allowed)})
+        with self.state.read() as session:
+            profiles = mig_profiles(session) if "mig_profile" in [*by, *filters] else {}
+            owners = visible_projects(principal) is not None or \
+                any(k in OWNER_LABELS for k in [*by, *filters])
+            slots = read_slots(session, principal, start, end) if owners else None
+        if "mig_profile" in filters:
+            wanted = set(filters.pop("mig_profile"))
+            filters["mig_uuid"] = [u for u, p in profiles.items() if p in wanted]
+        store_by = [n for n in by if n != "mig_profile"]
+        if "mig_profile" in by:
+            store_by += [n for n in ("gpu_uuid", "mig_uuid") if n not in store_by]
+            filters.setdefault("mig_uuid", list(profiles))
+        results = self.telemetry.query_range(
+            metric, start, end, step_span, filters=filters or None, group_by=store_by,
+            bindings=telemetry_bindings(slots) if slots is not None else None)
+        if "mig_profile" in by:
+            results = _regroup(results, by, profiles, row.aggregation.across_series)
+        return wt.RangeQueryResult(
+            metric=metric, unit=row.unit.value, start=start, end=end,
+            step_s=step_span.total_seconds(), by=by,
+            series=[wt.QuerySeries(labels={k: r.labels.get(k) for k in by}, points=r.points)
+                    for r in results])
+
+    def _labels_of(self, row) -> tuple[str, ...]:
+        extra = PROCESS_LABELS if Scope.PROCESS in row.scopes else ()
+        return (*UNIT_LABELS, "mig_profile", *OWNER_LABELS, *row.labels, *extra)
+
+    def _window(self, start: datetime | None, end: datetime | None,
+                since: str | None) -> tuple[datetime, datetime]:
+        now = self.clock.now()
+        end = end or now
+        if start is None:
+            start = end - parse_duration(since or "1h", name="since")
+        if start.tzinfo is None or end.tzinfo is None:
+            raise InvalidInput("start and end need a time zone (e.g. 2026-11-02T09:00Z)",
+                               code="naive_time")
+        if end <= start:
+            raise InvalidInput("start must be before end", code="invalid_range",
+                               details={"start": start.isoformat(), "end": end.isoformat()})
+        if end - start > MAX_WINDOW:
+            raise InvalidInput(f"a window may span at most {MAX_WINDOW.days} days",
+                               code="window_too_long")
+        return start, end
+
+    def _step(self, start: datetime, end: datetime, step: str | None) -> timedelta:
+        window = end - start
+        if step is None:
+            seconds = max(60.0, window.total_seconds() / DEFAULT_POINTS)
+            return timedelta(seconds=(seconds + 59) // 60 * 60)
+        span = parse_duration(step, name="step")
+        points = window / span
+        if points > MAX_POINTS_PER_SERIES:
+            raise InvalidInput(
+                f"step {step} gives {int(points)} points per series over this window; at most "
+                f"{MAX_POINTS_PER_SERIES} — use a step of at least "
+                f"{int(window.total_seconds() // MAX_POINTS_PER_SERIES) + 1}s",
+                code="step_too_small", details={"step": step, "points": int(points)})
+        return span
+
+    # --- the funnel ----------------------------------------------------------------------
+
+    def funnel(self, principal: Principal, group_by: list[str] | None = None,
+               window_end: datetime | None = None, window: str | None = None) -> wt.FunnelView:
+        """Total / allocated / active / effective GPU-hours over the window, per group."""
+        principal.require(Action.READ_INVENTORY)
+        by = tuple(group_by or ())
+        for name in by:
+            if name not in FUNNEL_LABELS:
+                raise InvalidInput(f"the funnel cannot be grouped by '{name}'; choose from: "
+                                   f"{', '.join(FUNNEL_LABELS)}", code="unknown_label",
+                                   details={"label": name, "allowed": list(FUNNEL_LABELS)})
+        end = window_end or self.clock.now()
+        start, end = self._window(end - parse_duration(window or "24h", name="window"), end,
+                                  None)
+        scoped = visible_projects(principal) is not None
+        with self.state.read() as session:
+            slots = read_slots(session, principal, start, end)
+            inventory = None if scoped or not set(by) <= set(INVENTORY_LABELS) else \
+                inventory_gpu_seconds(session, by, start, end)
+            fleet_total = None if scoped else inventory_gpu_seconds(session, (), start, end)
+        rows = self._funnel_rows(slots, by, start, end, inventory)
+        fleet = Funnel(total_gpu_hours=None if fleet_total is None else
+                       fleet_total.get((), 0.0) / 3600)
+        for funnel in rows.values():
+            fleet = fleet.merge(Funnel(None, None, funnel.allocated_gpu_hours,
+                                       funnel.active_gpu_hours, funnel.effective_gpu_hours,
+                                       funnel.unknown_gpu_hours, funnel.sm_active_gpu_hours))
+        if fleet_total is not None:
+            reported = self.masks.reporting_minutes((), ms(start), ms(end)).get((), 0)
+            fleet.reporting_gpu_hours = reported / MINUTES_PER_HOUR
+        return wt.FunnelView(
+            window_start=start, window_end=end, by=list(by),
+            activity_threshold_percent=self.thresholds.activity_percent,
+            effective_sm_active_percent=self.thresholds.effective_sm_active_percent,
+            rows=[_funnel_row(dict(zip(by, key, strict=True)), f)
+                  for key, f in sorted(rows.items(), key=lambda kv: [str(v) for v in kv[0]])],
+            fleet=_funnel_row({}, fleet))
+
+    def _funnel_rows(self, slots: list[Slot], by: tuple[str, ...], start: datetime,
+                     end: datetime, inventory: dict[tuple, float] | None
+                     ) -> dict[tuple, Funnel]:
+        lo, hi = ms(start), ms(end)
+        keys: dict[tuple, int] = {}
+        allocated: dict[int, float] = defaultdict(float)
+        spans = []
+        for slot in slots:
+            group = keys.setdefault(tuple(slot.label(n) for n in by), len(keys))
+            span = _span(slot, group, lo, hi)
+            allocated[group] += slot.weight * _minutes(span.lo_ms, span.hi_ms)
+            spans.append(span)
+        tallies = self.masks.tallies(spans, lo, hi) if spans else {}
+        rows: dict[tuple, Funnel] = {}
+        for key, group in keys.items():
+            t = tallies.get(group)
+            minutes = allocated[group]
+            rows[key] = Funnel(
+                allocated_gpu_hours=minutes / 60,
+                active_gpu_hours=(t.active if t else 0.0) / 60,
+                effective_gpu_hours=(t.effective if t else 0.0) / 60,
+                unknown_gpu_hours=max(minutes - (t.known if t else 0.0), 0.0) / 60,
+                sm_active_gpu_hours=(t.sm_percent if t else 0.0) / 100 / 60)
+        if inventory is not None:
+            reported = self.masks.reporting_minutes(by, lo, hi)
+            for key, seconds in inventory.items():
+                funnel = rows.setdefault(key, Funnel())
+                funnel.total_gpu_hours = seconds / 3600
+                funnel.reporting_gpu_hours = reported.get(key, 0) / 60
+        return rows
+
+    # --- idleness ------------------------------------------------------------------------
+
+    def idle(self, principal: Principal, *, held_only: bool = False,
+             project: str | None = None) -> wt.IdleList:
+        """Allocations whose units stayed below the activity threshold for the whole idle
+        window, judged on the rolled-up minutes up to now; idle-held ones hold memory."""
+        principal.require(Action.READ_INVENTORY)
+        now = self.clock.now()
+        t = self.thresholds
+        window = timedelta(minutes=t.idle_window_minutes)
+        with self.state.read() as session:
+            slots = [s for s in read_slots(session, principal, now - IDLE_LOOKBACK, now,
+                                           projects=[project] if project else None)
+                     if s.end is None or s.end > now]
+        done = min(self.masks.refresh(), ms(now))
+        lo = done - int(window.total_seconds() * 1000)
+        spans = [_span(s, n, lo, done) for n, s in enumerate(slots)]
+        counts = self.masks.tallies(spans, lo, done) if spans else {}
+        candidates = [n for n, s in enumerate(slots)
+                      if not (counts.get(n) and counts[n].active) and ms(s.start) <= lo]
+        look_lo = done - int(IDLE_LOOKBACK.total_seconds() * 1000)
+        last = self.masks.tallies([_span(slots[n], n, look_lo, done) for n in candidates],
+                                  look_lo, done, last_active=True) if candidates else {}
+        memory = telemetry_live.latest_memory(self.telemetry, [slots[n].unit for n in candidates],
+                                              now)
+        items, unknown = [], 0
+        for n in candidates:
+            slot, count = slots[n], counts.get(n)
+            known = (count.known / slot.weight) if count and slot.weight else 0.0
+            state = telemetry_live.idle_state(t, known_minutes=known,
+                                              memory=memory.get(slot.unit))
+            if state is None:
+                unknown += 1
+                continue
+            if held_only and state != "idle_held":
+                continue
+            last_ms = last[n].last_active_ms if n in last else None
+            since = max(slot.start, now - IDLE_LOOKBACK) if last_ms is None else \
+                _from_ms(last_ms + MINUTE_MS)
+            items.append(wt.IdleAllocation(
+                allocation=slot.allocation, project=slot.project, gpu_uuid=slot.unit[0],
+                mig_uuid=slot.unit[1], mig_profile=slot.mig_profile, node=slot.node,
+                environment=slot.environment, model=slot.model, weight=slot.weight,
+                state=state, idle_since=since, memory_held_bytes=memory.get(slot.unit)))
+        items.sort(key=lambda i: (i.idle_since, i.allocation, i.gpu_uuid, i.mig_uuid or ""))
+        return wt.IdleList(at=now, window_hours=window.total_seconds() / 3600,
+                           activity_threshold_percent=t.activity_percent,
+                           idle_held_memory_bytes=t.idle_held_memory_bytes, items=items,
+                           unknown=unknown)
+
+    # --- live views (latest values, processes) ---------------------------------------------
+
+    def latest_snapshots(self, principal: Principal, *, environment: list[str] | None = None,
+                         node: str | None = None, model: list[str] | None = None,
+                         project: str | None = None, allocation: str | None = None,
+                         cursor: str | None = None, limit: int = 100):
+        principal.require(Action.READ_INVENTORY)
+        return telemetry_live.latest_snapshots(
+            self, principal, telemetry_live.UnitFilter(environment or [], node, model or [],
+                                                      project, allocation), cursor, limit)
+
+    def zombies(self, principal: Principal) -> list[wt.ZombieProcess]:
+        principal.require(Action.READ_INVENTORY)
+        return telemetry_live.zombies(self, principal)
+
+    def unattributed(self, principal: Principal) -> list[wt.UnattributedUsage]:
+        principal.require(Action.READ_INVENTORY)
+        return telemetry_live.unattributed(self, principal)
+
+    def top(self, principal: Principal, limit: int = 10) -> wt.TopView:
+        principal.require(Action.READ_INVENTORY)
+        return telemetry_live.top(self, principal, limit)
+
+    # --- /metrics ------------------------------------------------------------------------
+
+    def funnel_by_environment(self, principal: Principal) -> wt.FunnelView:
+        """The funnel over the default window by environment, for the server's /metrics;
+        kept for a minute so scrapes stay cheap."""
+        principal.require(Action.READ_INVENTORY)
+        scope = visible_projects(principal)
+        cached = self._gauges.get(scope)
+        if cached is not None and time.monotonic() - cached[0] < METRICS_CACHE_S:
+            return cached[1]
+        view = self.funnel(principal, ["environment"])
+        self._gauges[scope] = (time.monotonic(), view)
+        return view
+
+
+def _span(slot: Slot, group: int, lo: int, hi: int) -> SlotSpan:
+    start = max(ms(slot.start), lo)
+    end = min(ms(slot.end), hi) if slot.end is not None else hi
+    return SlotSpan(slot.unit, start, max(start, end), group, slot.weight)
+
+
+def _minutes(lo_ms: int, hi_ms: int) -> int:
+    """Minute buckets whose start lies in [lo, hi): how the masks count a binding's time."""
+    return max(0, -(-hi_ms // MINUTE_MS) - -(-lo_ms // MINUTE_MS))
+
+
+def _from_ms(value: int) -> datetime:
+    from gpufleet.tsdb.protocol import from_ms
+    return from_ms(value)
+
+
+def _funnel_row(group: dict, f: Funnel) -> wt.FunnelRow:
+    return wt.FunnelRow(group=group, total_gpu_hours=f.total_gpu_hours,
+                        reporting_gpu_hours=f.reporting_gpu_hours,
+                        silent_gpu_hours=f.silent_gpu_hours,
+                        allocated_gpu_hours=f.allocated_gpu_hours,
+                        active_gpu_hours=f.active_gpu_hours,
+                        effective_gpu_hours=f.effective_gpu_hours,
+                        unknown_gpu_hours=f.unknown_gpu_hours,
+                        efficiency_percent=f.efficiency_percent)
+
+
+def _regroup(results: list[SeriesResult], by: list[str], profiles: dict[str, str],
+             across: AcrossSeries) -> list[SeriesResult]:
+    """Fold per-unit results into groups that include `mig_profile` (a label the store
+    does not hold), combining values across units as the metric's class says."""
+    merged: dict[tuple, dict[datetime, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        labels = {**r.labels, "mig_profile": profiles.get(r.labels.get("mig_uuid") or "")}
+        key = tuple(labels.get(n) for n in by)
+        for at, value in r.points:
+            merged[key][at].append(value)
+    combine = {AcrossSeries.SUM: sum, AcrossSeries.MAX: max,
+               AcrossSeries.COUNT: lambda vs: float(sum(1 for v in vs if v)),
+               AcrossSeries.MEAN: lambda vs: sum(vs) / len(vs)}[AcrossSeries(across)]
+    return [SeriesResult(dict(zip(by, key, strict=True)),
+                         [(at, float(combine(vs))) for at, vs in sorted(points.items())])
+            for key, points in sorted(merged.items(), key=lambda kv: [str(v) for v in kv[0]])]

@@ -1,0 +1,336 @@
+"""Per-unit, per-hour minute masks: the funnel and idleness in aggregate, fast at 100,000 GPUs.
+
+DESIGN.md §3 judges every allocated minute of every unit. Done naively that reads 1,440
+1-minute rollups × units × signals per 24-hour question (432 million rows at 100,000 GPUs).
+Instead, each hour of each unit is folded once into a few 60-bit masks — bit m set when
+minute m of the hour had a value (`*_known`) or reached its threshold (`*_hot`) — and a
+question becomes a join of those rows with the bindings, counting bits (`bit_count`) inside
+each binding's part of the hour. Exact at minute resolution, and a 24-hour funnel reads
+24 rows per unit.
+
+Signals (roles): `gr` gpu.gr_engine_active and `util` gpu.utilization (whole GPUs) give
+activity, the first one present in an hour wins; `sm` gpu.sm_active gives effective minutes
+and the efficiency sum; for MIG instances of Ampere (or unknown) models, `pmem`
+(gpu.memory_used_bytes of the instance: it reported) and `proc` (any process series) stand in
+for activity when neither of the others exists.
+
+Only minutes the store has rolled up count ("activity is judged on 1-minute rollups"): the
+last minute or two before the rollup loop folds them are not known yet. Rolled-up minutes
+never change in the store, so masks of closed hours are cached for `cache_hours`, in an
+in-memory database attached to the store's DuckDB instance (nothing is written to the store's
+file); the hour still open is folded incrementally.
+
+This reads the embedded store's tables (`rollup_1m`, its series dictionary and rollup
+state) directly: the `TelemetryStore` protocol has no query of this shape yet (see
+docs/telemetry-queries.md, "What the store could offer"). Other stores are not supported.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpufleet.domain.errors import Unavailable
+from gpufleet.domain.telemetry.funnel import (
+    GR_ENGINE_ACTIVE,
+    MEMORY_USED,
+    PROCESS_MEMORY,
+    SM_ACTIVE,
+    UTILIZATION,
+    Thresholds,
+    architecture_of_model,
+)
+from gpufleet.domain.telemetry.vocabulary import Architecture, architecture_of
+from gpufleet.tsdb import SeriesLabels, TelemetryStore
+from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, to_ms
+
+GR, UTIL, SM, PMEM, PROC = range(5)
+CACHE = "gpufleet_masks"  # the attached in-memory database
+_BIT = f"(1::UBIGINT << ((bucket_ms % {HOUR_MS}) // {MINUTE_MS})::INTEGER)"
+_MASK_COLUMNS = ("gr_known", "gr_hot", "util_known", "util_hot", "sm_known", "sm_hot",
+                 "pmem_known", "proc_known")
+# The activity of a unit-hour: the first signal present; process presence only where the
+# instance reported (pmem) and neither engine signal exists.
+_ACT_KNOWN = ("CASE WHEN gr_known <> 0 THEN gr_known WHEN util_known <> 0 THEN util_known "
+              "ELSE pmem_known END")
+_ACT_HOT = ("CASE WHEN gr_known <> 0 THEN gr_hot WHEN util_known <> 0 THEN util_hot "
+            "ELSE pmem_known & proc_known END")
+
+
+def _range_mask(lo: str, hi: str) -> str:
+    """SQL: the bits of the minutes of hour `hour_ms` whose start lies in [lo, hi)."""
+    def minute(edge: str) -> str:
+        return (f"least(greatest(({edge} - hour_ms + {MINUTE_MS - 1}) // {MINUTE_MS}, 0), 60)"
+                "::INTEGER")
+    return f"xor((1::UBIGINT << {minute(hi)}) - 1, (1::UBIGINT << {minute(lo)}) - 1)"
+
+
+def _highest_minute(mask: str) -> str:
+    """SQL: the start (ms) of the last minute set in `mask` of hour `hour_ms` (log2 of a
+    double is exact below 2^52, so the top byte is shifted off first)."""
+    return (f"hour_ms + {MINUTE_MS} * CASE WHEN {mask} >= (1::UBIGINT << 52) "
+            f"THEN 8 + floor(log2(({mask} >> 8)::DOUBLE)) ELSE floor(log2(({mask})::DOUBLE)) END")
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Weighted minute counts of one group (weight × minutes)."""
+
+    active: float = 0.0
+    effective: float = 0.0
+    known: float = 0.0
+    sm_percent: float = 0.0  # Σ weight × sm_active% over the minutes (hour mean inside)
+    last_active_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class SlotSpan:
+    """One binding's part of the question: a unit over [lo_ms, hi_ms), in group `group`."""
+
+    unit: tuple[str, str | None]
+    lo_ms: int
+    hi_ms: int
+    group: int
+    weight: float
+
+
+class MinuteMasks:
+    def __init__(self, store: TelemetryStore, thresholds: Thresholds, *, cache_hours: int = 48):
+        from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
+
+        self._duck = store if isinstance(store, DuckDBTelemetryStore) else None
+        self.thresholds = thresholds
+        self.cache_hours = cache_hours
+        self._lock = threading.Lock()
+        self._ready = False
+        self._units: dict[tuple[str, str | None], int] = {}
+        self._gpus: dict[str, int] = {}
+        self._next_sid = 0
+        self._filled_ms = 0  # unit_hour holds every rolled-up minute before this
+        self._compacted_ms = 0  # hours before this have one row per unit
+
+    @property
+    def supported(self) -> bool:
+        return self._duck is not None
+
+    def _require(self):
+        if self._duck is None:
+            raise Unavailable("the funnel and idle lists need the embedded telemetry store; "
+                              "the Prometheus-compatible store does not offer them yet",
+                              code="telemetry_query_unsupported")
+        return self._duck
+
+    # -- the cache ------------------------------------------------------------------------
+
+    def rolled_up_until_ms(self) -> int:
+        duck = self._require()
+        return duck._read(lambda cur: duck._state(cur)[0])
+
+    def refresh(self) -> int:
+        """Bring the cache up to the store's rolled-up minutes; returns that bound (ms)."""
+        duck = self._require()
+        with self._lock:
+            con = self._cursor()
+            try:
+                if not self._ready:
+                    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {CACHE}")
+                    con.execute(f"CREATE TABLE IF NOT EXISTS {CACHE}.sig (sid INTEGER, "
+                                "unit_id INTEGER, gpu_id INTEGER, role TINYINT)")
+                    con.execute(f"CREATE TABLE IF NOT EXISTS {CACHE}.gpus (gpu_id INTEGER, "
+                                "environment VARCHAR, model VARCHAR, node VARCHAR)")
+                    masks = ", ".join(f"{c} UBIGINT" for c in _MASK_COLUMNS)
+                    con.execute(f"CREATE TABLE IF NOT EXISTS {CACHE}.unit_hour (unit_id INTEGER,"
+                                f" gpu_id INTEGER, hour_ms BIGINT, {masks}, sm_sum DOUBLE)")
+                    self._ready = True
+                self._sync_signals(con)
+                done_ms = duck._state(con)[0]
+                oldest_ms = (done_ms // HOUR_MS - self.cache_hours) * HOUR_MS
+                start_ms = max(self._filled_ms, oldest_ms)
+                con.begin()
+                if done_ms > start_ms:
+                    con.execute(f"INSERT INTO {CACHE}.unit_hour {self._fold(start_ms, done_ms)}")
+                # Only hours an earlier fill touched can hold several rows of one unit.
+                self._compact(con, max(self._compacted_ms, start_ms // HOUR_MS * HOUR_MS),
+                              done_ms // HOUR_MS * HOUR_MS, oldest_ms)
+                con.commit()
+                self._filled_ms = max(self._filled_ms, done_ms)
+                self._compacted_ms = max(self._compacted_ms, done_ms // HOUR_MS * HOUR_MS)
+                return done_ms
+            finally:
+                con.close()
+
+    def _cursor(self):
+        duck = self._require()
+        with duck._cursor_lock:
+            return duck._cursor_root.cursor()
+
+    def _sync_signals(self, con) -> None:
+        """Give each new series of a signal its unit and role (series ids only grow)."""
+        duck = self._require()
+        with duck._dictionary_lock:
+            fresh = [(sid, duck._labels.get(sid)) for sid in range(self._next_sid,
+                                                                   len(duck._labels))]
+        rows, gpus = [], []
+        for sid, labels in fresh:
+            role = None if labels is None else _role(labels)
+            if role is not None:
+                unit = (labels.gpu_uuid, labels.mig_uuid)
+                if labels.gpu_uuid not in self._gpus:
+                    self._gpus[labels.gpu_uuid] = len(self._gpus)
+                    gpus.append((len(self._gpus) - 1, labels.environment, labels.model,
+                                 labels.node))
+                rows.append((sid, self._units.setdefault(unit, len(self._units)),
+                             self._gpus[labels.gpu_uuid], role))
+        self._next_sid += len(fresh)
+        if gpus:  # where a GPU first reported from; a GPU that moves keeps its first place
+            con.execute(f"INSERT INTO {CACHE}.gpus SELECT unnest($1::INTEGER[]), "
+                        "unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), unnest($4::VARCHAR[])",
+                        [list(c) for c in zip(*gpus, strict=True)])
+        if rows:
+            con.execute(f"INSERT INTO {CACHE}.sig SELECT unnest($1::INTEGER[]), "
+                        "unnest($2::INTEGER[]), unnest($3::INTEGER[]), unnest($4::TINYINT[])",
+                        [list(c) for c in zip(*rows, strict=True)])
+
+    def _fold(self, lo_ms: int, hi_ms: int) -> str:
+        """SQL: unit-hour mask rows of the rolled-up minutes in [lo, hi)."""
+        t = self.thresholds
+
+        def mask(role: int, hot: str | None = None) -> str:
+            bit = _BIT if hot is None else f"CASE WHEN {hot} THEN {_BIT} ELSE 0::UBIGINT END"
+            return f"coalesce(bit_or({bit}) FILTER (WHERE role = {role}), 0::UBIGINT)"
+
+        return f"""SELECT s.unit_id, s.gpu_id, bucket_ms // {HOUR_MS} * {HOUR_MS} AS hour_ms,
+                {mask(GR)}, {mask(GR, f"v_mean >= {float(t.activity_percent)}")},
+                {mask(UTIL)}, {mask(UTIL, f"v_mean >= {float(t.activity_percent)}")},
+                {mask(SM)}, {mask(SM, f"v_mean >= {float(t.effective_sm_active_percent)}")},
+                {mask(PMEM)}, {mask(PROC)},
+                coalesce(sum(least(greatest(v_mean, 0), 100)) FILTER (WHERE role = {SM}), 0)
+            FROM rollup_1m r JOIN {CACHE}.sig s ON s.sid = r.series_id
+            WHERE bucket_ms >= {int(lo_ms)} AND bucket_ms < {int(hi_ms)}
+            GROUP BY s.unit_id, s.gpu_id, hour_ms"""
+
+    def _compact(self, con, lo: int, closed_ms: int, oldest_ms: int) -> None:
+        """Closed hours in [lo, closed) get one row per unit; hours past the cache go."""
+        if closed_ms > lo and self._filled_ms > lo:
+            merged = ", ".join(f"bit_or({c})" for c in _MASK_COLUMNS)
+            con.execute(f"""CREATE TEMP TABLE merged AS SELECT unit_id, gpu_id, hour_ms,
+                {merged}, sum(sm_sum) FROM {CACHE}.unit_hour
+                WHERE hour_ms >= {lo} AND hour_ms < {closed_ms}
+                GROUP BY unit_id, gpu_id, hour_ms""")
+            con.execute(f"DELETE FROM {CACHE}.unit_hour WHERE hour_ms >= {lo} "
+                        f"AND hour_ms < {closed_ms}")
+            con.execute(f"INSERT INTO {CACHE}.unit_hour SELECT * FROM merged")
+            con.execute("DROP TABLE merged")
+        con.execute(f"DELETE FROM {CACHE}.unit_hour WHERE hour_ms < {oldest_ms}")
+
+    def _rows(self, lo_ms: int, hi_ms: int) -> str:
+        """SQL: one row per unit-hour of [lo, hi): cached where it can, folded otherwise."""
+        oldest = (self._filled_ms // HOUR_MS - self.cache_hours) * HOUR_MS
+        columns = ", ".join(_MASK_COLUMNS)
+        merged = ", ".join(f"bit_or({c}) AS {c}" for c in _MASK_COLUMNS)
+        parts = [f"""SELECT unit_id, gpu_id, hour_ms, {columns}, sm_sum FROM {CACHE}.unit_hour
+                     WHERE hour_ms >= {lo_ms // HOUR_MS * HOUR_MS}
+                       AND hour_ms < {min(hi_ms, self._compacted_ms)}""",
+                 f"""SELECT unit_id, gpu_id, hour_ms, {merged}, sum(sm_sum) AS sm_sum
+                     FROM {CACHE}.unit_hour WHERE hour_ms >= {self._compacted_ms}
+                       AND hour_ms < {hi_ms} GROUP BY unit_id, gpu_id, hour_ms"""]
+        if lo_ms < oldest:
+            parts.append(self._fold(lo_ms // HOUR_MS * HOUR_MS, min(oldest, hi_ms)))
+        return " UNION ALL ".join(f"({p})" for p in parts)
+
+    # -- questions ------------------------------------------------------------------------
+
+    def tallies(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
+                *, last_active: bool = False) -> dict[int, Tally]:
+        """Per group: weighted active / effective / known minutes and the sm_active sum over
+        the spans' minutes in [lo, hi) (and, asked for, the last active minute)."""
+        done_ms = self.refresh()
+        hi_ms = min(hi_ms, done_ms)
+        wanted = [(self._units[s.unit], max(s.lo_ms, lo_ms), min(s.hi_ms, hi_ms), s.group,
+                   s.weight) for s in spans if s.unit in self._units]
+        wanted = [w for w in wanted if w[1] < w[2]]
+        if not wanted:
+            return {}
+        rm = _range_mask("s.lo_ms", "s.hi_ms")
+        last = (f", max({_highest_minute('(rm & hot)')}) FILTER (WHERE (rm & hot) <> 0)"
+                if last_active else ", NULL")
+        sql = f"""WITH s AS (SELECT unnest($1::INTEGER[]) AS unit_id, unnest($2::BIGINT[]) AS lo_ms,
+                      unnest($3::BIGINT[]) AS hi_ms, unnest($4::INTEGER[]) AS grp,
+                      unnest($5::DOUBLE[]) AS w),
+            a AS (SELECT unit_id, hour_ms, {_ACT_KNOWN} AS known, {_ACT_HOT} AS hot,
+                         sm_known, sm_hot, sm_sum FROM ({self._rows(lo_ms, hi_ms)})),
+            j AS (SELECT s.grp, s.w, a.hour_ms, a.known, a.hot, a.sm_known, a.sm_hot, a.sm_sum,
+                         {rm.replace("hour_ms", "a.hour_ms")} AS rm
+                  FROM s JOIN a ON a.unit_id = s.unit_id
+                   AND a.hour_ms > s.lo_ms - {HOUR_MS} AND a.hour_ms < s.hi_ms)
+            SELECT grp, sum(w * bit_count(rm & hot)), sum(w * bit_count(rm & hot & sm_hot)),
+                   sum(w * bit_count(rm & known)),
+                   sum(w * CASE WHEN sm_known <> 0 THEN sm_sum * bit_count(rm & sm_known)
+                                / bit_count(sm_known) ELSE 0 END) {last}
+            FROM j GROUP BY grp"""
+        params = [list(c) for c in zip(*wanted, strict=True)]
+        duck = self._require()
+        rows = duck._read(lambda cur: cur.execute(sql, params).fetchall())
+        return {grp: Tally(active or 0.0, effective or 0.0, known or 0.0, sm or 0.0,
+                           int(last_ms) if last_ms is not None else None)
+                for grp, active, effective, known, sm, last_ms in rows}
+
+    def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int) -> dict[tuple, int]:
+        """Per group of GPUs (by environment / model / node, as their series say): the
+        GPU-minutes in [lo, hi) in which a GPU sent any signal."""
+        done_ms = self.refresh()
+        hi_ms = min(hi_ms, done_ms)
+        if lo_ms >= hi_ms or not self._gpus:
+            return {}
+        columns = [c for c in by if c in ("environment", "model", "node")]
+        keys = ", ".join(f"g.{c}" for c in columns) or "NULL"
+        group = f"GROUP BY {keys}" if columns else ""
+        rm = _range_mask(str(lo_ms), str(hi_ms))
+        sql = f"""WITH per_gpu AS (SELECT gpu_id, hour_ms, bit_or(gr_known | util_known
+                                  | sm_known | pmem_known) AS known
+                                  FROM ({self._rows(lo_ms, hi_ms)}) GROUP BY gpu_id, hour_ms)
+            SELECT {keys}, sum(bit_count(known & {rm}))::BIGINT
+            FROM per_gpu p JOIN {CACHE}.gpus g USING (gpu_id) {group}"""
+        duck = self._require()
+        rows = duck._read(lambda cur: cur.execute(sql).fetchall())
+        return {tuple(row[:-1]) if columns else (): int(row[-1] or 0) for row in rows}
+
+    def series_minutes(self, chosen: Sequence[SeriesLabels], lo_ms: int, hi_ms: int,
+                       above: float) -> dict[SeriesLabels, tuple[int, int, int | None]]:
+        """Per series: rolled-up minutes in [lo, hi) with a value, minutes whose mean is
+        above `above`, and the first such minute (for processes' own activity)."""
+        duck = self._require()
+        ids = {duck._ids[s]: s for s in chosen if s in duck._ids}
+        if not ids:
+            return {}
+        sql = f"""SELECT series_id, count(*), count_if(v_mean > {float(above)}), min(bucket_ms)
+                  FROM rollup_1m WHERE series_id IN (SELECT unnest($1::INTEGER[]))
+                   AND bucket_ms >= {int(lo_ms)} AND bucket_ms < {int(hi_ms)}
+                  GROUP BY series_id"""
+        rows = duck._read(lambda cur: cur.execute(sql, [list(ids)]).fetchall())
+        return {ids[sid]: (known, busy, first) for sid, known, busy, first in rows}
+
+
+def _role(labels: SeriesLabels) -> int | None:
+    metric, is_mig = labels.metric, labels.mig_uuid is not None
+    if metric == GR_ENGINE_ACTIVE:
+        return GR
+    if metric == UTILIZATION and not is_mig:
+        return UTIL
+    if metric == SM_ACTIVE:
+        return SM
+    if is_mig and metric in (MEMORY_USED, PROCESS_MEMORY) and _may_lack_engine(labels.model):
+        return PMEM if metric == MEMORY_USED else PROC
+    return None
+
+
+def _may_lack_engine(model: str) -> bool:
+    """MIG instances without gr_engine_active: Ampere without DCGM (Hopper+ has GPM)."""
+    text = architecture_of_model(model)
+    return text is None or architecture_of(text) in (None, Architecture.AMPERE)
+
+
+def ms(at: datetime) -> int:
+    return to_ms(at)

@@ -1,0 +1,157 @@
+"""Who held which unit when, read from the state store for a telemetry query's window.
+
+Ownership is never a series label (DESIGN.md §4): the binding intervals are read here, once
+per query, and passed to the telemetry store (`Bindings`) or to the funnel arithmetic
+(`Slot`s). A unit is (gpu_uuid, mig_uuid): a MIG binding names (GPU, profile id, placement
+start), which maps to the instance's current MIG UUID through the inventory's MIG rows.
+Members see only their own projects' bindings.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.access import sees_all_projects
+from gpufleet.domain.inventory import GpuStatus
+from gpufleet.domain.requests import request_code
+from gpufleet.domain.telemetry.funnel import unit_weight
+from gpufleet.services.principal import Principal
+from gpufleet.store.tables import Binding, Environment, Gpu, MigInstance, Node, Project
+from gpufleet.tsdb import Binding as TelemetryBinding
+from gpufleet.tsdb import Bindings
+
+UnitKey = tuple[str, str | None]  # (gpu_uuid, mig_uuid)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One binding on one unit, as the telemetry queries need it."""
+
+    unit: UnitKey
+    node: str
+    environment: str
+    model: str
+    kind: str
+    mig_profile: str | None
+    allocation: str
+    project: str
+    weight: float
+    start: datetime
+    end: datetime | None
+
+    def label(self, name: str) -> str | None:
+        return {"gpu_uuid": self.unit[0], "mig_uuid": self.unit[1], "node": self.node,
+                "environment": self.environment, "model": self.model,
+                "mig_profile": self.mig_profile, "allocation": self.allocation,
+                "project": self.project}.get(name)
+
+
+def visible_projects(principal: Principal) -> frozenset[str] | None:
+    """None: every project; otherwise the member's own."""
+    return None if sees_all_projects(principal.role) else principal.project_names
+
+
+def read_slots(session: Session, principal: Principal, start: datetime, end: datetime,
+               *, projects: list[str] | None = None,
+               allocations: list[str] | None = None,
+               gpu_uuids: list[str] | None = None) -> list[Slot]:
+    """Bindings that overlap [start, end), as slots, in one query (plus one for MIG UUIDs)."""
+    query = (select(Binding.kind, Binding.mig_profile_id, Binding.mig_start, Binding.milli,
+                    Binding.started_at, Binding.ended_at, Binding.request_id, Binding.gpu_id,
+                    Gpu.uuid, Gpu.model, Node.name, Environment.name, Project.name)
+             .join(Gpu, Gpu.id == Binding.gpu_id).join(Node, Node.id == Binding.node_id)
+             .join(Environment, Environment.id == Gpu.environment_id)
+             .join(Project, Project.id == Binding.project_id)
+             .where(Binding.started_at < end,
+                    or_(Binding.ended_at.is_(None), Binding.ended_at > start)))
+    own = visible_projects(principal)
+    if own is not None:
+        query = query.where(Project.name.in_(sorted(own)))
+    if projects:
+        query = query.where(Project.name.in_(projects))
+    if gpu_uuids is not None:
+        query = query.where(Gpu.uuid.in_(gpu_uuids))
+    rows = session.execute(query).all()
+    mig = _mig_instances(session, {r.gpu_id for r in rows if r.kind == "mig"})
+    slots = []
+    for (kind, profile_id, mig_start, milli, started, ended, request_id, gpu_id, uuid, model,
+         node, environment, project) in rows:
+        code = request_code(request_id)
+        if allocations and code not in allocations:
+            continue
+        mig_uuid, profile = None, None
+        if kind == "mig":
+            mig_uuid, profile = mig.get((gpu_id, profile_id, mig_start),
+                                        (f"pending:{profile_id}@{mig_start}", None))
+        slots.append(Slot((uuid, mig_uuid), node, environment, model, kind, profile, code,
+                          project, unit_weight(kind, model=model, mig_profile_id=profile_id,
+                                               milli=milli), started, ended))
+    return slots
+
+
+def _mig_instances(session: Session, gpu_ids: set[int]) -> dict[tuple, tuple[str, str]]:
+    if not gpu_ids:
+        return {}
+    rows = session.execute(select(MigInstance.gpu_id, MigInstance.profile_id,
+                                  MigInstance.placement_start, MigInstance.mig_uuid,
+                                  MigInstance.profile_name)
+                           .where(MigInstance.gpu_id.in_(gpu_ids)))
+    return {(g, p, s): (u or f"pending:{p}@{s}", name) for g, p, s, u, name in rows}
+
+
+def mig_profiles(session: Session) -> dict[str, str]:
+    """MIG UUID → profile name, for every MIG instance the inventory knows."""
+    return {u: name for u, name in session.execute(
+        select(MigInstance.mig_uuid, MigInstance.profile_name)
+        .where(MigInstance.mig_uuid.is_not(None)))}
+
+
+def telemetry_bindings(slots: list[Slot]) -> Bindings:
+    by_unit: dict[UnitKey, list[TelemetryBinding]] = defaultdict(list)
+    for s in slots:
+        by_unit[s.unit].append(TelemetryBinding(s.start, s.end, s.allocation, s.project))
+    return by_unit
+
+
+INVENTORY_LABELS = ("environment", "model", "node")
+
+
+def inventory_gpu_seconds(session: Session, by: tuple[str, ...], start: datetime,
+                          end: datetime) -> dict[tuple, float]:
+    """GPU-seconds of the inventory's GPUs (not retired) over [start, end), per group of
+    `by` (a subset of environment, model, node). A GPU counts from when it was first seen."""
+    columns = {"environment": Environment.name, "model": Gpu.model, "node": Node.name}
+    chosen = [columns[name] for name in by]
+    base = (select(*chosen, func.count()).select_from(Gpu)
+            .join(Node, Node.id == Gpu.node_id)
+            .join(Environment, Environment.id == Gpu.environment_id)
+            .where(Gpu.status != GpuStatus.RETIRED.value))
+    span = (end - start).total_seconds()
+    totals: dict[tuple, float] = defaultdict(float)
+    for *key, count in session.execute(base.where(Gpu.first_seen_at <= start)
+                                       .group_by(*chosen)):
+        totals[tuple(key)] += count * span
+    late = (select(*chosen, Gpu.first_seen_at).select_from(Gpu)
+            .join(Node, Node.id == Gpu.node_id)
+            .join(Environment, Environment.id == Gpu.environment_id)
+            .where(Gpu.status != GpuStatus.RETIRED.value, Gpu.first_seen_at > start,
+                   Gpu.first_seen_at < end))
+    for *key, first_seen in session.execute(late):
+        totals[tuple(key)] += (end - first_seen).total_seconds()
+    return dict(totals)
+
+
+def inventory_units(session: Session, uuids: list[str]) -> dict[str, tuple[str, str, str]]:
+    """gpu_uuid → (node, environment, model) for the given GPUs."""
+    if not uuids:
+        return {}
+    rows = session.execute(select(Gpu.uuid, Node.name, Environment.name, Gpu.model)
+                           .join(Node, Node.id == Gpu.node_id)
+                           .join(Environment, Environment.id == Gpu.environment_id)
+                           .where(Gpu.uuid.in_(uuids)))
+    return {u: (n, e, m) for u, n, e, m in rows}

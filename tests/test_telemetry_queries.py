@@ -1,0 +1,205 @@
+"""Telemetry queries through the API: the funnel, idle lists, range queries, latest
+snapshots, zombies and unattributed usage, on samples written straight into the store."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpufleet.services.principal import SYSTEM
+from gpufleet.tsdb import Sample, series
+from gpufleet.wire.requests import RequestCreate
+from tests.helpers import create_environment, gpu_uuid, register
+
+GIB = 1024**3
+HOURS = 5
+ATTRS = {"node": "node-1", "environment": "onprem-hpc", "model": "H100-80GB"}
+
+
+def grant(gf, project: str) -> tuple[str, str]:
+    view = gf.lifecycle.create_request(SYSTEM, RequestCreate(project=project, count=1,
+                                                            models=["H100-80GB"]))
+    view = gf.lifecycle.approve(SYSTEM, view.code, None)
+    assert view.state == "active"
+    return view.code, view.units[0].gpu_uuid
+
+
+def minutes(gf, start, uuid: str, values: dict[str, float], *, labels=None,
+            count: int = HOURS * 60, mig: str | None = None) -> None:
+    gf.telemetry.write([
+        Sample(series(metric, uuid, mig, labels=labels, **ATTRS),
+               start + timedelta(minutes=m, seconds=30), value)
+        for m in range(count) for metric, value in values.items()])
+
+
+@pytest.fixture
+def fleet(api, gf, clock):
+    """node-1 with 4 H100s: vision's GPU busy (effective), speech's idle holding 2 GiB, one
+    unbound GPU running a process, one silent. Five hours of minutes, rolled up."""
+    create_environment(api)
+    register(api, 1, gpus=4)
+    for project in ("vision", "speech"):
+        api.post("/api/v1/projects", json={"name": project, "organisation": "research"})
+    api.post("/api/v1/users", json={"name": "mia", "role": "member"})
+    api.post("/api/v1/projects/vision/members", json={"user": "mia"})
+    start = clock.now()
+    vision, busy = grant(gf, "vision")
+    speech, idle = grant(gf, "speech")
+    free = next(gpu_uuid(1, i) for i in range(4) if gpu_uuid(1, i) not in (busy, idle))
+    silent = next(gpu_uuid(1, i) for i in range(4) if gpu_uuid(1, i) not in (busy, idle, free))
+    minutes(gf, start, busy, {"gpu.gr_engine_active": 80.0, "gpu.sm_active": 60.0,
+                              "gpu.memory_used_bytes": 40.0 * GIB})
+    minutes(gf, start, idle, {"gpu.gr_engine_active": 1.0, "gpu.sm_active": 0.0,
+                              "gpu.memory_used_bytes": 2.0 * GIB})
+    minutes(gf, start, free, {"gpu.gr_engine_active": 30.0, "gpu.memory_used_bytes": GIB})
+    minutes(gf, start, busy, {"process.memory_used_bytes": 30.0 * GIB,
+                              "process.sm_utilization": 55.0},
+            labels={"pid": "101", "process_name": "python", "claimed_allocation": vision})
+    minutes(gf, start, idle, {"process.memory_used_bytes": 2.0 * GIB,
+                              "process.sm_utilization": 0.0},
+            labels={"pid": "202", "process_name": "jupyter", "claimed_allocation": vision})
+    minutes(gf, start, free, {"process.memory_used_bytes": GIB,
+                              "process.sm_utilization": 30.0},
+            labels={"pid": "303", "process_name": "miner"})
+    clock.advance(HOURS * 3600)
+    gf.telemetry.rollup(clock.now())
+    member = api.post("/api/v1/tokens", json={"name": "mia", "user": "mia"}).json()["token"]
+    return {"vision": vision, "speech": speech, "busy": busy, "idle": idle, "free": free,
+            "silent": silent, "member": api.as_(member), "start": start}
+
+
+def get(api, path: str, expect: int = 200, **params):
+    response = api.get(f"/api/v1/telemetry/{path}", params=params)
+    assert response.status_code == expect, response.text
+    return response.json()
+
+
+def test_funnel_of_the_fleet_and_by_project(api, fleet):
+    view = get(api, "funnel", window="24h")
+    whole = view["fleet"]
+    assert whole["total_gpu_hours"] == pytest.approx(4 * HOURS)
+    assert whole["reporting_gpu_hours"] == pytest.approx(3 * HOURS)
+    assert whole["silent_gpu_hours"] == pytest.approx(HOURS)
+    assert whole["allocated_gpu_hours"] == pytest.approx(2 * HOURS)
+    assert whole["active_gpu_hours"] == pytest.approx(HOURS)
+    assert whole["effective_gpu_hours"] == pytest.approx(HOURS)
+    assert whole["unknown_gpu_hours"] == pytest.approx(0)
+    assert whole["efficiency_percent"] == pytest.approx(30.0)  # 60 % on half the hours
+    rows = {r["group"]["project"]: r for r in get(api, "funnel", by="project")["rows"]}
+    assert rows["vision"]["active_gpu_hours"] == pytest.approx(HOURS)
+    assert rows["speech"]["active_gpu_hours"] == 0
+    assert rows["speech"]["allocated_gpu_hours"] == pytest.approx(HOURS)
+    assert rows["vision"]["total_gpu_hours"] is None  # projects own no inventory
+    by_env = get(api, "funnel", by="environment,model")["rows"]
+    assert [(r["group"], r["total_gpu_hours"]) for r in by_env] == [
+        ({"environment": "onprem-hpc", "model": "H100-80GB"}, pytest.approx(4 * HOURS))]
+
+
+def test_funnel_counts_only_the_window(api, fleet, clock):
+    view = get(api, "funnel", window="1h")
+    assert view["fleet"]["allocated_gpu_hours"] == pytest.approx(2)
+    assert view["fleet"]["active_gpu_hours"] == pytest.approx(1)
+    old = get(api, "funnel", window="2h", end=(fleet["start"] + timedelta(hours=1)).isoformat())
+    assert old["fleet"]["allocated_gpu_hours"] == pytest.approx(2)  # bound for 1 h of 2
+
+
+def test_idle_and_idle_held(api, fleet):
+    idle = get(api, "idle")
+    assert [(i["allocation"], i["state"]) for i in idle["items"]] == \
+        [(fleet["speech"], "idle_held")]
+    item = idle["items"][0]
+    assert item["memory_held_bytes"] == 2 * GIB
+    assert item["idle_since"].startswith(fleet["start"].isoformat()[:16])
+    assert get(api, "idle", held_only="true")["items"] == idle["items"]
+
+
+def test_members_see_only_their_projects(api, fleet):
+    member = fleet["member"]
+    rows = get(member, "funnel", by="project")["rows"]
+    assert [r["group"]["project"] for r in rows] == ["vision"]
+    assert get(member, "idle")["items"] == []
+    snapshots = get(member, "latest")["items"]
+    assert {s["gpu_uuid"] for s in snapshots} == {fleet["busy"]}
+    query = get(member, "query", metric="gpu.sm_active", by="project", since="5h", step="1h")
+    assert [s["labels"]["project"] for s in query["series"]] == ["vision"]
+
+
+def test_range_query_by_project_and_environment(api, fleet):
+    result = get(api, "query", metric="gpu.sm_active", by="project", since="5h", step="1h")
+    means = {s["labels"]["project"]: [v for _, v in s["points"]] for s in result["series"]}
+    assert means == {"vision": [60.0] * 5, "speech": [0.0] * 5}
+    memory = get(api, "query", metric="gpu.memory_used_bytes", by="environment", since="1h",
+                 step="1h")
+    assert memory["series"][0]["points"][0][1] == pytest.approx(43 * GIB)  # absolute: summed
+    assert memory["unit"] == "bytes"
+    filtered = get(api, "query", metric="gpu.gr_engine_active", since="1h", step="1h",
+                   filter=f"gpu_uuid={fleet['free']}")
+    assert filtered["series"][0]["points"][0][1] == pytest.approx(30.0)
+
+
+@pytest.mark.parametrize(("params", "code"), [
+    ({"metric": "gpu.nope"}, "unknown_metric"),
+    ({"metric": "gpu.sm_active", "since": "6 hours"}, "invalid_duration"),
+    ({"metric": "gpu.sm_active", "since": "7d", "step": "1s"}, "step_too_small"),
+    ({"metric": "gpu.sm_active", "by": "colour"}, "unknown_label"),
+    ({"metric": "gpu.sm_active", "filter": "colour"}, "invalid_label_selector"),
+    ({"metric": "gpu.sm_active", "since": "90d"}, "window_too_long"),
+])
+def test_bad_queries_are_400s_naming_the_problem(api, fleet, params, code):
+    error = get(api, "query", 400, **params)["error"]
+    assert error["code"] == code, error
+
+
+def test_bad_funnel_input_is_a_400(api, fleet):
+    assert get(api, "funnel", 400, by="colour")["error"]["code"] == "unknown_label"
+    assert get(api, "funnel", 400, window="soon")["error"]["code"] == "invalid_duration"
+
+
+def test_latest_snapshots_charge_processes_to_the_binding(api, fleet):
+    items = {s["gpu_uuid"]: s for s in get(api, "latest")["items"]}
+    assert set(items) == {gpu_uuid(1, i) for i in range(4)}
+    busy = items[fleet["busy"]]
+    assert busy["activity_percent"] == 80.0 and busy["activity_source"] == "gr_engine_active"
+    assert [c["allocation"] for c in busy["charged_to"]] == [fleet["vision"]]
+    assert [(p["pid"], p["claim"]) for p in busy["processes"]] == [(101, "matches")]
+    idle = items[fleet["idle"]]
+    assert [(p["pid"], p["claim"]) for p in idle["processes"]] == [(202, "mismatch")]
+    assert items[fleet["silent"]]["at"] is None
+    first = get(api, "latest", limit=3)
+    assert len(first["items"]) == 3 and first["next_cursor"]
+    rest = get(api, "latest", limit=3, cursor=first["next_cursor"])
+    assert len(rest["items"]) == 1 and rest["next_cursor"] is None
+
+
+def test_unattributed_usage(api, fleet):
+    found = {(u["gpu_uuid"], u["kind"], u["reason"]) for u in get(api, "unattributed")}
+    assert found == {(fleet["idle"], "process", "mismatch"),
+                     (fleet["free"], "process", "unbound")}
+
+
+def test_zombies(api, fleet, gf, clock):
+    zombies = {(z["pid"], z["reason"]) for z in get(api, "zombies")}
+    # 303 holds memory on an unbound GPU; 202 has done nothing for the whole idle window.
+    assert zombies == {(303, "no_binding"), (202, "no_sm_activity")}
+
+
+def test_top(api, fleet):
+    view = get(api, "top", limit=2)
+    assert view["fleet"]["units"] == 3
+    assert [u["gpu_uuid"] for u in view["busiest"]] == [fleet["busy"], fleet["free"]]
+    assert [u["gpu_uuid"] for u in view["idlest_allocated"]] == [fleet["idle"], fleet["busy"]]
+    projects = {g["group"]["project"]: g for g in view["by_project"]}
+    assert projects["vision"]["allocated_gpus"] == 1.0
+
+
+def test_metrics_carry_the_funnel_by_environment(api, fleet):
+    response = api.get("/metrics")
+    families = {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+                for f in text_string_to_metric_families(response.text)}
+    key = (("environment", "onprem-hpc"),)
+    assert families["gpufleet_funnel_total_gpu_hours"][key] == pytest.approx(4 * HOURS)
+    assert families["gpufleet_funnel_allocated_gpu_hours"][key] == pytest.approx(2 * HOURS)
+    assert families["gpufleet_funnel_active_gpu_hours"][key] == pytest.approx(HOURS)
+    assert families["gpufleet_funnel_effective_gpu_hours"][key] == pytest.approx(HOURS)
