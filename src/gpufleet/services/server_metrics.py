@@ -4,9 +4,10 @@ Computed at scrape time from the state store with a few grouped queries, so a sc
 the same at 100 nodes or 12,500: GPUs by environment × model × status, nodes by
 environment × status, the GPUs held by each project's allocations (a MIG instance weighs
 its share of the GPU, a shared fraction its milli ÷ 1000 — DESIGN.md §3), requests by state,
-and how long the quietest agent of each environment has been silent. The funnel and ingest
-health join these once telemetry is stored. This module only gathers numbers; the API
-renders them in Prometheus' text format.
+and how long the quietest agent of each environment has been silent, and the fleet funnel by
+environment over the default window (GPU-hours total, allocated, active, effective — from
+the telemetry queries, cached for a minute so a scrape stays cheap). This module only
+gathers numbers; the API renders them in Prometheus' text format.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gpufleet.domain.inventory import NodeStatus
 from gpufleet.domain.placement import UnitKind
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Binding, Environment, Gpu, GpuRequest, Node, Project
+from gpufleet.wire.telemetry_queries import FunnelView
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -116,3 +118,27 @@ def _silence(session: Session, environments: dict[int, str], now: datetime) -> F
         family.add(max((now - oldest).total_seconds(), 0.0), environment=environments[env_id])
     return family
 
+
+
+_FUNNEL = (("total", "GPU-hours of the inventory's GPUs (not retired)"),
+           ("reporting", "GPU-hours of GPUs that sent telemetry"),
+           ("allocated", "GPU-hours held by bindings"),
+           ("active", "allocated GPU-hours in minutes whose activity reached the threshold"),
+           ("effective", "allocated GPU-hours in minutes whose sm_active reached the "
+                         "effective threshold"))
+
+
+def funnel_families(view: FunnelView) -> list[Family]:
+    """`gpufleet_funnel_<term>_gpu_hours{environment}` over the view's window (DESIGN.md §3)."""
+    hours = (view.window_end - view.window_start).total_seconds() / 3600
+    families = []
+    for term, meaning in _FUNNEL:
+        family = Family(f"gpufleet_funnel_{term}_gpu_hours",
+                        f"Fleet funnel over the last {hours:g} h by environment: {meaning}.",
+                        ("environment",))
+        for row in view.rows:
+            value = getattr(row, f"{term}_gpu_hours")
+            if value is not None:
+                family.add(value, environment=row.group.get("environment") or "")
+        families.append(family)
+    return families

@@ -8,6 +8,7 @@ prometheus-client renders them, so the format is exactly what Prometheus parses.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import suppress
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
@@ -15,9 +16,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpufleet.api.deps import principal, services
+from gpufleet.domain.errors import Unavailable
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.principal import Principal
-from gpufleet.services.server_metrics import Family
+from gpufleet.services.server_metrics import Family, funnel_families
 
 router = APIRouter(tags=["prometheus"])
 
@@ -41,7 +43,11 @@ class _Snapshot:
     "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}})
 def metrics(p: Principal = Depends(principal), gf: Gpufleet = Depends(services)) -> Response:
     """GPUs by environment, model and status; nodes by status; GPUs allocated per project;
-    requests by state; agent silence per environment."""
+    requests by state; agent silence per environment; the funnel by environment."""
+    families = gf.server_metrics(p)
+    # A telemetry store without funnel queries leaves the state gauges to count alone.
+    with suppress(Unavailable):
+        families += funnel_families(gf.queries.funnel_by_environment(p))
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(gf.server_metrics(p)))
+    registry.register(_Snapshot(families))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
