@@ -174,7 +174,7 @@ async def _demo(settings: Settings, seed: int | None) -> None:
         await fleet_task
     server.should_exit = True
     await server_task
-    gf.store.dispose()
+    gf.close()
 
 
 async def _put_fleet_to_use(gf, seed: int, halt: threading.Event, journal: Path) -> None:
