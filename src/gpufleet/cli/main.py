@@ -25,6 +25,7 @@ from gpufleet.cli.commands import (
     pools,
     processes,
     requests,
+    telemetry,
     tokens,
     whatif,
 )
@@ -68,6 +69,10 @@ app.command("serve")(processes.serve)
 app.command("demo")(processes.demo)
 app.command("agent")(processes.agent)
 app.command("whatif")(whatif.whatif)
+app.command("query")(telemetry.query_command)
+app.command("funnel")(telemetry.funnel_command)
+app.command("idle")(telemetry.idle_command)
+app.command("top")(telemetry.top_command)
 
 
 def run() -> None:
