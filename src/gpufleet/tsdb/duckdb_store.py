@@ -1,12 +1,26 @@
 """The embedded telemetry store: one DuckDB file (DESIGN.md §5, "embedded default").
 
+Keyed uploads (`write_columns`, the ingest's path) go to the journal first (journal.py):
+appended and fsynced, they are durable and answered; the journal applier moves them into
+DuckDB in large transactions (every `apply_interval_s`, or once `apply_at_samples` wait),
+with their keys in `ingested_batches` in the same transaction, and only then drops the
+journal segments that held them. DuckDB's cost per transaction and per statement is paid
+once per few hundred uploads instead of once per upload. Everything that reads DuckDB
+(queries, `rollup`, `apply_retention`, `checkpoint`, `write`, `close`) first applies what
+is waiting, so a query sees every write that returned before it. On open, a journal left by
+a crash is replayed (uploads whose key DuckDB already holds are skipped: the crash fell
+between DuckDB's commit and the journal's cleanup). A `:memory:` store keeps the same
+pending list without a journal file: nothing of it is durable anyway.
+
 Thread model: DuckDB is single-process, and one Python connection must not be used by two
-threads at once. The store keeps one connection; every write (`write`, `rollup`,
-`apply_retention`) takes the store's lock and runs in one transaction on it, so a batch is
-stored whole or not at all. Every read opens its own cursor (a connection of its own onto
-the same database) and reads in one transaction, hence one consistent snapshot, beside the
-writer. Several server processes cannot share the file: at that scale the
-Prometheus-compatible store is the backend.
+threads at once. The store keeps one connection; every DuckDB write (`write`, applying the
+journal, `rollup`, `apply_retention`) takes the store's lock and runs in one transaction on
+it, so a batch is stored whole or not at all. Journalling takes the ingest lock instead (an
+RLock, always taken after the store's lock when both are held), so an upload never waits for
+a DuckDB transaction, only for the append before it. Every read opens its own cursor (a
+connection of its own onto the same database) and reads in one transaction, hence one
+consistent snapshot, beside the writer. Several server processes cannot share the file: at
+that scale the Prometheus-compatible store is the backend.
 
 The series dictionary is cached in memory (it is small: metrics × units × links) so a
 write resolves labels without a query, and queries filter and group series in Python
@@ -15,7 +29,11 @@ before DuckDB touches a sample.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
+import weakref
+from array import array
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,6 +43,9 @@ import duckdb
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.tsdb.journal import Journal, JournalRecord, packed
+from gpufleet.tsdb.journal_applier import JournalApplier
+from gpufleet.tsdb.parquet_columns import PackedColumn, PhysicalType, write_parquet
 from gpufleet.tsdb.protocol import (
     HOUR_MS,
     MINUTE_MS,
@@ -62,33 +83,61 @@ _TIER_WIDTH_MS = {Tier.RAW: 1, Tier.MINUTE: MINUTE_MS, Tier.HOUR: HOUR_MS}
 
 
 class DuckDBTelemetryStore:
-    """The `TelemetryStore` on a DuckDB file (or `:memory:`)."""
+    """The `TelemetryStore` on a DuckDB file (or `:memory:`).
+
+    `apply_interval_s` is how often the journal applier runs (None: no applier thread; what
+    is journalled reaches DuckDB when something reads or `apply_journal()` is called — for
+    tests); `apply_at_samples` wakes it early; past `max_unapplied_samples` waiting, an
+    upload first applies the backlog itself (and fails if DuckDB does)."""
 
     def __init__(self, path: str | Path, *, retention: Retention = Retention(),
-                 threads: int | None = None, compact_raw: bool = True):
+                 threads: int | None = None, compact_raw: bool = True,
+                 apply_interval_s: float | None = 1.0, apply_at_samples: int = 200_000,
+                 max_unapplied_samples: int = 4_000_000):
         self.path = str(path)
         self.compact_raw = compact_raw
         self.retention = retention
+        self.apply_at_samples = apply_at_samples
+        self.max_unapplied_samples = max_unapplied_samples
         config = {} if threads is None else {"threads": threads}
         self._con = duckdb.connect(self.path, config=config)
         self._lock = threading.Lock()
+        self._ingest_lock = threading.RLock()
         self._dictionary_lock = threading.Lock()
         # Read cursors are made from a connection of their own, so making one never touches
         # the writer's connection while a write runs on it.
         self._cursor_root = self._con.cursor()
         self._cursor_lock = threading.Lock()
+        self._key_cursor = self._con.cursor()  # replay checks, under the ingest lock
         for statement in DDL:
             self._con.execute(statement)
         self._ids: dict[SeriesLabels, int] = {}
         self._by_key: dict[tuple, int] = {}
         self._labels: dict[int, SeriesLabels] = {}
+        self._next_sid = 0
         self._fresh = 0
         self._load_series()
+        self._pending: list[JournalRecord] = []
+        self._pending_keys: set[str] = set()
+        self._unapplied_batches = 0  # pending or being applied: a read must wait for them
+        self._unapplied_samples = 0
+        in_memory = self.path == ":memory:"
+        self._journal = None if in_memory else Journal(self.path + ".journal")
+        self._scratch = self._journal.directory if self._journal is not None \
+            else Path(tempfile.mkdtemp(prefix="gpufleet-tsdb-"))
+        if self._journal is None:  # removed however the store ends
+            weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
+        if self._journal is not None:
+            self._replay(self._journal.recover())
+        self._applier = None if apply_interval_s is None else JournalApplier(
+            self._apply_in_background, apply_interval_s)
 
     # -- writes ---------------------------------------------------------------------------
 
     def write(self, batch: Sequence[Sample]) -> int:
-        with self._lock:
+        """One transaction straight into DuckDB (after whatever the journal holds)."""
+        with self._lock, self._ingest_lock:
+            self._apply_journal()
             ids: list[int] = []
             times: list[int] = []
             values: list[float] = []
@@ -110,48 +159,58 @@ class DuckDBTelemetryStore:
             return len(ids)
 
     def write_columns(self, batches: Sequence[tuple[str, SampleColumns]]) -> list[int | None]:
-        with self._lock:
+        """Journal the uploads (one append, one fsync) and answer; DuckDB gets them later."""
+        if self._unapplied_samples >= self.max_unapplied_samples:
+            with self._lock:  # DuckDB is behind (or failing): catch up here, or refuse
+                self._apply_journal()
+        with self._ingest_lock:
+            held = self._held_keys([key for key, _ in batches])
             self._fresh = 0
             new: dict[SeriesLabels, int] = {}
             answers: list[int | None] = [None] * len(batches)
-            ids: list[int] = []
-            times: list[int] = []
-            values: list[float] = []
-            keys: list[str] = []
-            newest: list[int] = []
+            records: list[JournalRecord] = []
+            for n, (key, columns) in enumerate(batches):
+                if key in held:
+                    continue  # a replay: stored before, answered None
+                held.add(key)
+                defined = len(new)
+                sids = [self._series_id(s, new) for s in columns.series]
+                defines = tuple((new[s], s) for s in columns.series if s in new) \
+                    if len(new) > defined else ()
+                records.append(JournalRecord(
+                    key, max(columns.times_ms, default=0), defines,
+                    packed("i", [sids[i] for i in columns.series_index]),
+                    packed("q", columns.times_ms), packed("d", columns.values)))
+                answers[n] = len(columns)
+            if records:
+                if self._journal is not None:
+                    self._journal.append(records)
+                self._remember_all(new)
+                self._pending += records
+                self._pending_keys.update(r.key for r in records)
+                self._unapplied_batches += len(records)
+                self._unapplied_samples += sum(r.samples for r in records)
+        if self._applier is not None and self._unapplied_samples >= self.apply_at_samples:
+            self._applier.wake()
+        return answers
 
-            def work(con: duckdb.DuckDBPyConnection) -> None:
-                held = {key for (key,) in con.execute(
-                    "SELECT batch_key FROM ingested_batches WHERE batch_key IN "
-                    "(SELECT unnest($1::VARCHAR[]))", [[k for k, _ in batches]]).fetchall()}
-                for n, (key, columns) in enumerate(batches):
-                    if key in held:
-                        continue  # a replay: stored before, answered None
-                    held.add(key)
-                    sids = [self._series_id(s, new) for s in columns.series]
-                    ids.extend([sids[i] for i in columns.series_index])
-                    times.extend(columns.times_ms)
-                    values.extend(columns.values)
-                    keys.append(key)
-                    newest.append(max(columns.times_ms, default=0))
-                    answers[n] = len(columns)
-                self._store(con, new, ids, times, values)
-                if keys:
-                    con.execute("INSERT INTO ingested_batches SELECT unnest($1::VARCHAR[]), "
-                                "unnest($2::BIGINT[])", [keys, newest])
-
-            self._transaction(work, new)
-            return answers
+    def apply_journal(self) -> None:
+        """Move every journalled upload into DuckDB now."""
+        with self._lock:
+            self._apply_journal()
 
     def rollup(self, until: datetime) -> None:
         until_ms = to_ms(until)
         with self._lock:
+            self._apply_journal()
             self._transaction(lambda con: self._rollup(con, until_ms))
 
     def apply_retention(self, now: datetime) -> None:
         now_ms = to_ms(now)
         r = self.retention
         with self._lock:
+            self._apply_journal()
+
             def drop(con: duckdb.DuckDBPyConnection) -> None:
                 minute_done, hour_done = self._state(con)
                 # Raw rows go only once folded: a tier never loses what no coarser one holds.
@@ -168,10 +227,34 @@ class DuckDBTelemetryStore:
     def checkpoint(self) -> None:
         """Write everything to the file now (DuckDB otherwise checkpoints by WAL size)."""
         with self._lock:
+            self._apply_journal()
             self._con.execute("CHECKPOINT")
 
     def close(self) -> None:
-        with self._lock, self._cursor_lock:
+        """Apply what the journal holds and close. If DuckDB refuses, the journal stays on
+        disk and is replayed at the next open."""
+        if self._applier is not None:
+            self._applier.stop()
+        with self._lock:
+            try:
+                self._apply_journal()
+            finally:
+                self._close_handles()
+
+    def _simulate_crash(self) -> None:
+        """Test hook: stop as a killed server would, leaving the journal unapplied on disk
+        (what DuckDB committed stays committed) and releasing every handle so another store
+        can open the same path in this process."""
+        if self._applier is not None:
+            self._applier.stop()
+        with self._lock:
+            self._close_handles()
+
+    def _close_handles(self) -> None:
+        with self._ingest_lock, self._cursor_lock:
+            if self._journal is not None:
+                self._journal.close()
+            self._key_cursor.close()
             self._cursor_root.close()
             self._con.close()
 
@@ -217,6 +300,7 @@ class DuckDBTelemetryStore:
         if not slots.ids:
             return []
         step_ms = max(int(step.total_seconds() * 1000), 1)
+        self._catch_up()
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
             minute_done, hour_done = self._state(cur)
@@ -246,6 +330,7 @@ class DuckDBTelemetryStore:
         if not chosen:
             return []
         since_ms = to_ms(since) if since is not None else -(2**62)
+        self._catch_up()
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
             return cur.execute(f"""{_SELECTION}
@@ -280,6 +365,13 @@ class DuckDBTelemetryStore:
         self._ids[labels] = sid
         self._by_key[labels.key] = sid
         self._labels[sid] = labels
+        self._next_sid = max(self._next_sid, sid + 1)
+
+    def _remember_all(self, new: dict[SeriesLabels, int]) -> None:
+        if new:
+            with self._dictionary_lock:
+                for labels, sid in new.items():
+                    self._remember(sid, labels)
 
     def _series_id(self, labels: SeriesLabels, new: dict[SeriesLabels, int]) -> int:
         sid = self._ids.get(labels)
@@ -292,21 +384,15 @@ class DuckDBTelemetryStore:
         if sid is None:
             sid = self._by_key.get(labels.key)
             if sid is None:
-                sid = len(self._labels) + self._fresh
+                sid = self._next_sid + self._fresh
                 self._fresh += 1
             new[labels] = sid
         return sid
 
     def _store(self, con: duckdb.DuckDBPyConnection, new: dict[SeriesLabels, int],
                ids: list[int], times: list[int], values: list[float]) -> None:
-        if new:
-            latest = {sid: s for s, sid in new.items()}  # a unit moved twice: the last form
-            rows = [(sid, s.metric, s.gpu_uuid, s.mig_uuid, encode_labels(s.labels), s.node,
-                     s.environment, s.model) for sid, s in latest.items()]
-            con.execute("DELETE FROM series WHERE series_id IN (SELECT unnest($1::INTEGER[]))",
-                        [[row[0] for row in rows]])
-            con.execute(f"INSERT INTO series SELECT {_UNNEST_SERIES}",
-                        [list(column) for column in zip(*rows, strict=True)])
+        # A unit moved twice: the last form.
+        _store_series(con, {sid: s for s, sid in new.items()})
         if ids:
             # Three lists in, unnested in the engine: one statement, columnar, no per-row
             # round trips (executemany is orders of magnitude slower).
@@ -322,10 +408,98 @@ class DuckDBTelemetryStore:
         except BaseException:
             con.rollback()
             raise
-        if new:
-            with self._dictionary_lock:
-                for labels, sid in new.items():
-                    self._remember(sid, labels)
+        self._remember_all(new or {})
+
+    # -- the journal ----------------------------------------------------------------------
+
+    def _held_keys(self, keys: list[str]) -> set[str]:
+        """The keys already stored: journalled and waiting, or in DuckDB. Under the ingest
+        lock: a key leaves the pending set only after DuckDB committed it, so it is always
+        in one of the two."""
+        held = {key for key in keys if key in self._pending_keys}
+        rest = [key for key in keys if key not in held]
+        if rest:
+            held.update(key for (key,) in self._key_cursor.execute(
+                "SELECT batch_key FROM ingested_batches WHERE batch_key IN "
+                "(SELECT unnest($1::VARCHAR[]))", [rest]).fetchall())
+        return held
+
+    def _catch_up(self) -> None:
+        """Read-your-writes: apply what was journalled before this read (or is being
+        applied right now, which taking the lock waits for)."""
+        if self._unapplied_batches:
+            with self._lock:
+                self._apply_journal()
+
+    def _apply_in_background(self) -> None:
+        if self._unapplied_batches:
+            with self._lock:
+                self._apply_journal()
+
+    def _apply_journal(self) -> None:
+        """Move the pending uploads into DuckDB in one transaction, then forget their
+        journal segments. The caller holds the store's lock."""
+        with self._ingest_lock:
+            taken, self._pending = self._pending, []
+            if not taken:
+                return
+            through = self._journal.rotate() if self._journal is not None else 0
+        try:
+            self._transaction(lambda con: self._load(con, taken, with_keys=True))
+        except BaseException:
+            with self._ingest_lock:
+                self._pending[:0] = taken
+            raise
+        with self._ingest_lock:
+            self._pending_keys.difference_update(r.key for r in taken)
+            self._unapplied_batches -= len(taken)
+            self._unapplied_samples -= sum(r.samples for r in taken)
+            if self._journal is not None:
+                self._journal.discard_through(through)
+
+    def _replay(self, records: list[JournalRecord]) -> None:
+        """Apply what a crash left journalled: uploads whose key DuckDB holds were applied
+        before the crash and are skipped; their series definitions are applied again
+        (harmless, and a later record may rely on them)."""
+        if records:
+            held = self._held_keys(sorted({r.key for r in records}))
+            fresh: list[JournalRecord] = []
+            for record in records:
+                if record.key not in held:
+                    held.add(record.key)
+                    fresh.append(record)
+            defines = {sid: labels for r in records for sid, labels in r.defines}
+            self._transaction(lambda con: self._load(con, fresh, with_keys=True,
+                                                     defines=defines))
+            self._remember_all({labels: sid for sid, labels in defines.items()})
+            # A series defined in a corrupt part of the journal keeps its id unused.
+            self._next_sid = max([self._next_sid, *(
+                max(array("i", r.series_ids)) + 1 for r in fresh if r.samples)])
+        self._journal.discard_through(self._journal.rotate())
+
+    def _load(self, con: duckdb.DuckDBPyConnection, records: list[JournalRecord], *,
+              with_keys: bool, defines: dict[int, SeriesLabels] | None = None) -> None:
+        if defines is None:
+            defines = {sid: labels for r in records for sid, labels in r.defines}
+        _store_series(con, defines)
+        if any(r.samples for r in records):
+            # Packed columns to Parquet, loaded by DuckDB in C++: ~20x cheaper than handing
+            # it Python lists (parquet_columns.py).
+            scratch = self._scratch / "applying.parquet"
+            write_parquet(scratch, [
+                PackedColumn("series_id", PhysicalType.INT32,
+                             b"".join(r.series_ids for r in records)),
+                PackedColumn("ts_ms", PhysicalType.INT64, b"".join(r.times_ms for r in records)),
+                PackedColumn("value", PhysicalType.DOUBLE, b"".join(r.values for r in records))])
+            try:
+                quoted = str(scratch).replace("'", "''")
+                con.execute(f"INSERT INTO samples SELECT * FROM read_parquet('{quoted}')")
+            finally:
+                scratch.unlink(missing_ok=True)
+        if with_keys and records:
+            con.execute("INSERT INTO ingested_batches SELECT unnest($1::VARCHAR[]), "
+                        "unnest($2::BIGINT[])",
+                        [[r.key for r in records], [r.newest_ms for r in records]])
 
     def _rollup(self, con: duckdb.DuckDBPyConnection, until_ms: int) -> None:
         minute_hi = until_ms // MINUTE_MS * MINUTE_MS
@@ -398,6 +572,18 @@ class _Slots:
     def parameters(self) -> dict[str, list[int]]:
         return {"slots": list(range(len(self.ids))), "ids": self.ids, "groups": self.groups,
                 "froms": self.froms, "tos": self.tos}
+
+
+def _store_series(con: duckdb.DuckDBPyConnection, by_sid: dict[int, SeriesLabels]) -> None:
+    """Insert or replace series rows (a unit that moved keeps its id, new attributes)."""
+    if not by_sid:
+        return
+    rows = [(sid, s.metric, s.gpu_uuid, s.mig_uuid, encode_labels(s.labels), s.node,
+             s.environment, s.model) for sid, s in by_sid.items()]
+    con.execute("DELETE FROM series WHERE series_id IN (SELECT unnest($1::INTEGER[]))",
+                [[row[0] for row in rows]])
+    con.execute(f"INSERT INTO series SELECT {_UNNEST_SERIES}",
+                [list(column) for column in zip(*rows, strict=True)])
 
 
 def _compact(con: duckdb.DuckDBPyConnection, table: str, time: str, lo: int, hi: int) -> None:
