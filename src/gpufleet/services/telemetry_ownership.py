@@ -9,9 +9,10 @@ Members see only their own projects' bindings.
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
@@ -24,6 +25,7 @@ from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Binding, Environment, Gpu, MigInstance, Node, Project
 from gpufleet.tsdb import Binding as TelemetryBinding
 from gpufleet.tsdb import Bindings
+from gpufleet.tsdb.protocol import to_ms
 
 UnitKey = tuple[str, str | None]  # (gpu_uuid, mig_uuid)
 
@@ -43,6 +45,12 @@ class Slot:
     weight: float
     start: datetime
     end: datetime | None
+    start_ms: int = field(init=False, compare=False)
+    end_ms: int | None = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start_ms", to_ms(self.start))
+        object.__setattr__(self, "end_ms", None if self.end is None else to_ms(self.end))
 
     def label(self, name: str) -> str | None:
         return {"gpu_uuid": self.unit[0], "mig_uuid": self.unit[1], "node": self.node,
@@ -56,20 +64,67 @@ def visible_projects(principal: Principal) -> frozenset[str] | None:
     return None if sees_all_projects(principal.role) else principal.project_names
 
 
+class SlotCache:
+    """Every binding of the last `keep` (and every open one) as slots, re-read only when the
+    binding table changed: bindings are only ever added or ended, so (rows, newest id, ended
+    rows) changes with every write. A MIG instance recreated under the same binding gets a
+    new UUID without such a change, so the cache is also re-read after `max_age_s`."""
+
+    def __init__(self, keep: timedelta, max_age_s: float = 60.0):
+        self.keep = keep
+        self.max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._key: tuple | None = None
+        self._slots: list[Slot] = []
+
+    def slots(self, session: Session, now: datetime, monotonic_s: float) -> list[Slot]:
+        key = tuple(session.execute(select(func.count(), func.max(Binding.id),
+                                           func.count(Binding.ended_at))).one())
+        with self._lock:
+            if self._key is not None and self._key[0] == key and \
+                    monotonic_s - self._key[1] < self.max_age_s:
+                return self._slots
+        slots = _query_slots(session, now - self.keep, None, None)
+        with self._lock:
+            self._key, self._slots = (key, monotonic_s), slots
+        return slots
+
+
 def read_slots(session: Session, principal: Principal, start: datetime, end: datetime,
                *, projects: list[str] | None = None,
                allocations: list[str] | None = None,
-               gpu_uuids: list[str] | None = None) -> list[Slot]:
-    """Bindings that overlap [start, end), as slots, in one query (plus one for MIG UUIDs)."""
+               gpu_uuids: list[str] | None = None,
+               cache: tuple[SlotCache, datetime, float] | None = None) -> list[Slot]:
+    """Bindings that overlap [start, end), as slots: from the cache (given as the cache, now
+    and a monotonic time), or in one query (plus one for MIG UUIDs)."""
+    own = visible_projects(principal)
+    if cache is None or gpu_uuids is not None:
+        slots = _query_slots(session, start, end, own, projects, gpu_uuids)
+    else:
+        start_ms, end_ms = to_ms(start), to_ms(end)
+        wanted = None if own is None else set(own)
+        if projects:
+            wanted = set(projects) if wanted is None else wanted & set(projects)
+        slots = [s for s in cache[0].slots(session, cache[1], cache[2])
+                 if s.start_ms < end_ms and (s.end_ms is None or s.end_ms > start_ms)
+                 and (wanted is None or s.project in wanted)]
+    if allocations:
+        slots = [s for s in slots if s.allocation in allocations]
+    return slots
+
+
+def _query_slots(session: Session, start: datetime, end: datetime | None,
+                 own: frozenset[str] | None, projects: list[str] | None = None,
+                 gpu_uuids: list[str] | None = None) -> list[Slot]:
     query = (select(Binding.kind, Binding.mig_profile_id, Binding.mig_start, Binding.milli,
                     Binding.started_at, Binding.ended_at, Binding.request_id, Binding.gpu_id,
                     Gpu.uuid, Gpu.model, Node.name, Environment.name, Project.name)
              .join(Gpu, Gpu.id == Binding.gpu_id).join(Node, Node.id == Binding.node_id)
              .join(Environment, Environment.id == Gpu.environment_id)
              .join(Project, Project.id == Binding.project_id)
-             .where(Binding.started_at < end,
-                    or_(Binding.ended_at.is_(None), Binding.ended_at > start)))
-    own = visible_projects(principal)
+             .where(or_(Binding.ended_at.is_(None), Binding.ended_at > start)))
+    if end is not None:
+        query = query.where(Binding.started_at < end)
     if own is not None:
         query = query.where(Project.name.in_(sorted(own)))
     if projects:
@@ -82,8 +137,6 @@ def read_slots(session: Session, principal: Principal, start: datetime, end: dat
     for (kind, profile_id, mig_start, milli, started, ended, request_id, gpu_id, uuid, model,
          node, environment, project) in rows:
         code = request_code(request_id)
-        if allocations and code not in allocations:
-            continue
         mig_uuid, profile = None, None
         if kind == "mig":
             mig_uuid, profile = mig.get((gpu_id, profile_id, mig_start),

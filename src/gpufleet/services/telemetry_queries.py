@@ -29,6 +29,7 @@ from gpufleet.services.telemetry_masks import MinuteMasks, SlotSpan, ms
 from gpufleet.services.telemetry_ownership import (
     INVENTORY_LABELS,
     Slot,
+    SlotCache,
     inventory_gpu_seconds,
     mig_profiles,
     read_slots,
@@ -68,11 +69,16 @@ class TelemetryQueries:
         self.thresholds = thresholds_of(settings)
         self._masks: MinuteMasks | None = None
         self._masks_lock = threading.Lock()
+        self._slot_cache = SlotCache(MAX_WINDOW + IDLE_LOOKBACK)
         self._gauges: dict[frozenset[str] | None, tuple[float, wt.FunnelView]] = {}
 
     @property
     def telemetry(self) -> TelemetryStore:
         return self._telemetry()
+
+    def cached(self, now: datetime) -> tuple[SlotCache, datetime, float]:
+        """What `read_slots` needs to answer from the binding cache."""
+        return self._slot_cache, now, time.monotonic()
 
     @property
     def masks(self) -> MinuteMasks:
@@ -105,7 +111,8 @@ class TelemetryQueries:
             profiles = mig_profiles(session) if "mig_profile" in [*by, *filters] else {}
             owners = visible_projects(principal) is not None or \
                 any(k in OWNER_LABELS for k in [*by, *filters])
-            slots = read_slots(session, principal, start, end) if owners else None
+            slots = read_slots(session, principal, start, end,
+                               cache=self.cached(self.clock.now())) if owners else None
         if "mig_profile" in filters:
             wanted = set(filters.pop("mig_profile"))
             filters["mig_uuid"] = [u for u, p in profiles.items() if p in wanted]
@@ -172,12 +179,13 @@ class TelemetryQueries:
                 raise InvalidInput(f"the funnel cannot be grouped by '{name}'; choose from: "
                                    f"{', '.join(FUNNEL_LABELS)}", code="unknown_label",
                                    details={"label": name, "allowed": list(FUNNEL_LABELS)})
-        end = window_end or self.clock.now()
+        now = self.clock.now()
+        end = window_end or now
         start, end = self._window(end - parse_duration(window or "24h", name="window"), end,
                                   None)
         scoped = visible_projects(principal) is not None
         with self.state.read() as session:
-            slots = read_slots(session, principal, start, end)
+            slots = read_slots(session, principal, start, end, cache=self.cached(now))
             inventory = None if scoped or not set(by) <= set(INVENTORY_LABELS) else \
                 inventory_gpu_seconds(session, by, start, end)
             fleet_total = None if scoped else inventory_gpu_seconds(session, (), start, end)
@@ -242,14 +250,15 @@ class TelemetryQueries:
         window = timedelta(minutes=t.idle_window_minutes)
         with self.state.read() as session:
             slots = [s for s in read_slots(session, principal, now - IDLE_LOOKBACK, now,
-                                           projects=[project] if project else None)
+                                           projects=[project] if project else None,
+                                           cache=self.cached(now))
                      if s.end is None or s.end > now]
         done = min(self.masks.refresh(), ms(now))
         lo = done - int(window.total_seconds() * 1000)
         spans = [_span(s, n, lo, done) for n, s in enumerate(slots)]
         counts = self.masks.tallies(spans, lo, done) if spans else {}
         candidates = [n for n, s in enumerate(slots)
-                      if not (counts.get(n) and counts[n].active) and ms(s.start) <= lo]
+                      if not (counts.get(n) and counts[n].active) and s.start_ms <= lo]
         look_lo = done - int(IDLE_LOOKBACK.total_seconds() * 1000)
         last = self.masks.tallies([_span(slots[n], n, look_lo, done) for n in candidates],
                                   look_lo, done, last_active=True) if candidates else {}
@@ -319,8 +328,8 @@ class TelemetryQueries:
 
 
 def _span(slot: Slot, group: int, lo: int, hi: int) -> SlotSpan:
-    start = max(ms(slot.start), lo)
-    end = min(ms(slot.end), hi) if slot.end is not None else hi
+    start = max(slot.start_ms, lo)
+    end = min(slot.end_ms, hi) if slot.end_ms is not None else hi
     return SlotSpan(slot.unit, start, max(start, end), group, slot.weight)
 
 
