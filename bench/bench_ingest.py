@@ -4,8 +4,9 @@
 
 A real server (its own process, embedded DuckDB telemetry store) with a registered fleet of
 `--nodes` × 8 GPUs; a load generator in another process posts pre-encoded batches as fast
-as the server takes them: the core catalogue (19 metrics) of every GPU, 3 ticks of 10 s per
-batch (what an agent uploading every 30 s sends), `--rounds` batches per node. The server's
+as the server takes them: the core catalogue (19 metrics) of every GPU, `--ticks-per-batch`
+ticks of 10 s per batch (3: what an agent uploading every 30 s sends), `--rounds` batches
+per node. The server's
 CPU time is read from /proc before and after, so the figure is the server's alone — HTTP,
 authentication, decoding, checks and the store — not the generator's.
 
@@ -37,7 +38,6 @@ from gpufleet.sim.scaled import scaled_spec
 from gpufleet.wire.telemetry import NodeSnapshot, UnitSnapshot
 from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH, columnar, encode
 
-TICKS_PER_BATCH = 3
 TICK_S = 10
 CLOCK_TICKS_S = os.sysconf("SC_CLK_TCK")
 
@@ -59,18 +59,19 @@ def plausible(name: str, rng: random.Random) -> float:
     return float(rng.randint(0, 80 * 1024**3)) if unit is Unit.BYTES else rng.uniform(0, 700)
 
 
-def encoded_batches(nodes: int, rounds: int, seed: int = 1) -> tuple[list[bytes], int]:
+def encoded_batches(nodes: int, rounds: int, ticks_per_batch: int = 3,
+                    seed: int = 1) -> tuple[list[bytes], int]:
     """Every node's `rounds` batches, oldest first, ending now; and the samples they hold."""
     rng = random.Random(seed)
-    start = datetime.now(UTC) - timedelta(seconds=rounds * TICKS_PER_BATCH * TICK_S)
+    start = datetime.now(UTC) - timedelta(seconds=rounds * ticks_per_batch * TICK_S)
     batches: list[bytes] = []
     samples = 0
     for node in iter_nodes(scaled_spec(nodes)):
         uuids = [g.uuid for g in node.registration.gpus]
         for round_ in range(rounds):
             ticks = []
-            for tick in range(TICKS_PER_BATCH):
-                at = start + timedelta(seconds=(round_ * TICKS_PER_BATCH + tick) * TICK_S)
+            for tick in range(ticks_per_batch):
+                at = start + timedelta(seconds=(round_ * ticks_per_batch + tick) * TICK_S)
                 units = tuple(UnitSnapshot(gpu_uuid=u, values={m: plausible(m, rng)
                                                                for m in CORE}) for u in uuids)
                 ticks.append(NodeSnapshot(node=node.hostname, at=at, backend="sim",
@@ -104,6 +105,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1250)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--ticks-per-batch", type=int, default=3,
+                        help="10 s ticks per upload: 3 is an agent's default 30 s")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--generate", nargs=3, metavar=("URL", "TOKEN", "FILE"),
                         help=argparse.SUPPRESS)
@@ -111,11 +114,11 @@ def main() -> None:
     if args.generate:
         generate(*args.generate, args.concurrency)
         return
-    batches, samples = encoded_batches(args.nodes, args.rounds)
+    batches, samples = encoded_batches(args.nodes, args.rounds, args.ticks_per_batch)
     wire_bytes = sum(len(b) for b in batches)
     print(f"== {len(batches)} batches, {samples:,} samples, {wire_bytes / samples:.2f} "
           f"wire bytes/sample ({args.nodes} nodes × 8 GPUs × {len(CORE)} metrics × "
-          f"{TICKS_PER_BATCH} ticks × {args.rounds} rounds)")
+          f"{args.ticks_per_batch} ticks × {args.rounds} rounds)")
     with tempfile.TemporaryDirectory() as tmp:
         batch_file = Path(tmp) / "batches.pickle"
         batch_file.write_bytes(pickle.dumps(batches))
