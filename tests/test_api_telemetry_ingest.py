@@ -315,3 +315,20 @@ def test_remote_write_is_for_ingest_tokens_and_refuses_what_is_not_remote_write(
     garbage = relay.post(REMOTE_WRITE, content=b"\x00\x01 not snappy")
     assert garbage.status_code == 400
     assert garbage.json()["error"]["code"] == "malformed_remote_write"
+
+
+@SQLITE_ONLY
+def test_ingest_health_is_on_the_servers_metrics(node, api):
+    from tests.test_api_prometheus import scrape
+
+    payload = body(snapshot(0, unit(gpu__sm_active=10.0, gpu__utilization=150.0)))
+    post(node, payload)
+    post(node, payload)
+    post(node, b"not gzip")
+    metrics = scrape(api)
+    assert metrics["gpufleet_ingest_batches"] == {
+        (("outcome", "stored"),): 1, (("outcome", "duplicate"),): 1,
+        (("outcome", "refused"),): 1}
+    assert metrics["gpufleet_ingest_refusals"] == {(("code", "malformed_batch"),): 1}
+    assert metrics["gpufleet_ingest_samples_stored"] == {(): 1}
+    assert metrics["gpufleet_ingest_samples_dropped"] == {(("reason", "out_of_range"),): 1}

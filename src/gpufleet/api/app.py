@@ -66,13 +66,14 @@ async def _lifecycle_loop(gf: Gpufleet) -> None:
 
 
 async def _telemetry_upkeep_loop(gf: Gpufleet) -> None:
-    """Roll telemetry up and apply its retention, for the server's lifetime."""
+    """Roll telemetry up and apply its retention, for the server's lifetime; the first round
+    at start, so the funnel's caches are built before anyone asks."""
     while True:
-        await asyncio.sleep(gf.settings.telemetry_rollup_interval_s)
         try:
             await run_in_threadpool(gf.telemetry_upkeep)
         except Exception:  # the loop must outlive one failed round; the next one retries
             log.exception("telemetry rollup round failed")
+        await asyncio.sleep(gf.settings.telemetry_rollup_interval_s)
 
 
 def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:

@@ -7,6 +7,7 @@ through the store's single write path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from datetime import timedelta
@@ -14,7 +15,7 @@ from datetime import timedelta
 from gpufleet import __version__
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
-from gpufleet.domain.errors import InvalidInput, Unauthenticated
+from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
 from gpufleet.domain.inventory import NodeStatus
 from gpufleet.services import (
     audit,
@@ -80,6 +81,10 @@ class Gpufleet:
         now = self.clock.now()
         self.telemetry.rollup(now - timedelta(seconds=self.settings.telemetry_rollup_grace_s))
         self.telemetry.apply_retention(now)
+        # Fold the new minutes into the funnel's minute masks here, not in the next
+        # request (the first fold after a start reads every kept minute).
+        with contextlib.suppress(Unavailable):  # a store the masks cannot read
+            self.queries.masks.refresh()
 
     def close(self) -> None:
         """Close the telemetry store and the state store's connections."""

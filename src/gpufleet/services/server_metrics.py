@@ -23,6 +23,7 @@ from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.inventory import NodeStatus
 from gpufleet.domain.placement import UnitKind
 from gpufleet.services.principal import Principal
+from gpufleet.services.telemetry_ingest import IngestCounters
 from gpufleet.store.tables import Binding, Environment, Gpu, GpuRequest, Node, Project
 from gpufleet.wire.telemetry_queries import FunnelView
 
@@ -31,12 +32,14 @@ Labels = tuple[tuple[str, str], ...]
 
 @dataclass
 class Family:
-    """One gauge metric and its samples (labels → value)."""
+    """One metric and its samples (labels → value): a gauge, or a counter (exposed with
+    the `_total` suffix Prometheus expects)."""
 
     name: str
     help: str
     label_names: tuple[str, ...]
     samples: dict[Labels, float] = field(default_factory=dict)
+    counter: bool = False
 
     def add(self, value: float, **labels: str) -> None:
         key = tuple((name, labels[name]) for name in self.label_names)
@@ -142,3 +145,26 @@ def funnel_families(view: FunnelView) -> list[Family]:
                 family.add(value, environment=row.group.get("environment") or "")
         families.append(family)
     return families
+
+
+def ingest_families(counters: IngestCounters) -> list[Family]:
+    """What this server process's telemetry ingest has done since it started."""
+    batches = Family("gpufleet_ingest_batches", "Telemetry uploads by outcome (stored, "
+                     "duplicate: a replay already stored, refused: a 4xx) since start.",
+                     ("outcome",), counter=True)
+    refusals = Family("gpufleet_ingest_refusals", "Refused telemetry uploads by error code "
+                      "since start.", ("code",), counter=True)
+    stored = Family("gpufleet_ingest_samples_stored", "Telemetry samples stored since start.",
+                    (), counter=True)
+    dropped = Family("gpufleet_ingest_samples_dropped", "Telemetry samples dropped and "
+                     "counted by reason (docs/telemetry-ingest.md) since start.", ("reason",),
+                     counter=True)
+    with counters.lock:
+        for outcome in ("stored", "duplicate", "refused"):
+            batches.add(counters.batches[outcome], outcome=outcome)
+        for code, n in counters.refusals.items():
+            refusals.add(n, code=code)
+        stored.add(counters.samples_stored)
+        for reason, n in counters.samples_dropped.items():
+            dropped.add(n, reason=reason)
+    return [batches, refusals, stored, dropped]

@@ -47,24 +47,24 @@ class IngestCounters:
     """What ingest has done since the server started, for its `/metrics` (thread-safe)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self.batches: Counter[str] = Counter()  # stored, duplicate, refused
         self.refusals: Counter[str] = Counter()  # by error code
         self.samples_stored = 0
         self.samples_dropped: Counter[str] = Counter()  # by reason
 
     def stored(self, samples: int, dropped: Counter[str]) -> None:
-        with self._lock:
+        with self.lock:
             self.batches["stored"] += 1
             self.samples_stored += samples
             self.samples_dropped.update(dropped)
 
     def duplicate(self) -> None:
-        with self._lock:
+        with self.lock:
             self.batches["duplicate"] += 1
 
     def refused(self, code: str) -> None:
-        with self._lock:
+        with self.lock:
             self.batches["refused"] += 1
             self.refusals[code] += 1
 

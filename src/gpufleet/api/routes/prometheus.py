@@ -13,13 +13,13 @@ from contextlib import suppress
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpufleet.api.deps import principal, services
 from gpufleet.domain.errors import Unavailable
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.principal import Principal
-from gpufleet.services.server_metrics import Family, funnel_families
+from gpufleet.services.server_metrics import Family, funnel_families, ingest_families
 
 router = APIRouter(tags=["prometheus"])
 
@@ -32,10 +32,11 @@ class _Snapshot:
 
     def collect(self) -> Iterator[Metric]:
         for family in self._families:
-            gauge = GaugeMetricFamily(family.name, family.help, labels=family.label_names)
+            kind = CounterMetricFamily if family.counter else GaugeMetricFamily
+            metric = kind(family.name, family.help, labels=family.label_names)
             for labels, value in sorted(family.samples.items()):
-                gauge.add_metric([v for _, v in labels], value)
-            yield gauge
+                metric.add_metric([v for _, v in labels], value)
+            yield metric
 
 
 @router.get("/metrics", response_class=Response, responses={200: {
@@ -43,11 +44,13 @@ class _Snapshot:
     "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}})
 def metrics(p: Principal = Depends(principal), gf: Gpufleet = Depends(services)) -> Response:
     """GPUs by environment, model and status; nodes by status; GPUs allocated per project;
-    requests by state; agent silence per environment; the funnel by environment."""
+    requests by state; agent silence per environment; the funnel by environment; what
+    telemetry ingest stored, dropped and refused since start."""
     families = gf.server_metrics(p)
     # A telemetry store without funnel queries leaves the state gauges to count alone.
     with suppress(Unavailable):
         families += funnel_families(gf.queries.funnel_by_environment(p))
+    families += ingest_families(gf.ingest.counters)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
