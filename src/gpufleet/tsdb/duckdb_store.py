@@ -40,8 +40,6 @@ from pathlib import Path
 
 import duckdb
 
-from gpufleet.domain.errors import InvalidInput
-from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.tsdb.journal import Journal, JournalRecord, packed
 from gpufleet.tsdb.journal_applier import JournalApplier
@@ -60,6 +58,7 @@ from gpufleet.tsdb.protocol import (
     SeriesLabels,
     SeriesResult,
     Tier,
+    aggregation_of,
     choose_tier,
     from_ms,
     to_ms,
@@ -268,12 +267,7 @@ class DuckDBTelemetryStore:
                     over_time: OverTime | None = None, across: AcrossSeries | None = None,
                     tier: Tier | None = None,
                     bindings: Bindings | None = None) -> list[SeriesResult]:
-        if step <= timedelta(0) or end <= start:
-            raise InvalidInput("a range query needs start < end and a positive step",
-                               code="invalid_range")
-        aggregation = catalogue_metric(metric).aggregation
-        across = AcrossSeries(across or aggregation.across_series)
-        over_time = OverTime(over_time or aggregation.over_time)
+        over_time, across = aggregation_of(metric, start, end, step, over_time, across)
         column = "v_max" if across is AcrossSeries.MAX and over_time is OverTime.MEAN \
             else _OVER_TIME[over_time]
         if tier is None:

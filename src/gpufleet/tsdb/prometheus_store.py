@@ -46,7 +46,6 @@ import httpx
 
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.telemetry.catalogue import CATALOGUE
-from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.tsdb.protocol import (
     HOUR_MS,
@@ -62,6 +61,7 @@ from gpufleet.tsdb.protocol import (
     SeriesResult,
     TelemetryStoreUnavailable,
     Tier,
+    aggregation_of,
     choose_tier,
     from_ms,
     series,
@@ -219,12 +219,7 @@ class PrometheusTelemetryStore:
                     over_time: OverTime | None = None, across: AcrossSeries | None = None,
                     tier: Tier | None = None,
                     bindings: Bindings | None = None) -> list[SeriesResult]:
-        if step <= timedelta(0) or end <= start:
-            raise InvalidInput("a range query needs start < end and a positive step",
-                               code="invalid_range")
-        aggregation = catalogue_metric(metric).aggregation
-        across = AcrossSeries(across or aggregation.across_series)
-        over_time = OverTime(over_time or aggregation.over_time)
+        over_time, across = aggregation_of(metric, start, end, step, over_time, across)
         fold = "peak" if across is AcrossSeries.MAX and over_time is OverTime.MEAN \
             else over_time.value
         _check_label_names([*group_by, *(filters or {})])

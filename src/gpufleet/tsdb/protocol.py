@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from gpufleet.domain.errors import InvalidInput, Unavailable
+from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 
 # Labels a query may filter or group by besides a metric's extra labels.
@@ -212,3 +213,16 @@ def choose_tier(step: timedelta, start: datetime, end: datetime,
     if step < timedelta(hours=1) and end - start <= retention.minute:
         return Tier.MINUTE
     return Tier.HOUR
+
+
+def aggregation_of(metric: str, start: datetime, end: datetime, step: timedelta,
+                   over_time: OverTime | None,
+                   across: AcrossSeries | None) -> tuple[OverTime, AcrossSeries]:
+    """What a range query aggregates by: the metric class's rules unless overridden. Refuses
+    (InvalidInput) an empty window, a step that is not positive, a metric not catalogued."""
+    if step <= timedelta(0) or end <= start:
+        raise InvalidInput("a range query needs start < end and a positive step",
+                           code="invalid_range")
+    aggregation = catalogue_metric(metric).aggregation
+    return (OverTime(over_time or aggregation.over_time),
+            AcrossSeries(across or aggregation.across_series))
