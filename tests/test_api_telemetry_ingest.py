@@ -110,7 +110,7 @@ def test_bad_samples_are_dropped_and_counted_and_the_rest_is_stored(node, gf, cl
     assert ack["samples_stored"] == 2
     assert stored(gf, "gpu.temperature_celsius") == [(GPU_A, 40.0)]  # not the MIG one
     mig_series = gf.telemetry.latest(metric="gpu.sm_active")[0].series
-    assert (mig_series.mig_uuid, mig_series.label("mig_profile")) == ("MIG-1", "1g.10gb")
+    assert (mig_series.gpu_uuid, mig_series.mig_uuid, mig_series.labels) == (GPU_B, "MIG-1", ())
     assert gf.ingest.counters.samples_dropped["out_of_range"] == 2
 
 
@@ -332,3 +332,14 @@ def test_ingest_health_is_on_the_servers_metrics(node, api):
     assert metrics["gpufleet_ingest_refusals"] == {(("code", "malformed_batch"),): 1}
     assert metrics["gpufleet_ingest_samples_stored"] == {(): 1}
     assert metrics["gpufleet_ingest_samples_dropped"] == {(("reason", "out_of_range"),): 1}
+
+
+@SQLITE_ONLY
+def test_a_mig_instances_values_are_its_own_in_the_latest_snapshot(node, api):
+    mig = UnitSnapshot(gpu_uuid=GPU_B, mig_uuid="MIG-1", mig_profile="1g.10gb",
+                       values={"gpu.gr_engine_active": 42.0})
+    assert post(node, body(snapshot(0, mig))).status_code == 200
+    latest = api.get("/api/v1/telemetry/latest").json()["items"]
+    unit = next(u for u in latest if u["mig_uuid"] == "MIG-1")
+    assert unit["values"] == {"gpu.gr_engine_active": 42.0}
+    assert (unit["activity_percent"], unit["activity_source"]) == (42.0, "gr_engine_active")

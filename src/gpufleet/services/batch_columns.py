@@ -136,11 +136,11 @@ def batch_columns(batch: TelemetryBatch, units: NodeUnits,
     out = _Columns()
     times = batch.times_ms
 
-    def labels_for(metric: str, gpu_uuid: str, mig_uuid: str | None, extra: dict[str, str],
-                   mig_profile: str | None = None) -> SeriesLabels:
+    def labels_for(metric: str, gpu_uuid: str, mig_uuid: str | None,
+                   extra: dict[str, str]) -> SeriesLabels:
+        # A MIG instance's profile is not a label: the inventory knows it by the MIG UUID,
+        # and a series' extra labels are the metric's own (link, xid) or a process's.
         environment, model = units.gpus[gpu_uuid]
-        if mig_uuid is not None and mig_profile:
-            extra = {**extra, "mig_profile": mig_profile}
         return series(metric, gpu_uuid, mig_uuid, labels=extra, node=batch.node,
                       environment=environment, model=model)
 
@@ -150,8 +150,8 @@ def batch_columns(batch: TelemetryBatch, units: NodeUnits,
         if reason is not None:
             out.drop(reason, row)
             continue
-        out.row(labels_for(key.metric, key.gpu_uuid, key.mig_uuid, key.labels,
-                           key.mig_profile), metric, times, row, window)
+        out.row(labels_for(key.metric, key.gpu_uuid, key.mig_uuid, key.labels), metric, times,
+                row, window)
     for process in batch.processes:
         extra = {"pid": str(process.pid)}
         if process.name:
