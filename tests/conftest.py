@@ -120,8 +120,10 @@ def settings(tmp_path) -> Settings:
 
 
 @pytest.fixture
-def gf(store, settings, clock) -> Gpufleet:
-    return Gpufleet(store, settings, clock)
+def gf(store, settings, clock) -> Iterator[Gpufleet]:
+    services = Gpufleet(store, settings, clock)
+    yield services
+    services.close_telemetry()
 
 
 @pytest.fixture

@@ -79,6 +79,7 @@ def module_world(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[M
         admin_token = bootstrap_admin_token(gf, directory / "data" / "admin-token")
         with TestClient(create_app(gf, background_loops=False)) as client:
             yield ModuleWorld(store, gf, clock, client, Api(client, admin_token))
+        gf.close_telemetry()
 
 
 class _CurrentGpufleet:

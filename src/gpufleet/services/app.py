@@ -86,10 +86,16 @@ class Gpufleet:
         with contextlib.suppress(Unavailable):  # a store the masks cannot read
             self.queries.masks.refresh()
 
+    def close_telemetry(self) -> None:
+        """Close the telemetry store, if one was opened (the state store stays open)."""
+        with self._telemetry_lock:
+            if self._telemetry is not None:
+                self._telemetry.close()
+                self._telemetry = None
+
     def close(self) -> None:
         """Close the telemetry store and the state store's connections."""
-        if self._telemetry is not None:
-            self._telemetry.close()
+        self.close_telemetry()
         self.store.dispose()
 
     # --- identity ------------------------------------------------------------------------
