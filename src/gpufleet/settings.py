@@ -163,7 +163,9 @@ class Settings(BaseSettings):
         "tier would not keep them anyway."))
     telemetry_max_sample_future_s: float = Field(default=300.0, ge=0, description=(
         "Samples stamped further ahead of the server's clock than this are dropped and "
-        "counted (`in_future`): a node's clock is wrong."))
+        "counted (`in_future`): a node's clock is wrong. The embedded store's replay "
+        "check relies on it: raise it freely, but lower it only with the server stopped "
+        "for at least the old value."))
     activity_threshold_percent: float = Field(default=5.0, ge=0, le=100, description=(
         "A minute is *active* when the unit's activity is at least this (DESIGN.md §3); "
         "a unit below it for the whole idle window is *idle*."))

@@ -33,5 +33,8 @@ def open_telemetry_store(settings: Settings, *, in_memory: bool = False) -> Tele
     from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
 
     path = ":memory:" if in_memory else settings.data_dir / TELEMETRY_FILE
-    return DuckDBTelemetryStore(path, retention=retention_of(settings),
-                                threads=settings.telemetry_duckdb_threads)
+    return DuckDBTelemetryStore(
+        path, retention=retention_of(settings), threads=settings.telemetry_duckdb_threads,
+        # How far ahead of the clock ingest lets a sample be (and a minute for clock steps):
+        # what the replay check's shortcut must allow for (tsdb/recent_keys.py).
+        future_allowance_s=settings.telemetry_max_sample_future_s + 60.0)

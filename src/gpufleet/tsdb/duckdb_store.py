@@ -63,6 +63,7 @@ from gpufleet.tsdb.protocol import (
     from_ms,
     to_ms,
 )
+from gpufleet.tsdb.recent_keys import RecentKeys
 from gpufleet.tsdb.rollups import TierSources, fold
 from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labels
 
@@ -92,7 +93,7 @@ class DuckDBTelemetryStore:
     def __init__(self, path: str | Path, *, retention: Retention = Retention(),
                  threads: int | None = None, compact_raw: bool = True,
                  apply_interval_s: float | None = 1.0, apply_at_samples: int = 200_000,
-                 max_unapplied_samples: int = 4_000_000):
+                 max_unapplied_samples: int = 4_000_000, future_allowance_s: float = 3600.0):
         self.path = str(path)
         self.compact_raw = compact_raw
         self.retention = retention
@@ -118,6 +119,7 @@ class DuckDBTelemetryStore:
         self._load_series()
         self._pending: list[JournalRecord] = []
         self._pending_keys: set[str] = set()
+        self._recent = RecentKeys(future_allowance_ms=int(future_allowance_s * 1000))
         self._unapplied_batches = 0  # pending or being applied: a read must wait for them
         self._unapplied_samples = 0
         in_memory = self.path == ":memory:"
@@ -164,7 +166,10 @@ class DuckDBTelemetryStore:
             with self._lock:  # DuckDB is behind (or failing): catch up here, or refuse
                 self._apply_journal()
         with self._ingest_lock:
-            held = self._held_keys([key for key, _ in batches])
+            # Keys the recent-keys set can answer for need no DuckDB statement.
+            vouched = {key for key, columns in batches
+                       if self._recent.answers_for(min(columns.times_ms, default=0))}
+            held = self._held_keys([key for key, _ in batches], vouched=vouched)
             self._fresh = 0
             new: dict[SeriesLabels, int] = {}
             answers: list[int | None] = [None] * len(batches)
@@ -188,6 +193,8 @@ class DuckDBTelemetryStore:
                 self._remember_all(new)
                 self._pending += records
                 self._pending_keys.update(r.key for r in records)
+                for record in records:
+                    self._recent.add(record.key, record.newest_ms)
                 self._unapplied_batches += len(records)
                 self._unapplied_samples += sum(r.samples for r in records)
         if self._applier is not None and self._unapplied_samples >= self.apply_at_samples:
@@ -409,12 +416,13 @@ class DuckDBTelemetryStore:
 
     # -- the journal ----------------------------------------------------------------------
 
-    def _held_keys(self, keys: list[str]) -> set[str]:
+    def _held_keys(self, keys: Sequence[str], *, vouched: set[str] | None = None) -> set[str]:
         """The keys already stored: journalled and waiting, or in DuckDB. Under the ingest
         lock: a key leaves the pending set only after DuckDB committed it, so it is always
-        in one of the two."""
-        held = {key for key in keys if key in self._pending_keys}
-        rest = [key for key in keys if key not in held]
+        in one of the two. DuckDB is not asked about `vouched` keys: the recent keys
+        answer for them (tsdb/recent_keys.py)."""
+        held = {key for key in keys if key in self._pending_keys or key in self._recent}
+        rest = [key for key in keys if key not in held and key not in (vouched or ())]
         for at in range(0, len(rest), 1000):
             chunk = rest[at:at + 1000]
             # An IN list of parameters is answered from the primary key's index (an unnest
