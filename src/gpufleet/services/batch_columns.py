@@ -38,6 +38,9 @@ from gpufleet.wire.telemetry_batch import CLAIM_FIELDS, TelemetryBatch
 
 _PERCENT_SLACK = 1e-6  # a 0–1 ratio × 100 may land a hair above 100
 CLAIMED_METRIC = "gpu.workload_claimed"
+# Process series come and go with pids: the per-node cache of series labels stops growing
+# here, and later series are built per upload.
+MAX_KNOWN_SERIES_PER_NODE = 20_000
 PROCESS_LABELS = ("container", "pod", "namespace", "slurm_job", "claimed_allocation")
 
 
@@ -67,6 +70,9 @@ def _range_of(unit: Unit) -> tuple[float, float]:
     return 0.0, math.inf
 
 
+_RANGES = {unit: _range_of(unit) for unit in Unit}
+
+
 class _Columns:
     """SampleColumns under construction, with the drop counts."""
 
@@ -79,8 +85,9 @@ class _Columns:
         self.dropped: Counter[str] = Counter()
 
     def row(self, labels: SeriesLabels, metric: Metric, times_ms: Sequence[int],
-            values: Sequence[float | None], window: TimeWindow) -> None:
-        """One series over the batch's ticks; None entries are "cannot say", not drops."""
+            values: Sequence[float | None], window: TimeWindow | None) -> None:
+        """One series over the batch's ticks; None entries are "cannot say", not drops.
+        `window` None: every one of `times_ms` is known to be inside the window."""
         present = [v for v in values if v is not None]
         if not present:
             return
@@ -88,11 +95,13 @@ class _Columns:
             kept_times = times_ms
         else:
             kept_times = [t for t, v in zip(times_ms, values, strict=True) if v is not None]
-        low, high = _range_of(metric.unit)
-        total = math.fsum(present)
-        clean = (math.isfinite(total) and min(present) >= low and max(present) <= high
-                 and min(kept_times) >= window.oldest_ms
-                 and max(kept_times) <= window.newest_ms)
+        low, high = _RANGES[metric.unit]
+        # sum() is NaN or ±inf when any value is (or when huge ones overflow: then the slow
+        # path looks at each); the times were checked for the whole batch when `window`
+        # is None.
+        clean = (math.isfinite(sum(present)) and min(present) >= low and max(present) <= high
+                 and (window is None or (min(kept_times) >= window.oldest_ms
+                                         and max(kept_times) <= window.newest_ms)))
         if not clean:
             kept_times, present = self._sift(kept_times, present, low, high, window)
             if not present:
@@ -106,10 +115,10 @@ class _Columns:
         self.values.extend(present)
 
     def _sift(self, times_ms: Sequence[int], values: Sequence[float], low: float,
-              high: float, window: TimeWindow) -> tuple[list[int], list[float]]:
+              high: float, window: TimeWindow | None) -> tuple[list[int], list[float]]:
         kept_times, kept = [], []
         for t, v in zip(times_ms, values, strict=True):
-            reason = (None if window.oldest_ms <= t <= window.newest_ms
+            reason = (None if window is None or window.oldest_ms <= t <= window.newest_ms
                       else "too_old" if t < window.oldest_ms else "in_future")
             if reason is None and not math.isfinite(v):
                 reason = "not_finite"
@@ -135,14 +144,25 @@ def batch_columns(batch: TelemetryBatch, units: NodeUnits,
     batch names must be one of `units` (the caller checks that first)."""
     out = _Columns()
     times = batch.times_ms
+    # Checked once here, not per series, in the usual case of every tick inside the window.
+    row_window = None if (min(times) >= window.oldest_ms
+                          and max(times) <= window.newest_ms) else window
+    known = units.series_labels  # the node's series, built once, reused by every upload
 
     def labels_for(metric: str, gpu_uuid: str, mig_uuid: str | None,
                    extra: dict[str, str]) -> SeriesLabels:
         # A MIG instance's profile is not a label: the inventory knows it by the MIG UUID,
         # and a series' extra labels are the metric's own (link, xid) or a process's.
-        environment, model = units.gpus[gpu_uuid]
-        return series(metric, gpu_uuid, mig_uuid, labels=extra, node=batch.node,
-                      environment=environment, model=model)
+        key = (metric, gpu_uuid, mig_uuid, *extra.items()) if extra else \
+            (metric, gpu_uuid, mig_uuid)
+        labels = known.get(key)
+        if labels is None:
+            environment, model = units.gpus[gpu_uuid]
+            labels = series(metric, gpu_uuid, mig_uuid, labels=extra, node=batch.node,
+                            environment=environment, model=model)
+            if len(known) < MAX_KNOWN_SERIES_PER_NODE:
+                known[key] = labels
+        return labels
 
     for key, row in zip(batch.series, batch.values, strict=True):
         metric = _known(key.metric)
@@ -151,7 +171,7 @@ def batch_columns(batch: TelemetryBatch, units: NodeUnits,
             out.drop(reason, row)
             continue
         out.row(labels_for(key.metric, key.gpu_uuid, key.mig_uuid, key.labels), metric, times,
-                row, window)
+                row, row_window)
     for process in batch.processes:
         extra = {"pid": str(process.pid)}
         if process.name:

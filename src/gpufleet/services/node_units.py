@@ -12,12 +12,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.store.tables import Environment, Gpu, Node
+from gpufleet.tsdb import SeriesLabels
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class NodeUnits:
     node: str
     # gpu_uuid → (environment, model)
     gpus: dict[str, tuple[str, str]]
+    # Ingest's cache of the node's series labels (a node sends the same series in every
+    # upload); it lives and dies with this reading of the inventory.
+    series_labels: dict[tuple, SeriesLabels] = field(default_factory=dict, compare=False)
 
 
 def read_node_units(session: Session, node: str) -> NodeUnits | None:
