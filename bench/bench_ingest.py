@@ -108,6 +108,9 @@ def main() -> None:
     parser.add_argument("--ticks-per-batch", type=int, default=3,
                         help="10 s ticks per upload: 3 is an agent's default 30 s")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--steady", action="store_true", help=(
+        "measure a server past its first minute: the replay check answers recent uploads "
+        "from memory only after the start's future allowance (here 0 s + 60 s)"))
     parser.add_argument("--generate", nargs=3, metavar=("URL", "TOKEN", "FILE"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -123,10 +126,17 @@ def main() -> None:
         batch_file = Path(tmp) / "batches.pickle"
         batch_file.write_bytes(pickle.dumps(batches))
         server: list[subprocess.Popen] = []
+        started_s = time.monotonic()
         with running_server(Path(tmp) / "data", None, heartbeat_interval_s=3600,
                             telemetry_rollup_interval_s=3600,
+                            telemetry_max_sample_future_s=0 if args.steady else 300,
                             on_start=server.append) as (url, admin):
             asyncio.run(register_fleet(url, admin, args.nodes, args.concurrency))
+            if args.steady:  # every sample newer than the start + its allowance
+                span_s = args.rounds * args.ticks_per_batch * TICK_S
+                time.sleep(max(0.0, 65 + span_s - (time.monotonic() - started_s)))
+                batches, _ = encoded_batches(args.nodes, args.rounds, args.ticks_per_batch)
+                batch_file.write_bytes(pickle.dumps(batches))
             token = httpx.post(f"{url}/api/v1/tokens", json={"name": "bench", "role": "ingest"},
                                headers={"Authorization": f"Bearer {admin}"}).json()["token"]
             pid = server[0].pid
