@@ -15,7 +15,8 @@ series belongs to the parent GPU's unit. dcgm-exporter does not say a MIG instan
 it is looked up in the agent's own inventory by (GPU UUID, GPU instance id) when given, and
 otherwise derived (`derived_mig_uuid`). Kubernetes pod mapping (`pod`, `namespace`,
 `container`) and HPC job mapping (`hpc_job`, kept as `slurm_job`) become the unit's
-workload claim; dcgm-exporter lists no processes, so units carry none.
+workload claim; dcgm-exporter lists no processes, so units carry none. These rules live in
+`domain.telemetry.dcgm_mapping`, shared with the server's remote-write receiver.
 
 Failures are values for the agent, never tracebacks: an exporter that cannot be reached,
 answers with an error, times out, or serves something that is not a metrics page raises
@@ -29,38 +30,42 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import lru_cache
 
 import httpx
 
 from gpufleet.agent.backend import SourceUnavailable
 from gpufleet.agent.prometheus_text import Page, Sample, parse_page
-from gpufleet.domain.errors import InvalidInput
-from gpufleet.domain.telemetry.catalogue import by_dcgm_field, by_prometheus_name
-from gpufleet.domain.telemetry.metric import Metric
-from gpufleet.domain.telemetry.sources import DcgmSource, PrometheusSource
+from gpufleet.domain.telemetry.dcgm_mapping import (
+    GPU_INSTANCE_ID,
+    GPU_INSTANCE_PROFILE,
+    HOSTNAME,
+    TEXT_MAX,
+    UUID_LABELS,
+    WORKLOAD_LABELS,
+    Address,
+    Workload,
+    address_of,
+    agreed_workload,
+    derived_mig_uuid,
+    instance_profile,
+    own_labels,
+    route,
+    stored_instance,
+    workload_of,
+)
 from gpufleet.wire.agent import NodeRegistration
 from gpufleet.wire.telemetry import LabelledValue, NodeSnapshot, UnitSnapshot
 
 BACKEND = "dcgm-exporter"
 DEFAULT_PATH = "/metrics"
-TEXT_MAX = 253  # wire.telemetry LabelText
-
-# Label names as dcgm-exporter writes them; the second spelling is its --use-old-namespace.
-UUID_LABELS = ("UUID", "uuid")
-GPU_INSTANCE_ID = "GPU_I_ID"
-GPU_INSTANCE_PROFILE = "GPU_I_PROFILE"
-HOSTNAME = "Hostname"
-WORKLOAD_LABELS = {
-    "pod": ("pod", "pod_name"),
-    "namespace": ("namespace", "pod_namespace"),
-    "container": ("container", "container_name"),
-    "slurm_job": ("hpc_job",),  # DESIGN.md §4 calls the job `slurm_job`
-}
+# Re-exported: the dcgm-exporter label names are the agent's vocabulary too.
+__all__ = ["GPU_INSTANCE_ID", "GPU_INSTANCE_PROFILE", "HOSTNAME", "TEXT_MAX", "UUID_LABELS",
+           "WORKLOAD_LABELS", "DcgmExporterBackend", "DcgmExporterUnavailable",
+           "MalformedPage", "derived_mig_uuid", "mig_uuids_of", "snapshot_from_samples",
+           "snapshot_from_text"]
 
 # (GPU UUID lower-cased, GPU instance id) -> the MIG instance's UUID, from the inventory.
 MigUuids = Mapping[tuple[str, int], str]
-Workload = tuple[str | None, ...]  # in WORKLOAD_LABELS order
 
 
 class MalformedPage(ValueError):
@@ -74,16 +79,6 @@ class DcgmExporterUnavailable(SourceUnavailable):
         self.url = url
         self.problem = problem
         super().__init__(f"dcgm-exporter at {url}: {problem}" + (f". {hint}" if hint else ""))
-
-
-def derived_mig_uuid(gpu_uuid: str, gpu_instance_id: int) -> str:
-    """The stand-in UUID of a MIG instance whose real one the agent does not know.
-
-    dcgm-exporter names an instance by its parent GPU and GPU instance id only. This id is
-    unique on the node and stable while the instance lives, and cannot be mistaken for a real
-    MIG UUID (`MIG-<uuid>`); unlike a real one it comes back if the layout is recreated with
-    the same GPU instance id."""
-    return f"{gpu_uuid}/gi/{gpu_instance_id}"
 
 
 def mig_uuids_of(registration: NodeRegistration) -> dict[tuple[str, int], str]:
@@ -200,37 +195,6 @@ def snapshot_from_samples(samples: Iterable[Sample], node: str, at: datetime,
                         problems=tuple(_clip(p) for p in reading.problems(page)))
 
 
-@dataclass(frozen=True)
-class _Route:
-    """Where a series name's samples go: the catalogue row, the source whose scale and
-    sentinels apply, the NVLink link of a per-link name, and labels the row keeps (xid)."""
-
-    metric: Metric
-    source: DcgmSource | PrometheusSource
-    link: int | None
-    labels: tuple[str, ...]
-
-
-@lru_cache(maxsize=1024)
-def _route(name: str) -> _Route | None:
-    try:
-        row = by_dcgm_field(name)
-    except InvalidInput:
-        pass
-    else:
-        if row.dcgm is not None:  # always: the DCGM index is built from DCGM sources
-            return _Route(row, row.dcgm, row.dcgm.link_of(name), _own_labels(row))
-    try:
-        row = by_prometheus_name(name)  # dcgm-exporter's own: DCGM_EXP_XID_ERRORS_TOTAL
-    except InvalidInput:
-        return None
-    return _Route(row, row.prometheus, None, _own_labels(row))
-
-
-def _own_labels(row: Metric) -> tuple[str, ...]:
-    return tuple(label for label in row.labels if label != "link")
-
-
 @dataclass
 class _Unit:
     gpu_uuid: str
@@ -266,8 +230,8 @@ class _Reading:
         self._hosts: set[str] = set()
 
     def add(self, sample: Sample) -> None:
-        route = _route(sample.name)
-        if route is None:
+        to = route(sample.name)
+        if to is None:
             self._ignored[sample.name] += 1
             return
         labels = sample.labels
@@ -276,39 +240,34 @@ class _Reading:
             return
         if HOSTNAME in labels:
             self._hosts.add(labels[HOSTNAME])
-        unit.workloads.add(_workload(labels))
-        if unit.gpu_instance_id is not None and not route.metric.per_mig:
+        workload = workload_of(labels)
+        if workload is not None:
+            unit.workloads.add(workload)
+        if stored_instance(to, unit.gpu_instance_id) is None:
             unit = self._gpus[unit.gpu_uuid][None]
-        value = route.source.to_catalogue_value(sample.value)
-        if route.link is not None:
-            unit.put_labelled(route.metric.name, (("link", str(route.link)),), value)
-        elif route.labels:
-            kept = tuple((name, labels.get(name, "")) for name in route.labels)
-            if not all(0 < len(text) <= TEXT_MAX for _, text in kept):
-                self._missing_label[route.metric.name] += 1
-                return
-            unit.put_labelled(route.metric.name, kept, value)
+        kept = own_labels(to, labels)
+        if kept is None:
+            self._missing_label[to.metric.name] += 1
+            return
+        value = to.to_catalogue_value(sample.value)
+        if kept:
+            unit.put_labelled(to.metric.name, kept, value)
         else:
-            unit.put(route.metric.name, value)
+            unit.put(to.metric.name, value)
 
     def _unit_of(self, name: str, labels: Mapping[str, str]) -> _Unit | None:
-        uuid = next((labels[k] for k in UUID_LABELS if labels.get(k)), None)
-        if uuid is None or len(uuid) > TEXT_MAX:
-            self._no_uuid[name] += 1
+        address = address_of(name, labels)
+        if not isinstance(address, Address):
+            problems = self._no_uuid if address.reason == "no_uuid" else self._bad_instance
+            problems[address.detail] += 1
             return None
-        instance_text = labels.get(GPU_INSTANCE_ID, "")
-        instance = _instance_id(instance_text) if instance_text else None
-        if instance_text and instance is None:
-            self._bad_instance[instance_text] += 1
-            return None
+        uuid, instance = address.gpu_uuid, address.gpu_instance_id
         units = self._gpus.get(uuid)
         if units is None:
             units = self._gpus[uuid] = {None: _Unit(uuid)}
         unit = units.get(instance)
         if unit is None:
-            profile = labels.get(GPU_INSTANCE_PROFILE) or None
-            unit = units[instance] = _Unit(
-                uuid, instance, profile if profile and len(profile) <= TEXT_MAX else None)
+            unit = units[instance] = _Unit(uuid, instance, instance_profile(labels))
         return unit
 
     def units(self) -> tuple[UnitSnapshot, ...]:
@@ -326,7 +285,7 @@ class _Reading:
             gpu_instance_id=unit.gpu_instance_id, values=unit.values,
             labelled=tuple(LabelledValue(metric=metric, labels=dict(labels), value=value)
                            for (metric, labels), value in unit.labelled.items()),
-            **_agreed(unit.workloads))
+            **agreed_workload(unit.workloads))
 
     def problems(self, page: Page) -> Iterable[str]:
         if page.malformed_lines:
@@ -345,7 +304,7 @@ class _Reading:
             yield (f"ignored {self._missing_label.total()} sample(s) without a usable label "
                    f"of their own (xid): {_names(self._missing_label)}")
         shared = [u for units in self._gpus.values() for u in units.values()
-                  if len({w for w in u.workloads if any(w)}) > 1]
+                  if len(u.workloads) > 1]
         if shared:
             yield (f"{len(shared)} unit(s) carry several workloads (a shared GPU); only what "
                    f"they agree on is kept: {_names(Counter(_unit_name(u) for u in shared))}")
@@ -357,28 +316,8 @@ class _Reading:
                    "/metrics")
 
 
-def _instance_id(text: str) -> int | None:
-    return int(text) if text.isascii() and text.isdigit() else None
-
-
 def _order(instance: int | None) -> int:
     return -1 if instance is None else instance
-
-
-def _workload(labels: Mapping[str, str]) -> Workload:
-    return tuple(next((labels[k] for k in keys if labels.get(k)), None)
-                 for keys in WORKLOAD_LABELS.values())
-
-
-def _agreed(workloads: set[Workload]) -> dict[str, str | None]:
-    """Each workload field the unit's series agree on (series without one do not vote)."""
-    claims = [w for w in workloads if any(w)]
-    agreed: dict[str, str | None] = {}
-    for i, name in enumerate(WORKLOAD_LABELS):
-        seen = {w[i] for w in claims}
-        value = seen.pop() if len(seen) == 1 else None
-        agreed[name] = value if value is None or len(value) <= TEXT_MAX else None
-    return agreed
 
 
 def _unit_name(unit: _Unit) -> str:
