@@ -17,7 +17,9 @@ server's metrics report:
                   whose clock is wrong
 
 The hot path works a row (one series over the batch's ticks) at a time with C-level list
-operations; only a row that fails a check is looked at sample by sample.
+operations; only a row that fails a check is looked at sample by sample. The pieces
+(`ColumnsBuilder`, `node_series_labels`, `unit_series_problem`, `row_window`) are public:
+the remote-write receiver builds its columns with the same checks.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ class TimeWindow:
 
 
 @cache
-def _known(name: str) -> Metric | None:
+def known_metric(name: str) -> Metric | None:
+    """The catalogue row of `name`; None for a metric the catalogue does not know."""
     try:
         return catalogue_metric(name)
     except InvalidInput:
@@ -73,7 +76,7 @@ def _range_of(unit: Unit) -> tuple[float, float]:
 _RANGES = {unit: _range_of(unit) for unit in Unit}
 
 
-class _Columns:
+class ColumnsBuilder:
     """SampleColumns under construction, with the drop counts."""
 
     def __init__(self) -> None:
@@ -118,12 +121,7 @@ class _Columns:
               high: float, window: TimeWindow | None) -> tuple[list[int], list[float]]:
         kept_times, kept = [], []
         for t, v in zip(times_ms, values, strict=True):
-            reason = (None if window is None or window.oldest_ms <= t <= window.newest_ms
-                      else "too_old" if t < window.oldest_ms else "in_future")
-            if reason is None and not math.isfinite(v):
-                reason = "not_finite"
-            elif reason is None and not low <= v <= high:
-                reason = "out_of_range"
+            reason = sample_problem(t, v, low, high, window)
             if reason is None:
                 kept_times.append(t)
                 kept.append(float(v))
@@ -132,46 +130,72 @@ class _Columns:
         return kept_times, kept
 
     def drop(self, reason: str, values: Iterable[float | None]) -> None:
+        """Count `values` (their None entries are not samples) as dropped for `reason`."""
         self.dropped[reason] += sum(1 for v in values if v is not None)
 
     def result(self) -> SampleColumns:
         return SampleColumns(self.series, self.series_index, self.times_ms, self.values)
 
 
+def sample_problem(t: int, v: float, low: float, high: float,
+                   window: TimeWindow | None) -> str | None:
+    """Why one sample cannot be stored (a reason above), or None; `window` None: `t` is
+    known to be inside it."""
+    if window is not None and not window.oldest_ms <= t <= window.newest_ms:
+        return "too_old" if t < window.oldest_ms else "in_future"
+    if not math.isfinite(v):
+        return "not_finite"
+    if not low <= v <= high:
+        return "out_of_range"
+    return None
+
+
+def row_window(times_ms: Sequence[int], window: TimeWindow) -> TimeWindow | None:
+    """The window a row must check its times against: None when every one of `times_ms`
+    is inside it (checked once per batch, not per series, in the usual case)."""
+    return None if (min(times_ms) >= window.oldest_ms
+                    and max(times_ms) <= window.newest_ms) else window
+
+
+def node_series_labels(units: NodeUnits, metric: str, gpu_uuid: str, mig_uuid: str | None,
+                       extra: dict[str, str]) -> SeriesLabels:
+    """The store's labels of one of the node's series, from the node's cache (a node sends
+    the same series in every upload). `gpu_uuid` must be one of `units`' GPUs."""
+    # A MIG instance's profile is not a label: the inventory knows it by the MIG UUID,
+    # and a series' extra labels are the metric's own (link, xid) or a process's.
+    known = units.series_labels
+    key = (metric, gpu_uuid, mig_uuid, *extra.items()) if extra else \
+        (metric, gpu_uuid, mig_uuid)
+    labels = known.get(key)
+    if labels is None:
+        environment, model = units.gpus[gpu_uuid]
+        labels = series(metric, gpu_uuid, mig_uuid, labels=extra, node=units.node,
+                        environment=environment, model=model)
+        if len(known) < MAX_KNOWN_SERIES_PER_NODE:
+            known[key] = labels
+    return labels
+
+
 def batch_columns(batch: TelemetryBatch, units: NodeUnits,
                   window: TimeWindow) -> tuple[SampleColumns, Counter[str]]:
     """The batch's storable samples, and how many were dropped by reason. Every unit the
     batch names must be one of `units` (the caller checks that first)."""
-    out = _Columns()
+    out = ColumnsBuilder()
     times = batch.times_ms
-    # Checked once here, not per series, in the usual case of every tick inside the window.
-    row_window = None if (min(times) >= window.oldest_ms
-                          and max(times) <= window.newest_ms) else window
-    known = units.series_labels  # the node's series, built once, reused by every upload
+    times_window = row_window(times, window)
 
     def labels_for(metric: str, gpu_uuid: str, mig_uuid: str | None,
                    extra: dict[str, str]) -> SeriesLabels:
-        # A MIG instance's profile is not a label: the inventory knows it by the MIG UUID,
-        # and a series' extra labels are the metric's own (link, xid) or a process's.
-        key = (metric, gpu_uuid, mig_uuid, *extra.items()) if extra else \
-            (metric, gpu_uuid, mig_uuid)
-        labels = known.get(key)
-        if labels is None:
-            environment, model = units.gpus[gpu_uuid]
-            labels = series(metric, gpu_uuid, mig_uuid, labels=extra, node=batch.node,
-                            environment=environment, model=model)
-            if len(known) < MAX_KNOWN_SERIES_PER_NODE:
-                known[key] = labels
-        return labels
+        return node_series_labels(units, metric, gpu_uuid, mig_uuid, extra)
 
     for key, row in zip(batch.series, batch.values, strict=True):
-        metric = _known(key.metric)
-        reason = _unit_series_problem(metric, key.mig_uuid, key.labels)
+        metric = known_metric(key.metric)
+        reason = unit_series_problem(metric, key.mig_uuid, key.labels)
         if reason is not None:
             out.drop(reason, row)
             continue
         out.row(labels_for(key.metric, key.gpu_uuid, key.mig_uuid, key.labels), metric, times,
-                row, row_window)
+                row, times_window)
     for process in batch.processes:
         extra = {"pid": str(process.pid)}
         if process.name:
@@ -180,7 +204,7 @@ def batch_columns(batch: TelemetryBatch, units: NodeUnits,
         extra |= {f"tag.{k}": v for k, v in process.tags.items()}
         at = [times[process.tick]]
         for name, value in process.values.items():
-            metric = _known(name)
+            metric = known_metric(name)
             if metric is None or Scope.PROCESS not in metric.scopes:
                 out.drop("unknown_metric" if metric is None else "wrong_scope", [value])
                 continue
@@ -194,8 +218,10 @@ def batch_columns(batch: TelemetryBatch, units: NodeUnits,
     return out.result(), out.dropped
 
 
-def _unit_series_problem(metric: Metric | None, mig_uuid: str | None,
-                         labels: dict[str, str]) -> str | None:
+def unit_series_problem(metric: Metric | None, mig_uuid: str | None,
+                        labels: dict[str, str]) -> str | None:
+    """Why a unit's series cannot be stored at all (unknown_metric, wrong_scope,
+    unknown_label), or None."""
     if metric is None:
         return "unknown_metric"
     if Scope.PROCESS in metric.scopes or (mig_uuid is not None and not metric.per_mig):
