@@ -1,11 +1,15 @@
 """Prometheus remote-write in: dcgm-exporter series a site's Prometheus or vmagent already
 scrapes, pushed to gpufleet with an `ingest` token and mapped into the catalogue.
 
-The series are read exactly as the dcgm-exporter backend reads a page (the same mapping,
-scale and sentinels), grouped by the node their `Hostname` label names and by sample time,
-and then stored through the same checks and group commit as an agent's batch. What cannot
-be used is dropped and counted, never refused as a whole: a remote-write sender drops a
-body it gets a 4xx for, so one unknown node must not cost the others their samples.
+The series are read by the rules the dcgm-exporter backend reads a page by
+(`domain.telemetry.dcgm_mapping`: the same mapping, scale and sentinels), grouped by the node
+their `Hostname` label names, and stored through the same per-sample checks
+(`batch_columns`' pieces) and group commit as an agent's batch. They go straight into store
+columns: no snapshot or batch objects, each series name routed once (cached), each unit's
+labels read once per distinct set in the body.
+
+What cannot be used is dropped and counted, never refused as a whole: a remote-write sender
+drops a body it gets a 4xx for, so one unknown node must not cost the others their samples.
 
   no_node       a series without a `Hostname` label (dcgm-exporter always sets it)
   unknown_node  a `Hostname` the inventory has no node of
@@ -18,20 +22,42 @@ A body is keyed by its digest, so a sender's retry of the same body is not count
 from __future__ import annotations
 
 import hashlib
-from collections import Counter, defaultdict
-from datetime import UTC, datetime
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 
-from gpufleet.agent.dcgm_exporter import UUID_LABELS, snapshot_from_samples
-from gpufleet.agent.prometheus_text import Sample
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import Forbidden, GpufleetError, InvalidInput, PayloadTooLarge
-from gpufleet.services.batch_columns import batch_columns
+from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
+from gpufleet.domain.telemetry.dcgm_mapping import (
+    GPU_INSTANCE_ID,
+    HOSTNAME,
+    UUID_LABELS,
+    Address,
+    Route,
+    Unaddressable,
+    Workload,
+    address_of,
+    agreed_workload,
+    derived_mig_uuid,
+    own_labels,
+    route,
+    stored_instance,
+    workload_of,
+)
+from gpufleet.services.batch_columns import (
+    CLAIMED_METRIC,
+    ColumnsBuilder,
+    TimeWindow,
+    node_series_labels,
+    unit_series_problem,
+)
+from gpufleet.services.node_units import NodeUnits
 from gpufleet.services.principal import Principal
 from gpufleet.services.telemetry_ingest import TelemetryIngest
-from gpufleet.wire.remote_write import RemoteSeries, decode_write_request
-from gpufleet.wire.telemetry_batch import columnar
+from gpufleet.tsdb import SampleColumns
+from gpufleet.wire.remote_write import METRIC_NAME_LABEL, RemoteSeries, decode_write_request
 
-HOSTNAME = "Hostname"
+_UUID, _OLD_UUID = UUID_LABELS
 
 
 def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
@@ -47,29 +73,10 @@ def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
     except GpufleetError as exc:
         ingest.counters.refused(exc.code)
         raise
-    outcome: Counter[str] = Counter()
-    by_node = _group_by_node(series, outcome)
+    by_node, outcome = remote_write_columns(
+        series, lambda node: ingest.units.get(node, ingest.read_units), ingest.window())
     digest = hashlib.sha256(body).hexdigest()[:32]
-    window = ingest.window()
-    for node, by_time in sorted(by_node.items()):
-        units = ingest.units.get(node, ingest.read_units)
-        if units is None:
-            outcome["unknown_node"] += sum(len(samples) for samples in by_time.values())
-            continue
-        snapshots = [snapshot_from_samples(samples, node, datetime.fromtimestamp(ms / 1000, UTC))
-                     for ms, samples in sorted(by_time.items())]
-        batch = columnar(f"rw-{digest}", snapshots)
-        foreign = {key.gpu_uuid for key in batch.series} - units.gpus.keys()
-        if foreign:
-            kept = [(key, row) for key, row in zip(batch.series, batch.values, strict=True)
-                    if key.gpu_uuid not in foreign]
-            outcome["foreign_gpu"] += sum(1 for key, row in zip(
-                batch.series, batch.values, strict=True) if key.gpu_uuid in foreign
-                for v in row if v is not None)
-            batch = batch.model_copy(update={
-                "series": [k for k, _ in kept], "values": [r for _, r in kept],
-                "unit_claims": [c for c in batch.unit_claims if c.gpu_uuid not in foreign]})
-        columns, dropped = batch_columns(batch, units, window)
+    for node, (columns, dropped) in sorted(by_node.items()):
         outcome.update(dropped)
         stored = ingest.store(f"{node}:rw-{digest}", columns)
         if stored is None:
@@ -90,21 +97,107 @@ def _decode(body: bytes, max_bytes: int) -> list[RemoteSeries]:
         raise InvalidInput(str(exc), code="malformed_remote_write") from None
 
 
-NodeSamples = dict[str, dict[int, list[Sample]]]  # node → sample time (ms) → samples
+NodeColumns = dict[str, tuple[SampleColumns, Counter[str]]]
 
 
-def _group_by_node(series: list[RemoteSeries], outcome: Counter[str]) -> NodeSamples:
-    by_node: NodeSamples = defaultdict(lambda: defaultdict(list))
+def remote_write_columns(series: Iterable[RemoteSeries],
+                         units_of: Callable[[str], NodeUnits | None],
+                         window: TimeWindow) -> tuple[NodeColumns, Counter[str]]:
+    """Each known node's storable samples and per-sample drops, and what the body lost
+    before that (no_node, unknown_node, not_dcgm, foreign_gpu): pure but for `units_of`,
+    the inventory's GPUs of a node (None for a node it does not know)."""
+    outcome: Counter[str] = Counter()
+    readings: dict[str, _NodeReading | None] = {}
+    addresses: dict[tuple[str | None, ...], Address | Unaddressable] = {}
     for one in series:
-        name = one.name or ""
-        if not name.startswith("DCGM_") or not any(one.labels.get(k) for k in UUID_LABELS):
-            outcome["not_dcgm"] += len(one.samples)
+        labels, samples = one.labels, one.samples
+        name = labels.get(METRIC_NAME_LABEL) or ""
+        if not name.startswith("DCGM_") or not (labels.get(_UUID) or labels.get(_OLD_UUID)):
+            outcome["not_dcgm"] += len(samples)
             continue
-        node = one.labels.get(HOSTNAME)
+        node = labels.get(HOSTNAME)
         if not node:
-            outcome["no_node"] += len(one.samples)
+            outcome["no_node"] += len(samples)
             continue
-        for ms, value in one.samples:
-            by_node[node][ms].append(Sample(name, one.labels, value))
-    return by_node
+        if not samples:
+            continue
+        if node in readings:
+            reading = readings[node]
+        else:
+            units = units_of(node)
+            reading = readings[node] = None if units is None else _NodeReading(units)
+        if reading is None:
+            outcome["unknown_node"] += len(samples)
+            continue
+        to = route(name)
+        if to is None:
+            continue  # not in the catalogue: the agent's backend ignores it too
+        # The unit is the same for every metric of a GPU: read its labels once per body.
+        unit_key = (labels.get(_UUID), labels.get(_OLD_UUID), labels.get(GPU_INSTANCE_ID))
+        address = addresses.get(unit_key)
+        if address is None:
+            address = addresses[unit_key] = address_of(name, labels)
+        if isinstance(address, Address):
+            reading.add(to, address, labels, samples)
+    return {node: reading.columns(window, outcome)
+            for node, reading in readings.items() if reading is not None}, outcome
 
+
+RowKey = tuple[Route, str, int | None, tuple[tuple[str, str], ...]]
+
+
+class _NodeReading:
+    """One node's samples of a body: a value per (series, time), the first number seen
+    winning as in the agent's backend (a series repeated per pod on a shared GPU, a device
+    metric on each MIG instance), and the workload each unit's series name at each time."""
+
+    def __init__(self, units: NodeUnits):
+        self.units = units
+        self.rows: dict[RowKey, dict[int, float | None]] = {}
+        self.votes: dict[tuple[str, int | None, int], set[Workload]] = {}
+
+    def add(self, to: Route, address: Address, labels: Mapping[str, str],
+            samples: list[tuple[int, float]]) -> None:
+        gpu, instance = address.gpu_uuid, address.gpu_instance_id
+        workload = workload_of(labels)
+        if workload is not None:
+            for ms, _ in samples:
+                self.votes.setdefault((gpu, instance, ms), set()).add(workload)
+        own = own_labels(to, labels)
+        if own is None:
+            return
+        key = (to, gpu, stored_instance(to, instance), own)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = {}
+        convert = to.to_catalogue_value
+        for ms, raw in samples:
+            if row.get(ms) is None:
+                row[ms] = convert(raw)
+
+    def columns(self, window: TimeWindow,
+                outcome: Counter[str]) -> tuple[SampleColumns, Counter[str]]:
+        """The node's store columns and per-sample drops; samples of GPUs the inventory
+        places on another node are counted in `outcome` as foreign_gpu."""
+        units, out = self.units, ColumnsBuilder()
+        for (to, gpu, instance, own), row in self.rows.items():
+            if gpu not in units.gpus:
+                outcome["foreign_gpu"] += sum(1 for v in row.values() if v is not None)
+                continue
+            mig = None if instance is None else derived_mig_uuid(gpu, instance)
+            extra = dict(own)
+            reason = unit_series_problem(to.metric, mig, extra)
+            if reason is not None:
+                out.drop(reason, row.values())
+                continue
+            times = sorted(row) if len(row) > 1 else list(row)
+            out.row(node_series_labels(units, to.metric.name, gpu, mig, extra), to.metric,
+                    times, [row[t] for t in times], window)
+        claimed = catalogue_metric(CLAIMED_METRIC)
+        for (gpu, instance, ms), workloads in self.votes.items():
+            extra = {f: v for f, v in agreed_workload(workloads).items() if v}
+            if extra and gpu in units.gpus:
+                mig = None if instance is None else derived_mig_uuid(gpu, instance)
+                out.row(node_series_labels(units, CLAIMED_METRIC, gpu, mig, extra), claimed,
+                        [ms], [1.0], window)
+        return out.result(), out.dropped
