@@ -117,6 +117,24 @@ class ColumnsBuilder:
         self.times_ms.extend(kept_times)
         self.values.extend(present)
 
+    def one(self, labels: SeriesLabels, metric: Metric, t: int, v: float | None,
+            window: TimeWindow | None) -> None:
+        """`row` of a single sample, without a row's list work (remote-write sends one
+        sample per series entry)."""
+        if v is None:
+            return
+        reason = sample_problem(t, v, *_RANGES[metric.unit], window)
+        if reason is not None:
+            self.dropped[reason] += 1
+            return
+        index = self._index.get(labels)
+        if index is None:
+            index = self._index[labels] = len(self.series)
+            self.series.append(labels)
+        self.series_index.append(index)
+        self.times_ms.append(t)
+        self.values.append(float(v))
+
     def _sift(self, times_ms: Sequence[int], values: Sequence[float], low: float,
               high: float, window: TimeWindow | None) -> tuple[list[int], list[float]]:
         kept_times, kept = [], []

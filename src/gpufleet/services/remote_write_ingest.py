@@ -44,6 +44,7 @@ from gpufleet.domain.telemetry.dcgm_mapping import (
     stored_instance,
     workload_of,
 )
+from gpufleet.domain.telemetry.metric import Metric
 from gpufleet.services.batch_columns import (
     CLAIMED_METRIC,
     ColumnsBuilder,
@@ -143,7 +144,8 @@ def remote_write_columns(series: Iterable[RemoteSeries],
             for node, reading in readings.items() if reading is not None}, outcome
 
 
-RowKey = tuple[Route, str, int | None, tuple[tuple[str, str], ...]]
+# (catalogue metric, GPU, GPU instance id, own labels): a store series of the node.
+RowKey = tuple[str, str, int | None, tuple[tuple[str, str], ...]]
 
 
 class _NodeReading:
@@ -153,7 +155,7 @@ class _NodeReading:
 
     def __init__(self, units: NodeUnits):
         self.units = units
-        self.rows: dict[RowKey, dict[int, float | None]] = {}
+        self.rows: dict[RowKey, tuple[Metric, dict[int, float | None]]] = {}
         self.votes: dict[tuple[str, int | None, int], set[Workload]] = {}
 
     def add(self, to: Route, address: Address, labels: Mapping[str, str],
@@ -166,10 +168,12 @@ class _NodeReading:
         own = own_labels(to, labels)
         if own is None:
             return
-        key = (to, gpu, stored_instance(to, instance), own)
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = {}
+        metric = to.metric
+        key = (metric.name, gpu, stored_instance(to, instance), own)
+        held = self.rows.get(key)
+        if held is None:
+            held = self.rows[key] = (metric, {})
+        row = held[1]
         convert = to.to_catalogue_value
         for ms, raw in samples:
             if row.get(ms) is None:
@@ -180,24 +184,28 @@ class _NodeReading:
         """The node's store columns and per-sample drops; samples of GPUs the inventory
         places on another node are counted in `outcome` as foreign_gpu."""
         units, out = self.units, ColumnsBuilder()
-        for (to, gpu, instance, own), row in self.rows.items():
+        for (name, gpu, instance, own), (metric, row) in self.rows.items():
             if gpu not in units.gpus:
                 outcome["foreign_gpu"] += sum(1 for v in row.values() if v is not None)
                 continue
             mig = None if instance is None else derived_mig_uuid(gpu, instance)
             extra = dict(own)
-            reason = unit_series_problem(to.metric, mig, extra)
+            reason = unit_series_problem(metric, mig, extra)
             if reason is not None:
                 out.drop(reason, row.values())
                 continue
-            times = sorted(row) if len(row) > 1 else list(row)
-            out.row(node_series_labels(units, to.metric.name, gpu, mig, extra), to.metric,
-                    times, [row[t] for t in times], window)
+            labels = node_series_labels(units, name, gpu, mig, extra)
+            if len(row) == 1:
+                [(t, v)] = row.items()
+                out.one(labels, metric, t, v, window)
+            else:
+                times = sorted(row)
+                out.row(labels, metric, times, [row[t] for t in times], window)
         claimed = catalogue_metric(CLAIMED_METRIC)
         for (gpu, instance, ms), workloads in self.votes.items():
             extra = {f: v for f, v in agreed_workload(workloads).items() if v}
             if extra and gpu in units.gpus:
                 mig = None if instance is None else derived_mig_uuid(gpu, instance)
-                out.row(node_series_labels(units, CLAIMED_METRIC, gpu, mig, extra), claimed,
-                        [ms], [1.0], window)
+                out.one(node_series_labels(units, CLAIMED_METRIC, gpu, mig, extra), claimed,
+                        ms, 1.0, window)
         return out.result(), out.dropped
