@@ -88,7 +88,16 @@ def test_a_body_declaring_more_than_the_limit_is_refused_before_inflating():
     b"\xff\xff\xff",  # not protobuf at all
     b"\x0a\x05\x0a\x03abc",  # a series whose label is cut short
     b"\x0a\x02\x12\x00",  # a series without __name__
-], ids=["garbage", "truncated message", "nameless series"])
+    b"\x0a\x0f\x0a\x0d\x0a\x08__name__\x12\x01\xff",  # a label value not UTF-8
+], ids=["garbage", "truncated message", "nameless series", "label not UTF-8"])
 def test_a_snappy_body_that_is_not_a_write_request_is_refused(raw):
     with pytest.raises(ValueError, match="not a WriteRequest"):
         decode_write_request(snappy(raw), LIMIT)
+
+
+def test_a_label_repeated_across_series_reads_the_same_in_each():
+    written = [({"__name__": f"m{i}", "UUID": "GPU-1", "Hostname": "n1"}, [(i, float(i))])
+               for i in range(3)]
+    decoded = decode_write_request(encode_write_request(written), LIMIT)
+    assert [(d.labels, d.samples) for d in decoded] == [(dict(sorted(labels.items())), points)
+                                                        for labels, points in written]

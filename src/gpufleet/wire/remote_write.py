@@ -41,7 +41,7 @@ Labels = Mapping[str, str] | Sequence[tuple[str, str]]
 Points = Sequence[tuple[int, float]]  # (timestamp_ms, value)
 
 
-@dataclass
+@dataclass(slots=True)
 class RemoteSeries:
     """One decoded time series: its labels (`__name__` included) and its (timestamp_ms,
     value) samples, in the order the sender wrote them."""
@@ -77,18 +77,34 @@ def _message_classes():
             ("samples", 2, repeated, f.TYPE_MESSAGE, ".prometheus.Sample"))
     message("WriteRequest",
             ("timeseries", 1, repeated, f.TYPE_MESSAGE, ".prometheus.TimeSeries"))
+    # Decoding's view of the same bytes: a label left serialized (a length-delimited field
+    # reads as a message or as bytes alike), so each distinct one is parsed once per body.
+    message("RawTimeSeries", ("labels", 1, repeated, f.TYPE_BYTES, None),
+            ("samples", 2, repeated, f.TYPE_MESSAGE, ".prometheus.Sample"))
+    message("RawWriteRequest",
+            ("timeseries", 1, repeated, f.TYPE_MESSAGE, ".prometheus.RawTimeSeries"))
     # A pool of our own: another library's `prometheus.*` messages cannot clash with these.
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"prometheus.{n}"))
-                 for n in ("WriteRequest", "TimeSeries", "Label", "Sample"))
+                 for n in ("WriteRequest", "TimeSeries", "Label", "Sample", "RawWriteRequest"))
 
 
-WriteRequest, TimeSeries, Label, Sample = _message_classes()
+WriteRequest, TimeSeries, Label, Sample, _RawWriteRequest = _message_classes()
 # Decoding is per sample in Python; attrgetter keeps the loop in C (a third faster than a
 # comprehension over the same messages).
 _TIMESTAMP_VALUE = attrgetter("timestamp", "value")
-_NAME_VALUE = attrgetter("name", "value")
+
+
+class _LabelPairs(dict[bytes, tuple[str, str]]):
+    """A serialized `Label` → its (name, value), parsed on first sight. A body repeats the
+    same labels on every series of a GPU (UUID, Hostname, modelName, …): looked up here,
+    they cost a dict hit in C instead of a message object and two strings each."""
+
+    def __missing__(self, raw: bytes) -> tuple[str, str]:
+        label = Label.FromString(raw)  # DecodeError for a label that is not one (bad UTF-8)
+        pair = self[raw] = (label.name, label.value)
+        return pair
 
 
 def encode_write_request(series: Iterable[tuple[Labels, Points]]) -> bytes:
@@ -120,18 +136,19 @@ def decode_write_request(body: bytes, max_bytes: int) -> list[RemoteSeries]:
         raw = cramjam.snappy.decompress_raw(body)
     except cramjam.DecompressionError as error:
         raise ValueError(f"remote-write body is not a snappy block: {error}") from None
-    request = WriteRequest()
+    request = _RawWriteRequest()
+    pairs = _LabelPairs()
+    decoded = []
     try:
         request.ParseFromString(bytes(raw))
+        for ts in request.timeseries:
+            labels = dict(map(pairs.__getitem__, ts.labels))
+            if METRIC_NAME_LABEL not in labels:
+                raise ValueError("remote-write body is not a WriteRequest: a series without "
+                                 f"a {METRIC_NAME_LABEL} label")
+            decoded.append(RemoteSeries(labels, list(map(_TIMESTAMP_VALUE, ts.samples))))
     except DecodeError as error:
         raise ValueError(f"remote-write body is not a WriteRequest: {error}") from None
-    decoded = []
-    for ts in request.timeseries:
-        labels = dict(map(_NAME_VALUE, ts.labels))
-        if METRIC_NAME_LABEL not in labels:
-            raise ValueError("remote-write body is not a WriteRequest: a series without "
-                             f"a {METRIC_NAME_LABEL} label")
-        decoded.append(RemoteSeries(labels, list(map(_TIMESTAMP_VALUE, ts.samples))))
     return decoded
 
 
