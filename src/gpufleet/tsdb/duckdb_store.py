@@ -41,6 +41,7 @@ from pathlib import Path
 import duckdb
 
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.tsdb.duckdb_query import Slots, plan_range
 from gpufleet.tsdb.journal import Journal, JournalRecord, packed
 from gpufleet.tsdb.journal_applier import JournalApplier
 from gpufleet.tsdb.parquet_columns import PackedColumn, PhysicalType, write_parquet
@@ -48,7 +49,6 @@ from gpufleet.tsdb.protocol import (
     HOUR_MS,
     MINUTE_MS,
     OWNER_LABELS,
-    Binding,
     Bindings,
     Filters,
     LatestValue,
@@ -58,8 +58,6 @@ from gpufleet.tsdb.protocol import (
     SeriesLabels,
     SeriesResult,
     Tier,
-    aggregation_of,
-    choose_tier,
     from_ms,
     to_ms,
 )
@@ -70,16 +68,8 @@ from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labe
 _SELECTION = ("WITH sel AS (SELECT unnest($ids::INTEGER[]) AS series_id, "
               "unnest($groups::INTEGER[]) AS grp)")
 _IN_SELECTION = "series_id IN (SELECT series_id FROM sel)"
-_SLOTS = ("WITH sel AS (SELECT unnest($slots::INTEGER[]) AS slot, unnest($ids::INTEGER[]) AS sid,"
-          " unnest($groups::INTEGER[]) AS grp, unnest($froms::BIGINT[]) AS from_ms,"
-          " unnest($tos::BIGINT[]) AS to_ms)")
-_FOREVER_MS = 2**62
-_OVER_TIME = {OverTime.MEAN: "v_mean", OverTime.LAST: "v_last", OverTime.INCREASE: "inc"}
-_ACROSS = {AcrossSeries.MEAN: "avg(v)", AcrossSeries.SUM: "sum(v)",
-           AcrossSeries.MAX: "max(v)", AcrossSeries.COUNT: "count_if(v <> 0)"}
 _UNNEST_SERIES = ", ".join(f"unnest(${n}::{kind}[])" for n, kind in enumerate(
     ("INTEGER", *["VARCHAR"] * 7), start=1))
-_TIER_WIDTH_MS = {Tier.RAW: 1, Tier.MINUTE: MINUTE_MS, Tier.HOUR: HOUR_MS}
 
 
 class DuckDBTelemetryStore:
@@ -274,20 +264,12 @@ class DuckDBTelemetryStore:
                     over_time: OverTime | None = None, across: AcrossSeries | None = None,
                     tier: Tier | None = None,
                     bindings: Bindings | None = None) -> list[SeriesResult]:
-        over_time, across = aggregation_of(metric, start, end, step, over_time, across)
-        column = "v_max" if across is AcrossSeries.MAX and over_time is OverTime.MEAN \
-            else _OVER_TIME[over_time]
-        if tier is None:
-            # Ownership is attributed per row by the row's start: with bindings, read minutes
-            # rather than hours wherever the minutes are still kept.
-            by_step = min(step, timedelta(minutes=1)) if bindings is not None else step
-            tier = choose_tier(by_step, start, end, self.retention)
-        tier = Tier(tier)
-        width = _TIER_WIDTH_MS[tier]
-        lo = to_ms(start) // width * width
-        hi = to_ms(end)
+        """See the protocol; which rows are read is duckdb_query.py's concern."""
+        plan = plan_range(metric, start, end, step, over_time=over_time, across=across,
+                          tier=tier, with_bindings=bindings is not None,
+                          retention=self.retention)
         groups: dict[tuple, int] = {}
-        slots = _Slots()
+        slots = Slots()
         unit_filters = {k: v for k, v in (filters or {}).items() if k not in OWNER_LABELS}
         owner_filters = {k: set(v) for k, v in (filters or {}).items() if k in OWNER_LABELS}
         for sid, labels in self._select(metric, unit_filters):
@@ -303,25 +285,10 @@ class DuckDBTelemetryStore:
                     slots.add(sid, groups.setdefault(key, len(groups)), binding)
         if not slots.ids:
             return []
-        step_ms = max(int(step.total_seconds() * 1000), 1)
         self._catch_up()
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
-            minute_done, hour_done = self._state(cur)
-            rows = TierSources(minute_done, hour_done, "series_id IN (SELECT sid FROM sel)"
-                               ).rows(tier, lo, hi)
-            # Each slot is one series over one binding (or all time): rows are tagged with
-            # their slot, folded per slot, and combined per group.
-            tagged = f"""SELECT sel.slot AS series_id, r.bucket_ms, r.v_first, r.v_last,
-                                r.v_mean, r.v_min, r.v_max, r.n, r.inc
-                         FROM ({rows}) r JOIN sel ON r.series_id = sel.sid
-                          AND r.bucket_ms >= sel.from_ms AND r.bucket_ms < sel.to_ms"""
-            return cur.execute(f"""{_SLOTS},
-                per_slot AS (SELECT series_id AS slot, bucket_ms, {column} AS v
-                             FROM ({fold(tagged, step_ms, lo, carry=True)}))
-                SELECT grp, bucket_ms, {_ACROSS[across]} FROM per_slot JOIN sel USING (slot)
-                GROUP BY grp, bucket_ms ORDER BY grp, bucket_ms""", slots.parameters()
-                ).fetchall()
+            return cur.execute(plan.sql(*self._state(cur)), slots.parameters()).fetchall()
 
         results = [SeriesResult(dict(zip(group_by, key, strict=True))) for key in groups]
         for grp, bucket_ms, value in self._read(run):
@@ -559,27 +526,6 @@ class DuckDBTelemetryStore:
         return [(sid, s) for sid, s in known
                 if (metric is None or s.metric == metric)
                 and all(s.label(name) in values for name, values in wanted.items())]
-
-
-class _Slots:
-    """The query's selection: series, each over one binding interval or all time."""
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.groups: list[int] = []
-        self.froms: list[int] = []
-        self.tos: list[int] = []
-
-    def add(self, sid: int, group: int, binding: Binding | None) -> None:
-        self.ids.append(sid)
-        self.groups.append(group)
-        self.froms.append(-_FOREVER_MS if binding is None else to_ms(binding.start))
-        self.tos.append(_FOREVER_MS if binding is None or binding.end is None
-                        else to_ms(binding.end))
-
-    def parameters(self) -> dict[str, list[int]]:
-        return {"slots": list(range(len(self.ids))), "ids": self.ids, "groups": self.groups,
-                "froms": self.froms, "tos": self.tos}
 
 
 def _store_series(con: duckdb.DuckDBPyConnection, by_sid: dict[int, SeriesLabels]) -> None:
