@@ -279,7 +279,8 @@ class DuckDBTelemetryStore:
                 continue
             for binding in bindings.get((labels.gpu_uuid, labels.mig_uuid), ()):
                 owner = {"allocation": binding.allocation, "project": binding.project}
-                if all(owner[k] in allowed for k, allowed in owner_filters.items()):
+                if not owner_filters or all(owner[k] in allowed
+                                            for k, allowed in owner_filters.items()):
                     key = tuple(owner[name] if name in OWNER_LABELS else labels.label(name)
                                 for name in group_by)
                     slots.add(sid, groups.setdefault(key, len(groups)), binding)
@@ -522,10 +523,13 @@ class DuckDBTelemetryStore:
                 filters: Filters | None) -> list[tuple[int, SeriesLabels]]:
         with self._dictionary_lock:  # not the write lock: a read never waits on a write
             known = list(self._labels.items())
+        if metric is not None:
+            known = [(sid, s) for sid, s in known if s.metric == metric]
         wanted = {name: set(values) for name, values in (filters or {}).items()}
+        if not wanted:
+            return known
         return [(sid, s) for sid, s in known
-                if (metric is None or s.metric == metric)
-                and all(s.label(name) in values for name, values in wanted.items())]
+                if all(s.label(name) in values for name, values in wanted.items())]
 
 
 def _store_series(con: duckdb.DuckDBPyConnection, by_sid: dict[int, SeriesLabels]) -> None:
