@@ -155,23 +155,3 @@ def test_a_unit_that_moves_keeps_its_series_and_takes_the_new_attributes(store):
     result = only(store.query_range("gpu.sm_active", T0, at(20), timedelta(minutes=1),
                                     group_by=["environment"]))
     assert (result.labels, values_of(result)) == ({"environment": "prod"}, [pytest.approx(70 / 3)])
-
-
-def test_a_node_snapshot_becomes_samples_of_unit_series(store):
-    from gpufleet.tsdb.snapshots import samples_from_snapshot
-    from gpufleet.wire.telemetry import LabelledValue, NodeSnapshot, UnitSnapshot
-
-    snapshot = NodeSnapshot(node="node-1", at=T0, backend="sim", units=(
-        UnitSnapshot(gpu_uuid="GPU-a", values={"gpu.sm_active": 40.0, "gpu.utilization": None},
-                     labelled=(LabelledValue(metric="gpu.nvlink_link_tx_bytes_per_second",
-                                             labels={"link": "2"}, value=5.0),)),
-        UnitSnapshot(gpu_uuid="GPU-a", mig_uuid="MIG-1", values={"gpu.sm_active": 10.0}),
-    ))
-    samples = samples_from_snapshot(snapshot, lambda gpu: ("prod", "H100"))
-    assert store.write(samples) == 3  # the None is not stored
-    by_series = {(v.series.metric, v.series.mig_uuid, v.series.labels): v.value
-                 for v in store.latest()}
-    assert by_series == {("gpu.sm_active", None, ()): 40.0, ("gpu.sm_active", "MIG-1", ()): 10.0,
-                         ("gpu.nvlink_link_tx_bytes_per_second", None, (("link", "2"),)): 5.0}
-    assert {(s.node, s.environment, s.model) for s in store.series()} == \
-        {("node-1", "prod", "H100")}
