@@ -343,3 +343,21 @@ def test_a_mig_instances_values_are_its_own_in_the_latest_snapshot(node, api):
     unit = next(u for u in latest if u["mig_uuid"] == "MIG-1")
     assert unit["values"] == {"gpu.gr_engine_active": 42.0}
     assert (unit["activity_percent"], unit["activity_source"]) == (42.0, "gr_engine_active")
+
+
+@SQLITE_ONLY
+def test_remote_write_sees_a_gpu_registered_through_another_server(relay, node, gf, store,
+                                                                  settings, clock):
+    from gpufleet.wire.agent import NodeRegistration
+    from tests.helpers import registration
+
+    t0 = int(START.timestamp() * 1000)
+    assert push(relay, [dcgm_series("DCGM_FI_DEV_GPU_UTIL", GPU_A, "node-1", [(t0, 5.0)])]
+                ).headers["X-Gpufleet-Stored"] == "1"  # this server now remembers 2 GPUs
+    other = Gpufleet(store, settings, clock)  # a second replica: its own memory
+    other.register_node(node.token, NodeRegistration.model_validate(registration(1, gpus=3)))
+    third = gpu_uuid(1, 2)
+    response = push(relay, [dcgm_series("DCGM_FI_DEV_GPU_UTIL", third, "node-1",
+                                        [(t0 + 10_000, 7.0)])])
+    assert response.headers["X-Gpufleet-Stored"] == "1"
+    assert "X-Gpufleet-Dropped" not in response.headers

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpufleet.domain.errors import GpufleetError
+from gpufleet.wire.validation import field_error, summary
 
 log = logging.getLogger(__name__)
 
@@ -33,55 +34,14 @@ def error_response(status: int, code: str, message: str,
     return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
 
 
-# What a location names when it stops at the part of the request itself.
-_WHOLE = {"body": "request body", "query": "query string", "path": "URL path",
-          "header": "headers", "cookie": "cookies"}
-# Prefixes pydantic puts before the message of a ValueError / AssertionError raised in a
-# validator: they name Python's exception class, not anything the caller did.
-_NOISE = ("Value error, ", "Assertion failed, ")
-
-
-def _location(loc: tuple) -> str:
-    """`("body", "gpus", 1, "uuid")` → `gpus[1].uuid`; `("body",)` → `request body`."""
-    if not loc:
-        return "request"
-    if len(loc) == 1 and loc[0] in _WHOLE:
-        return _WHOLE[loc[0]]
-    parts = loc[1:] if loc[0] in _WHOLE else loc
-    field = ""
-    for part in parts:
-        field += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return field.lstrip(".")
-
-
-def _problem(error: dict) -> str:
-    message = error.get("msg") or "invalid"
-    for prefix in _NOISE:
-        message = message.removeprefix(prefix)
-    return message
-
-
-def _field_error(error: dict) -> dict[str, str]:
-    kind, loc = error.get("type", ""), tuple(error.get("loc", ()))
-    if kind == "json_invalid":  # FastAPI puts the character offset where a field would be
-        at = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
-        reason = (error.get("ctx") or {}).get("error")
-        return {"field": "request body", "type": kind,
-                "problem": f"invalid JSON{at}" + (f": {reason}" if reason else "")}
-    return {"field": _location(loc), "problem": _problem(error), "type": kind}
-
-
 async def _gpufleet_error(_request: Request, exc: GpufleetError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
     return error_response(exc.http_status, exc.code, exc.message, exc.details, headers)
 
 
 async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = [_field_error(e) for e in exc.errors()]
-    first = errors[0] if errors else {"field": "request", "problem": "invalid"}
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return error_response(422, "validation_failed",
-                          f"{first['field']}: {first['problem']}{more}", {"errors": errors})
+    errors = [field_error(e) for e in exc.errors()]
+    return error_response(422, "validation_failed", summary(errors), {"errors": errors})
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

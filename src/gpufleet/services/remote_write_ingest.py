@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 from gpufleet.domain.access import Action, Role
-from gpufleet.domain.errors import Forbidden, GpufleetError, InvalidInput, PayloadTooLarge
+from gpufleet.domain.errors import Forbidden, InvalidInput
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.dcgm_mapping import (
     GPU_INSTANCE_ID,
@@ -54,8 +54,9 @@ from gpufleet.services.batch_columns import (
 )
 from gpufleet.services.node_units import NodeUnits
 from gpufleet.services.principal import Principal
-from gpufleet.services.telemetry_ingest import TelemetryIngest
+from gpufleet.services.telemetry_ingest import TelemetryIngest, too_large
 from gpufleet.tsdb import SampleColumns
+from gpufleet.wire.base import BodyTooLarge
 from gpufleet.wire.remote_write import METRIC_NAME_LABEL, RemoteSeries, decode_write_request
 
 _UUID, _OLD_UUID = UUID_LABELS
@@ -66,36 +67,45 @@ def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
     """Store a remote-write body; what was dropped, by reason (stored samples under
     `stored`). Raises only for a body that is not remote-write at all."""
     principal.require(Action.WRITE_TELEMETRY)
-    if principal.role is not Role.INGEST:
-        raise Forbidden("remote-write is for ingest tokens; agents upload batches",
-                        code="forbidden", details={"role": principal.role.value})
-    try:
+    with ingest.counting_refusals():
+        if principal.role is not Role.INGEST:
+            raise Forbidden("remote-write is for ingest tokens; agents upload batches",
+                            code="forbidden", details={"role": principal.role.value})
         series = _decode(body, ingest.settings.telemetry_max_batch_uncompressed_bytes)
-    except GpufleetError as exc:
-        ingest.counters.refused(exc.code)
-        raise
-    by_node, outcome = remote_write_columns(
-        series, lambda node: ingest.units.get(node, ingest.read_units), ingest.window())
-    digest = hashlib.sha256(body).hexdigest()[:32]
-    for node, (columns, dropped) in sorted(by_node.items()):
-        outcome.update(dropped)
-        stored = ingest.store(f"{node}:rw-{digest}", columns)
-        if stored is None:
-            ingest.counters.duplicate()
-        else:
-            ingest.counters.stored(stored, dropped)
-            outcome["stored"] += stored
+        # Each node's inventory is read again when the body names a GPU the remembered
+        # reading lacks, as for an agent's batch.
+        units = {node: ingest.units_of(node, gpus) for node, gpus in _gpus_by_node(series)}
+        by_node, outcome = remote_write_columns(series, units.get, ingest.window())
+        digest = hashlib.sha256(body).hexdigest()[:32]
+        for node, (columns, dropped) in sorted(by_node.items()):
+            outcome.update(dropped)
+            stored = ingest.store(f"{node}:rw-{digest}", columns)
+            if stored is None:
+                ingest.counters.duplicate()
+            else:
+                ingest.counters.stored(stored, dropped)
+                outcome["stored"] += stored
     return outcome
 
 
 def _decode(body: bytes, max_bytes: int) -> list[RemoteSeries]:
     try:
         return decode_write_request(body, max_bytes)
+    except BodyTooLarge as exc:
+        raise too_large(exc, max_bytes) from None
     except ValueError as exc:
-        if "over the limit" in str(exc):
-            raise PayloadTooLarge(str(exc), code="batch_too_large",
-                                  details={"max_uncompressed_bytes": max_bytes}) from None
         raise InvalidInput(str(exc), code="malformed_remote_write") from None
+
+
+def _gpus_by_node(series: Iterable[RemoteSeries]) -> Iterable[tuple[str, set[str]]]:
+    """The GPU UUIDs each `Hostname` names in the body."""
+    named: dict[str, set[str]] = {}
+    for one in series:
+        node = one.labels.get(HOSTNAME)
+        gpu = one.labels.get(_UUID) or one.labels.get(_OLD_UUID)
+        if node and gpu:
+            named.setdefault(node, set()).add(gpu)
+    return named.items()
 
 
 NodeColumns = dict[str, tuple[SampleColumns, Counter[str]]]

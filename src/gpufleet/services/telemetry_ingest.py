@@ -14,7 +14,8 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from pydantic import ValidationError
@@ -27,7 +28,6 @@ from gpufleet.domain.errors import (
     InvalidInput,
     NotFound,
     PayloadTooLarge,
-    Unavailable,
 )
 from gpufleet.services.batch_columns import TimeWindow, batch_columns, units_named
 from gpufleet.services.group_commit import GroupCommit
@@ -36,7 +36,10 @@ from gpufleet.services.principal import Principal
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import SampleColumns, TelemetryStore
+from gpufleet.tsdb.protocol import TelemetryStoreUnavailable, to_ms
+from gpufleet.wire.base import BodyTooLarge
 from gpufleet.wire.telemetry_batch import TelemetryAck, TelemetryBatch, decode
+from gpufleet.wire.validation import field_error, summary
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +85,11 @@ class TelemetryIngest:
 
     def ingest_batch(self, principal: Principal, payload: bytes) -> TelemetryAck:
         principal.require(Action.WRITE_TELEMETRY)
-        try:
+        with self.counting_refusals():
             batch = self._decode(payload)
             units = self._units_for(principal, batch)
             columns, dropped = batch_columns(batch, units, self.window())
             stored = self.store(f"{batch.node}:{batch.batch_id}", columns)
-        except GpufleetError as exc:
-            self.counters.refused(exc.code)
-            raise
         if stored is None:
             self.counters.duplicate()
             return TelemetryAck(batch_id=batch.batch_id, duplicate=True, samples_stored=0)
@@ -98,6 +98,25 @@ class TelemetryIngest:
             self._log_drops(batch, dropped)
         return TelemetryAck(batch_id=batch.batch_id, samples_stored=stored,
                             dropped=dict(dropped))
+
+    @contextmanager
+    def counting_refusals(self) -> Iterator[None]:
+        """Count every refusal of an upload (by its error code) on the way out."""
+        try:
+            yield
+        except GpufleetError as exc:
+            self.counters.refused(exc.code)
+            raise
+
+    def units_of(self, node: str, named_gpus: set[str]) -> NodeUnits | None:
+        """The node's GPUs as the inventory has them (None: no such node). Read again when
+        the upload names a GPU the remembered reading lacks: it may have changed through
+        another server process since."""
+        units = self.units.get(node, self.read_units)
+        if units is None or not named_gpus <= units.gpus.keys():
+            self.units.forget(node)
+            units = self.units.get(node, self.read_units)
+        return units
 
     def forget_node(self, node: str) -> None:
         """The node registered again: its GPUs are read afresh on its next upload."""
@@ -110,15 +129,12 @@ class TelemetryIngest:
         try:
             return decode(payload, limit)
         except ValidationError as exc:
-            problems = [f"{'.'.join(str(p) for p in e['loc']) or 'batch'}: {e['msg']}"
-                        for e in exc.errors(include_url=False, include_input=False)[:10]]
-            raise InvalidInput("the telemetry batch is malformed: " + "; ".join(problems),
-                               code="invalid_batch",
-                               details={"problems": problems}) from None
+            errors = [field_error(e) for e in exc.errors()]
+            raise InvalidInput(f"the telemetry batch is malformed: {summary(errors)}",
+                               code="invalid_batch", details={"errors": errors}) from None
+        except BodyTooLarge as exc:
+            raise too_large(exc, limit) from None
         except ValueError as exc:
-            if "larger than" in str(exc):
-                raise PayloadTooLarge(str(exc), code="batch_too_large",
-                                      details={"max_uncompressed_bytes": limit}) from None
             raise InvalidInput(str(exc), code="malformed_batch") from None
 
     def _units_for(self, principal: Principal, batch: TelemetryBatch) -> NodeUnits:
@@ -126,15 +142,12 @@ class TelemetryIngest:
             raise Forbidden(f"node {principal.node_name!r} may not write telemetry for node "
                             f"{batch.node!r}", code="foreign_node",
                             details={"node": principal.node_name, "batch_node": batch.node})
-        units = self.units.get(batch.node, self.read_units)
-        foreign = units_named(batch) - units.gpus.keys() if units is not None else set()
-        if units is None or foreign:
-            self.units.forget(batch.node)  # perhaps it changed through another server
-            units = self.units.get(batch.node, self.read_units)
+        named = units_named(batch)
+        units = self.units_of(batch.node, named)
         if units is None:
             raise NotFound(f"node {batch.node!r} is not in the inventory", code="unknown_node",
                            details={"node": batch.node})
-        foreign = units_named(batch) - units.gpus.keys()
+        foreign = named - units.gpus.keys()
         if foreign:
             named = sorted(foreign)
             raise Forbidden(f"node {batch.node!r} does not hold GPU(s) "
@@ -154,7 +167,7 @@ class TelemetryIngest:
         now = self.clock.now()
         oldest = now - timedelta(seconds=self.settings.telemetry_max_sample_age_s)
         newest = now + timedelta(seconds=self.settings.telemetry_max_sample_future_s)
-        return TimeWindow(int(oldest.timestamp() * 1000), int(newest.timestamp() * 1000))
+        return TimeWindow(to_ms(oldest), to_ms(newest))
 
     def store(self, key: str, columns: SampleColumns) -> int | None:
         """Write one keyed batch through the group commit; None for a stored key."""
@@ -164,9 +177,9 @@ class TelemetryIngest:
             raise
         except Exception as exc:
             log.exception("the telemetry store failed to store a group of batches")
-            raise Unavailable("the telemetry store could not store the batch, so it was not "
-                              "acknowledged; send it again later",
-                              code="telemetry_store_unavailable") from exc
+            raise TelemetryStoreUnavailable(
+                "the telemetry store could not store the batch, so it was not acknowledged; "
+                "send it again later") from exc
 
     def _log_drops(self, batch: TelemetryBatch, dropped: Counter[str]) -> None:
         now_s = time.monotonic()
@@ -177,3 +190,9 @@ class TelemetryIngest:
         log.warning("telemetry from node %s (batch %s): dropped %s (logged at most once a "
                     "minute per node)", batch.node, batch.batch_id,
                     ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items())))
+
+
+def too_large(exc: BodyTooLarge, limit_bytes: int) -> PayloadTooLarge:
+    """413 for an upload that inflates past `telemetry_max_batch_uncompressed_bytes`."""
+    return PayloadTooLarge(str(exc), code="batch_too_large",
+                           details={"max_uncompressed_bytes": limit_bytes})

@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 T = TypeVar("T")
 
 
+class BodyTooLarge(ValueError):
+    """A body that is, or would inflate to, more than the limit it is decoded under."""
+
+
 class StrictModel(BaseModel):
     """Request bodies: an unknown field is an error, never silently dropped."""
 

@@ -29,6 +29,8 @@ import cramjam
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from gpufleet.wire.base import BodyTooLarge
+
 METRIC_NAME_LABEL = "__name__"
 CONTENT_TYPE = "application/x-protobuf"
 CONTENT_ENCODING = "snappy"
@@ -126,11 +128,12 @@ def decode_write_request(body: bytes, max_bytes: int) -> list[RemoteSeries]:
     """The series of a snappy-compressed `WriteRequest` body.
 
     Refuses with `ValueError` a body that is not a snappy block, one that declares (or
-    inflates to) more than `max_bytes` decompressed, and one that is not a WriteRequest.
+    inflates to) more than `max_bytes` decompressed (`BodyTooLarge`), and one that is not
+    a WriteRequest.
     Every series must carry a `__name__` label (the spec's MUST)."""
     declared = snappy_declared_length(body)
     if declared > max_bytes:
-        raise ValueError(f"remote-write body declares {declared} bytes decompressed, over "
+        raise BodyTooLarge(f"remote-write body declares {declared} bytes decompressed, over "
                          f"the limit of {max_bytes}")
     try:
         raw = cramjam.snappy.decompress_raw(body)

@@ -21,7 +21,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints, ValidationError, model_validator
 
-from gpufleet.wire.base import StrictModel
+from gpufleet.wire.base import BodyTooLarge, StrictModel
 from gpufleet.wire.telemetry import (
     BackendName,
     LabelledValue,
@@ -170,15 +170,16 @@ def encode(batch: TelemetryBatch) -> bytes:
 
 def decode(payload: bytes, max_bytes: int) -> TelemetryBatch:
     """A batch from its wire form. ValueError names what is wrong: not gzip, larger than
-    `max_bytes` once decompressed (a small body can inflate enormously: decompression stops
-    at the limit), not JSON; a pydantic ValidationError says which field is malformed."""
+    `max_bytes` once decompressed (`BodyTooLarge`; a small body can inflate enormously:
+    decompression stops at the limit), not JSON; a pydantic ValidationError says which
+    field is malformed."""
     inflate = zlib.decompressobj(wbits=_GZIP_WBITS)
     try:
         raw = inflate.decompress(payload, max_bytes + 1)
     except zlib.error as exc:
         raise ValueError(f"the body is not gzip-compressed JSON ({exc})") from None
     if len(raw) > max_bytes:
-        raise ValueError(f"the batch is larger than {max_bytes} bytes uncompressed")
+        raise BodyTooLarge(f"the batch is larger than {max_bytes} bytes uncompressed")
     if not inflate.eof:
         raise ValueError("the body is not gzip-compressed JSON (the gzip stream is cut short)")
     try:
