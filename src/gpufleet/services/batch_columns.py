@@ -28,9 +28,8 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
 
-from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.telemetry.catalogue import find as find_metric
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.metric import Metric
 from gpufleet.domain.telemetry.vocabulary import Scope, Unit
@@ -52,15 +51,6 @@ class TimeWindow:
 
     oldest_ms: int
     newest_ms: int
-
-
-@cache
-def known_metric(name: str) -> Metric | None:
-    """The catalogue row of `name`; None for a metric the catalogue does not know."""
-    try:
-        return catalogue_metric(name)
-    except InvalidInput:
-        return None
 
 
 def _range_of(unit: Unit) -> tuple[float, float]:
@@ -207,7 +197,7 @@ def batch_columns(batch: TelemetryBatch, units: NodeUnits,
         return node_series_labels(units, metric, gpu_uuid, mig_uuid, extra)
 
     for key, row in zip(batch.series, batch.values, strict=True):
-        metric = known_metric(key.metric)
+        metric = find_metric(key.metric)
         reason = unit_series_problem(metric, key.mig_uuid, key.labels)
         if reason is not None:
             out.drop(reason, row)
@@ -222,7 +212,7 @@ def batch_columns(batch: TelemetryBatch, units: NodeUnits,
         extra |= {f"tag.{k}": v for k, v in process.tags.items()}
         at = [times[process.tick]]
         for name, value in process.values.items():
-            metric = known_metric(name)
+            metric = find_metric(name)
             if metric is None or Scope.PROCESS not in metric.scopes:
                 out.drop("unknown_metric" if metric is None else "wrong_scope", [value])
                 continue

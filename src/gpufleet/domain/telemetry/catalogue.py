@@ -81,6 +81,12 @@ def metric(name: str) -> Metric:
         raise _unknown("name", name) from None
 
 
+def find(name: str) -> Metric | None:
+    """The row of a canonical name; None for a name the catalogue does not have (a name
+    from outside, where an unknown one is counted rather than refused)."""
+    return _indexes()[0].get(name)
+
+
 def by_dcgm_field(field: str | int) -> Metric:
     """The row a DCGM field feeds, by name (DCGM_FI_PROF_SM_ACTIVE, an older alias, or one
     link's name of a per-link family) or by numeric id (1002)."""
