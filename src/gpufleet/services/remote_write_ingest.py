@@ -57,7 +57,7 @@ from gpufleet.services.principal import Principal
 from gpufleet.services.telemetry_ingest import TelemetryIngest, too_large
 from gpufleet.tsdb import SampleColumns
 from gpufleet.wire.base import BodyTooLarge
-from gpufleet.wire.remote_write import METRIC_NAME_LABEL, RemoteSeries, decode_write_request
+from gpufleet.wire.remote_write import RemoteSeries, decode_write_request
 
 _UUID, _OLD_UUID = UUID_LABELS
 
@@ -122,7 +122,7 @@ def remote_write_columns(series: Iterable[RemoteSeries],
     addresses: dict[tuple[str | None, ...], Address | Unaddressable] = {}
     for one in series:
         labels, samples = one.labels, one.samples
-        name = labels.get(METRIC_NAME_LABEL) or ""
+        name = one.name or ""
         if not name.startswith("DCGM_") or not (labels.get(_UUID) or labels.get(_OLD_UUID)):
             outcome["not_dcgm"] += len(samples)
             continue
