@@ -144,3 +144,13 @@ def test_a_named_config_file_that_does_not_exist_is_an_error(monkeypatch, tmp_pa
     monkeypatch.setenv("GPUFLEET_CONFIG_FILE", str(missing))
     with pytest.raises(ValueError, match=r"nope\.toml"):
         load_settings()
+
+
+def test_samples_may_not_be_accepted_older_than_the_raw_tier_keeps():
+    from pydantic import ValidationError
+
+    from gpufleet.settings import Settings
+
+    Settings(telemetry_raw_retention_days=2, telemetry_max_sample_age_s=2 * 86400)
+    with pytest.raises(ValidationError, match="exceeds the raw tier's retention"):
+        Settings(telemetry_raw_retention_days=1, telemetry_max_sample_age_s=2 * 86400)

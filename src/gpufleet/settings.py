@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -122,7 +122,8 @@ class Settings(BaseSettings):
         "Longest the server decides placements on its in-memory copy of the fleet before "
         "re-reading all of it. Changes made through this server are followed at once; this "
         "bounds how long one made by another server process can go unseen (the database "
-        "still refuses a unit held twice)."))
+        "still refuses a unit held twice). Telemetry ingest keeps each node's GPUs in memory "
+        "as long, and reads them again at once when an upload names one it lacks."))
 
     # --- telemetry -----------------------------------------------------------------------
     telemetry_url: str | None = Field(default=None, description=(
@@ -183,6 +184,18 @@ class Settings(BaseSettings):
         "Server URL the CLI talks to (`gpufleet login` stores it; `GPUFLEET_URL` overrides)."))
     token: SecretStr | None = Field(default=None, description=(
         "Bearer token the CLI sends (`gpufleet login` stores it; `GPUFLEET_TOKEN` overrides)."))
+
+    @model_validator(mode="after")
+    def _samples_no_older_than_raw_tier(self) -> Settings:
+        # Upload keys (replay detection) are kept as long as raw samples; a sample older
+        # than that could be a replay no longer recognised, so it must be refused instead.
+        if self.telemetry_max_sample_age_s > self.telemetry_raw_retention_days * 86400:
+            raise ValueError(
+                f"telemetry_max_sample_age_s ({self.telemetry_max_sample_age_s:g}) exceeds "
+                f"the raw tier's retention (telemetry_raw_retention_days = "
+                f"{self.telemetry_raw_retention_days:g}, "
+                f"{self.telemetry_raw_retention_days * 86400:g} s)")
+        return self
 
     @property
     def effective_database_url(self) -> str:
