@@ -36,3 +36,14 @@ def test_a_revoked_token_is_refused_at_once(api, gf):
     assert viewer.get("/api/v1/whoami").status_code == 200  # now cached
     assert api.post(f"/api/v1/tokens/{created['id']}/revoke").status_code == 200
     assert viewer.get("/api/v1/whoami").status_code == 401
+
+
+def test_a_new_project_member_sees_the_project_at_once(api):
+    assert api.post("/api/v1/users", json={"name": "nia", "role": "member"}).status_code == 201
+    assert api.post("/api/v1/projects", json={"name": "vision", "organisation": "r"}
+                    ).status_code == 201
+    token = api.post("/api/v1/tokens", json={"name": "nia", "user": "nia"}).json()["token"]
+    member = api.as_(token)
+    assert member.get("/api/v1/whoami").json()["projects"] == []  # now remembered
+    assert api.post("/api/v1/projects/vision/members", json={"user": "nia"}).status_code == 201
+    assert member.get("/api/v1/whoami").json()["projects"] == ["vision"]

@@ -30,7 +30,7 @@ async def principal(token: str = Depends(raw_token),
     """The authenticated caller; every /api/v1 route except agent registration needs one.
     A token the server has recently found valid is answered from memory, on the event
     loop; otherwise the token table is read in the thread pool."""
-    cached = gf.principals.get(token, gf.clock.now())
+    cached = gf.cached_principal(token)
     if cached is not None:
         return cached
     return await run_in_threadpool(gf.authenticate, token)

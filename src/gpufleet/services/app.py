@@ -99,11 +99,16 @@ class Gpufleet:
         self.store.dispose()
 
     # --- identity ------------------------------------------------------------------------
+    def cached_principal(self, raw_token: str) -> Principal | None:
+        """The caller of a token found valid within `token_cache_s`, without I/O; None when
+        it must be read (`authenticate`)."""
+        return self.principals.get(raw_token, self.clock.now())
+
     def authenticate(self, raw_token: str) -> Principal:
-        now = self.clock.now()
-        cached = self.principals.get(raw_token, now)
+        cached = self.cached_principal(raw_token)
         if cached is not None:
             return cached
+        now = self.clock.now()
         with self.store.read() as session:
             token = tokens.find_api_token(session, raw_token, now)
             principal = tokens.principal_for(session, token)
@@ -193,7 +198,9 @@ class Gpufleet:
     def add_project_member(self, principal: Principal, project: str,
                            body: wi.ProjectMemberAdd) -> wi.ProjectView:
         with self.store.write() as session:
-            return people.add_member(session, principal, project, body, self.clock.now())
+            view = people.add_member(session, principal, project, body, self.clock.now())
+        self.principals.clear()  # a remembered caller's projects may have grown
+        return view
 
     # --- environments and join tokens ----------------------------------------------------
     def create_environment(self, principal: Principal,
