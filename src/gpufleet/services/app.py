@@ -260,9 +260,15 @@ class Gpufleet:
             return fleet.summary(session, principal)
 
     def server_metrics(self, principal: Principal) -> list[server_metrics.Family]:
-        """The fleet's state as gauges for the server's Prometheus `/metrics`."""
+        """Everything the server's Prometheus `/metrics` shows: the fleet's state, the
+        funnel by environment, and what telemetry ingest has done since start."""
         with self.store.read() as session:
-            return server_metrics.gather(session, principal, self.clock.now())
+            families = server_metrics.gather(session, principal, self.clock.now())
+        # A telemetry store without funnel queries leaves the state gauges to count alone.
+        with contextlib.suppress(Unavailable):
+            families += server_metrics.funnel_families(
+                self.queries.funnel_by_environment(principal))
+        return families + server_metrics.ingest_families(self.ingest.counters)
 
     def list_gpus(self, principal: Principal, f: fleet.GpuFilter, sort: str,
                   cursor: str | None, limit: int) -> Page[wi.GpuView]:

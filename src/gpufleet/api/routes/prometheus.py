@@ -8,7 +8,6 @@ prometheus-client renders them, so the format is exactly what Prometheus parses.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import suppress
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
@@ -16,10 +15,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpufleet.api.deps import principal, services
-from gpufleet.domain.errors import Unavailable
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.principal import Principal
-from gpufleet.services.server_metrics import Family, funnel_families, ingest_families
+from gpufleet.services.server_metrics import Family
 
 router = APIRouter(tags=["prometheus"])
 
@@ -47,10 +45,6 @@ def metrics(p: Principal = Depends(principal), gf: Gpufleet = Depends(services))
     requests by state; agent silence per environment; the funnel by environment; what
     telemetry ingest stored, dropped and refused since start."""
     families = gf.server_metrics(p)
-    # A telemetry store without funnel queries leaves the state gauges to count alone.
-    with suppress(Unavailable):
-        families += funnel_families(gf.queries.funnel_by_environment(p))
-    families += ingest_families(gf.ingest.counters)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
