@@ -154,7 +154,8 @@ class TelemetryStore(Protocol):
 
     def write(self, batch: Sequence[Sample]) -> int:
         """Store a batch atomically; returns how many samples were stored (None values are
-        skipped). Idempotence (batch ids) is the ingest layer's job."""
+        skipped). No upload key, so no replay detection: ingest writes through
+        `write_columns`; this is for tools, benchmarks and tests that write samples."""
         ...
 
     def write_columns(self, batches: Sequence[tuple[str, SampleColumns]]) -> list[int | None]:
