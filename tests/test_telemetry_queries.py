@@ -203,3 +203,16 @@ def test_metrics_carry_the_funnel_by_environment(api, fleet):
     assert families["gpufleet_funnel_allocated_gpu_hours"][key] == pytest.approx(2 * HOURS)
     assert families["gpufleet_funnel_active_gpu_hours"][key] == pytest.approx(HOURS)
     assert families["gpufleet_funnel_effective_gpu_hours"][key] == pytest.approx(HOURS)
+
+
+def test_an_old_window_keeps_its_bindings(api, fleet, gf, clock):
+    """Bindings that ended long ago (beyond the binding cache's keep) still attribute
+    the window they held."""
+    for code in (fleet["vision"], fleet["speech"]):
+        gf.lifecycle.release(SYSTEM, code, None)
+    clock.advance(40 * 86400)
+    end = (fleet["start"] + timedelta(hours=HOURS)).isoformat()
+    rows = {r["group"]["project"]: r
+            for r in get(api, "funnel", by="project", window=f"{HOURS}h", end=end)["rows"]}
+    assert rows["vision"]["allocated_gpu_hours"] == pytest.approx(HOURS)
+    assert rows["speech"]["allocated_gpu_hours"] == pytest.approx(HOURS)

@@ -234,7 +234,7 @@ def zombies(q: TelemetryQueries, principal: Principal) -> list[wt.ZombieProcess]
     t = q.thresholds
     with q.state.read() as session:
         slots = read_slots(session, principal, now - timedelta(days=1), now + _EPSILON,
-                           cache=q.cached(now))
+                           cache=q.slot_cache)
     held = _open_now(slots, now)
     ended: dict[UnitKey, Slot] = {}
     for s in slots:
@@ -284,7 +284,7 @@ def _relabel(labels: SeriesLabels, metric: str) -> SeriesLabels:
 def unattributed(q: TelemetryQueries, principal: Principal) -> list[wt.UnattributedUsage]:
     now = q.clock.now()
     with q.state.read() as session:
-        slots = read_slots(session, principal, now, now + _EPSILON, cache=q.cached(now))
+        slots = read_slots(session, principal, now, now + _EPSILON, cache=q.slot_cache)
     held = _open_now(slots, now)
     found: list[wt.UnattributedUsage] = []
     busy_units: set[UnitKey] = set()
@@ -336,7 +336,7 @@ def _usage(v: LatestValue, kind: str, match: ClaimMatch, bound: list[str],
 def top(q: TelemetryQueries, principal: Principal, limit: int) -> wt.TopView:
     now = q.clock.now()
     with q.state.read() as session:
-        slots = read_slots(session, principal, now, now + _EPSILON, cache=q.cached(now))
+        slots = read_slots(session, principal, now, now + _EPSILON, cache=q.slot_cache)
     held = _open_now(slots, now)
     latest: dict[UnitKey, dict[str, LatestValue]] = defaultdict(dict)
     for name in (*_ACTIVITY_METRICS, SM_ACTIVE, MEMORY_USED):

@@ -10,6 +10,7 @@ Members see only their own projects' bindings.
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from gpufleet.clock import Clock
 from gpufleet.domain.access import sees_all_projects
 from gpufleet.domain.inventory import GpuStatus
 from gpufleet.domain.requests import request_code
@@ -70,23 +72,29 @@ class SlotCache:
     rows) changes with every write. A MIG instance recreated under the same binding gets a
     new UUID without such a change, so the cache is also re-read after `max_age_s`."""
 
-    def __init__(self, keep: timedelta, max_age_s: float = 60.0):
+    def __init__(self, keep: timedelta, clock: Clock, max_age_s: float = 60.0):
         self.keep = keep
+        self.clock = clock
         self.max_age_s = max_age_s
         self._lock = threading.Lock()
         self._key: tuple | None = None
         self._slots: list[Slot] = []
 
-    def slots(self, session: Session, now: datetime, monotonic_s: float) -> list[Slot]:
+    def covers(self, start: datetime) -> bool:
+        """Whether every binding overlapping a window from `start` on is in the cache."""
+        return start >= self.clock.now() - self.keep
+
+    def slots(self, session: Session) -> list[Slot]:
         key = tuple(session.execute(select(func.count(), func.max(Binding.id),
                                            func.count(Binding.ended_at))).one())
+        read_at = time.monotonic()
         with self._lock:
             if self._key is not None and self._key[0] == key and \
-                    monotonic_s - self._key[1] < self.max_age_s:
+                    read_at - self._key[1] < self.max_age_s:
                 return self._slots
-        slots = _query_slots(session, now - self.keep, None, None)
+        slots = _query_slots(session, self.clock.now() - self.keep, None, None)
         with self._lock:
-            self._key, self._slots = (key, monotonic_s), slots
+            self._key, self._slots = (key, read_at), slots
         return slots
 
 
@@ -94,18 +102,19 @@ def read_slots(session: Session, principal: Principal, start: datetime, end: dat
                *, projects: list[str] | None = None,
                allocations: list[str] | None = None,
                gpu_uuids: list[str] | None = None,
-               cache: tuple[SlotCache, datetime, float] | None = None) -> list[Slot]:
-    """Bindings that overlap [start, end), as slots: from the cache (given as the cache, now
-    and a monotonic time), or in one query (plus one for MIG UUIDs)."""
+               cache: SlotCache | None = None) -> list[Slot]:
+    """Bindings that overlap [start, end), as slots: from the cache where it holds the
+    window (it keeps only bindings ended within its `keep`), else in one query (plus one
+    for MIG UUIDs)."""
     own = visible_projects(principal)
-    if cache is None or gpu_uuids is not None:
+    if cache is None or gpu_uuids is not None or not cache.covers(start):
         slots = _query_slots(session, start, end, own, projects, gpu_uuids)
     else:
         start_ms, end_ms = to_ms(start), to_ms(end)
         wanted = None if own is None else set(own)
         if projects:
             wanted = set(projects) if wanted is None else wanted & set(projects)
-        slots = [s for s in cache[0].slots(session, cache[1], cache[2])
+        slots = [s for s in cache.slots(session)
                  if s.start_ms < end_ms and (s.end_ms is None or s.end_ms > start_ms)
                  and (wanted is None or s.project in wanted)]
     if allocations:

@@ -69,16 +69,17 @@ class TelemetryQueries:
         self.thresholds = thresholds_of(settings)
         self._masks: MinuteMasks | None = None
         self._masks_lock = threading.Lock()
-        self._slot_cache = SlotCache(MAX_WINDOW + IDLE_LOOKBACK)
+        self._slot_cache = SlotCache(MAX_WINDOW + IDLE_LOOKBACK, clock)
         self._gauges: dict[frozenset[str] | None, tuple[float, wt.FunnelView]] = {}
 
     @property
     def telemetry(self) -> TelemetryStore:
         return self._telemetry()
 
-    def cached(self, now: datetime) -> tuple[SlotCache, datetime, float]:
-        """What `read_slots` needs to answer from the binding cache."""
-        return self._slot_cache, now, time.monotonic()
+    @property
+    def slot_cache(self) -> SlotCache:
+        """The recent bindings `read_slots` may answer from."""
+        return self._slot_cache
 
     @property
     def masks(self) -> MinuteMasks:
@@ -112,7 +113,7 @@ class TelemetryQueries:
             owners = visible_projects(principal) is not None or \
                 any(k in OWNER_LABELS for k in [*by, *filters])
             slots = read_slots(session, principal, start, end,
-                               cache=self.cached(self.clock.now())) if owners else None
+                               cache=self.slot_cache) if owners else None
         if "mig_profile" in filters:
             wanted = set(filters.pop("mig_profile"))
             filters["mig_uuid"] = [u for u, p in profiles.items() if p in wanted]
@@ -185,7 +186,7 @@ class TelemetryQueries:
                                   None)
         scoped = visible_projects(principal) is not None
         with self.state.read() as session:
-            slots = read_slots(session, principal, start, end, cache=self.cached(now))
+            slots = read_slots(session, principal, start, end, cache=self.slot_cache)
             inventory = None if scoped or not set(by) <= set(INVENTORY_LABELS) else \
                 inventory_gpu_seconds(session, by, start, end)
             fleet_total = None if scoped else inventory_gpu_seconds(session, (), start, end)
@@ -251,7 +252,7 @@ class TelemetryQueries:
         with self.state.read() as session:
             slots = [s for s in read_slots(session, principal, now - IDLE_LOOKBACK, now,
                                            projects=[project] if project else None,
-                                           cache=self.cached(now))
+                                           cache=self.slot_cache)
                      if s.end is None or s.end > now]
         done = min(self.masks.refresh(), ms(now))
         lo = done - int(window.total_seconds() * 1000)
