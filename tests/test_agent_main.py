@@ -6,10 +6,13 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gpufleet import agent_main
-from gpufleet.agent.dcgm_inventory import registration_from_page
+from gpufleet.agent.backend import SourceUnavailable
+from gpufleet.agent.dcgm_exporter import DcgmExporterBackend
+from gpufleet.agent.dcgm_inventory import fetch_registration, registration_from_page
 from gpufleet.agent.nvml_backend import HostFacts
 from gpufleet.agent.read_only_node import MigPlanNotApplied, ReadOnlyNode
 from gpufleet.wire.agent import DesiredState
@@ -71,6 +74,35 @@ def test_the_8_gpu_page_has_memory_and_pci_ids():
     assert [g.index for g in registration.gpus] == list(range(8))
     assert all(g.memory_bytes and g.memory_bytes > 70 * 1024**3 for g in registration.gpus)
     assert registration.gpus[0].pci_bus_id == "00000000:18:00.0"
+
+
+def test_labels_that_are_digits_but_not_numbers_are_skipped_not_raised():
+    # "²".isdigit() is True and int("²") raises: such a series is not a GPU's.
+    uuid = "GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f"
+    good = f'UUID="{uuid}",gpu="0",modelName="NVIDIA H100 80GB HBM3"'
+    text = "\n".join([
+        f'DCGM_FI_DEV_FB_TOTAL{{{good}}} 81559',
+        'DCGM_FI_DEV_FB_TOTAL{UUID="GPU-8d2f6a1e-3b4c-4e5f-9a0b-1c2d3e4f5a6b",gpu="²"} 1',
+        f'DCGM_FI_DEV_FB_USED{{{good},GPU_I_ID="²",GPU_I_PROFILE="1g.10gb"}} 10',
+    ]) + "\n"
+    registration = registration_from_page(text, HOST)
+    (gpu,) = registration.gpus
+    assert (gpu.uuid, gpu.index, gpu.memory_bytes) == (uuid, 0, 81559 * 1024**2)
+    assert not gpu.mig_enabled
+
+
+def test_the_inventory_is_read_through_the_exporters_own_scrape():
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "down":
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, text=(PAGES / "h100_8gpu.txt").read_text())
+
+    client = httpx.Client(transport=httpx.MockTransport(answer))
+    up = DcgmExporterBackend("http://up:9400", "n", client=client)
+    assert len(fetch_registration(up, HOST).gpus) == 8
+    down = DcgmExporterBackend("http://down:9400", "n", client=client)
+    with pytest.raises(SourceUnavailable, match="dcgm-exporter at http://down:9400/metrics"):
+        fetch_registration(down, HOST)
 
 
 def test_a_read_only_node_takes_bindings_and_refuses_another_mig_layout():

@@ -113,7 +113,7 @@ def _dcgm_exporter(flags: AgentFlags) -> GpuBackend:
     except ValueError as exc:
         raise AgentSetupError(str(exc)) from None
     # An exporter not up yet is not a setup error: registration retries until it answers.
-    return ReadOnlyNode("dcgm-exporter", lambda: fetch_registration(exporter.url, host()),
+    return ReadOnlyNode("dcgm-exporter", lambda: fetch_registration(exporter, host()),
                         exporter, on_inventory=exporter.use_inventory)
 
 

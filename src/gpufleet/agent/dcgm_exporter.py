@@ -61,7 +61,8 @@ DEFAULT_PATH = "/metrics"
 # Re-exported: the dcgm-exporter label names are the agent's vocabulary too.
 __all__ = ["GPU_INSTANCE_ID", "GPU_INSTANCE_PROFILE", "HOSTNAME", "TEXT_MAX", "UUID_LABELS",
            "WORKLOAD_LABELS", "DcgmExporterBackend", "DcgmExporterUnavailable",
-           "MalformedPage", "derived_mig_uuid", "mig_uuids_of", "snapshot_from_samples",
+           "MalformedPage", "derived_mig_uuid", "metrics_page", "mig_uuids_of",
+           "snapshot_from_samples",
            "snapshot_from_text"]
 
 # (GPU UUID lower-cased, GPU instance id) -> the MIG instance's UUID, from the inventory.
@@ -112,9 +113,17 @@ class DcgmExporterBackend:
 
     def collect(self) -> NodeSnapshot:
         """One scrape, mapped; DcgmExporterUnavailable when the exporter cannot be read."""
+        page = self.scrape()
+        return snapshot_from_samples(page.samples, self.node, self._now(), self.mig_uuids,
+                                     page=page)
+
+    def scrape(self) -> Page:
+        """One GET of the page, parsed: what the telemetry and the inventory
+        (`dcgm_inventory`) read. DcgmExporterUnavailable when it cannot be had or is not a
+        metrics page."""
         text = self._fetch()
         try:
-            return snapshot_from_text(text, self.node, self._now(), self.mig_uuids)
+            return metrics_page(text)
         except MalformedPage as exc:
             raise DcgmExporterUnavailable(
                 self.url, f"the page is not Prometheus metrics ({exc})",
@@ -175,11 +184,18 @@ def snapshot_from_text(text: str, node: str, at: datetime,
     `mig_uuids` maps (GPU UUID lower-cased, GPU instance id) to the instance's real MIG
     UUID (see `mig_uuids_of`); instances it does not name get `derived_mig_uuid`. Raises
     MalformedPage only when no line of a non-empty page could be read."""
+    page = metrics_page(text)
+    return snapshot_from_samples(page.samples, node, at, mig_uuids, page=page)
+
+
+def metrics_page(text: str) -> Page:
+    """The page's samples, bad lines skipped and counted; MalformedPage when no line of a
+    non-empty page could be read (it is not a metrics page at all)."""
     page = parse_page(text)
     if not page.samples and page.malformed_lines:
         raise MalformedPage(f"{page.malformed_lines} unreadable line(s), first "
                             f"{page.first_malformed}")
-    return snapshot_from_samples(page.samples, node, at, mig_uuids, page=page)
+    return page
 
 
 def snapshot_from_samples(samples: Iterable[Sample], node: str, at: datetime,

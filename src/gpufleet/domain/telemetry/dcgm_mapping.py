@@ -31,6 +31,7 @@ TEXT_MAX = 253  # wire.telemetry LabelText: a label value longer than this canno
 
 # Label names as dcgm-exporter writes them; the second spelling is its --use-old-namespace.
 UUID_LABELS = ("UUID", "uuid")
+GPU_INDEX = "gpu"
 GPU_INSTANCE_ID = "GPU_I_ID"
 GPU_INSTANCE_PROFILE = "GPU_I_PROFILE"
 HOSTNAME = "Hostname"
@@ -109,9 +110,21 @@ def address_of(name: str, labels: Mapping[str, str]) -> Address | Unaddressable:
     instance_text = labels.get(GPU_INSTANCE_ID, "")
     if not instance_text:
         return Address(uuid, None)
-    if not (instance_text.isascii() and instance_text.isdigit()):
+    instance = _number(instance_text)
+    if instance is None:
         return Unaddressable("bad_instance", instance_text)
-    return Address(uuid, int(instance_text))
+    return Address(uuid, instance)
+
+
+def gpu_index(labels: Mapping[str, str]) -> int | None:
+    """The GPU's index on its node (`gpu`); None where the label is missing or not a
+    number."""
+    return _number(labels.get(GPU_INDEX, ""))
+
+
+def _number(text: str) -> int | None:
+    # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def instance_profile(labels: Mapping[str, str]) -> str | None:
