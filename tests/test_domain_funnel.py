@@ -18,15 +18,18 @@ from gpufleet.domain.telemetry.funnel import (
     IdleState,
     Thresholds,
     ZombieReason,
+    architecture_of_model,
     check_claim,
     choose_activity_source,
     classify_minute,
     idle_verdict,
     idle_verdict_from_minutes,
     is_unattributed,
+    unit_activity,
     unit_weight,
     zombie_reason,
 )
+from gpufleet.domain.telemetry.vocabulary import Architecture
 
 T = Thresholds()
 GIB = 1024**3
@@ -46,18 +49,44 @@ def test_unit_weight(kind, extra, weight):
     assert unit_weight(kind, **extra) == pytest.approx(weight)
 
 
+AMPERE, HOPPER = Architecture.AMPERE, Architecture.HOPPER
+PROCESSES = {"gpu.memory_used_bytes", "process.memory_used_bytes"}
+
+
 @pytest.mark.parametrize(("metrics", "is_mig", "arch", "source"), [
     ({"gpu.gr_engine_active", "gpu.utilization"}, False, None, ActivitySource.GR_ENGINE),
     ({"gpu.utilization"}, False, None, ActivitySource.UTILIZATION),
-    ({"gpu.utilization"}, True, "Ampere (GA100)", ActivitySource.UNKNOWN),
-    ({"gpu.gr_engine_active"}, True, "Hopper (GH100)", ActivitySource.GR_ENGINE),
-    ({"process.memory_used_bytes"}, True, "Ampere (GA100)", ActivitySource.PROCESSES),
-    ({"process.memory_used_bytes"}, True, "Hopper (GH100)", ActivitySource.UNKNOWN),
-    ({"process.memory_used_bytes"}, False, None, ActivitySource.UNKNOWN),
+    ({"gpu.utilization"}, True, AMPERE, ActivitySource.UNKNOWN),
+    ({"gpu.gr_engine_active"}, True, HOPPER, ActivitySource.GR_ENGINE),
+    (PROCESSES, True, AMPERE, ActivitySource.PROCESSES),
+    (PROCESSES, True, None, ActivitySource.PROCESSES),
+    ({"gpu.memory_used_bytes"}, True, AMPERE, ActivitySource.PROCESSES),  # none running
+    ({"process.memory_used_bytes"}, True, AMPERE, ActivitySource.UNKNOWN),  # not reporting
+    (PROCESSES, True, HOPPER, ActivitySource.UNKNOWN),  # Hopper has gr_engine through GPM
+    (PROCESSES, False, None, ActivitySource.UNKNOWN),
     (set(), False, None, ActivitySource.UNKNOWN),
 ])
 def test_activity_source_is_the_best_signal_the_unit_has(metrics, is_mig, arch, source):
     assert choose_activity_source(metrics, is_mig=is_mig, architecture=arch) is source
+
+
+@pytest.mark.parametrize(("latest", "running", "is_mig", "arch", "expected"), [
+    ({"gpu.gr_engine_active": 40.0, "gpu.utilization": 90.0}, False, False, HOPPER,
+     (40.0, ActivitySource.GR_ENGINE)),
+    ({"gpu.utilization": 90.0}, False, False, AMPERE, (90.0, ActivitySource.UTILIZATION)),
+    ({"gpu.memory_used_bytes": 1.0}, True, True, AMPERE, (100.0, ActivitySource.PROCESSES)),
+    ({"gpu.memory_used_bytes": 1.0}, False, True, AMPERE, (0.0, ActivitySource.PROCESSES)),
+    ({"gpu.memory_used_bytes": 1.0}, True, True, HOPPER, (None, ActivitySource.UNKNOWN)),
+])
+def test_unit_activity(latest, running, is_mig, arch, expected):
+    assert unit_activity(latest, process_running=running, is_mig=is_mig,
+                         architecture=arch) == expected
+
+
+def test_architecture_of_model():
+    assert architecture_of_model("A100-80GB") is Architecture.AMPERE
+    assert architecture_of_model("H100-80GB") is Architecture.HOPPER
+    assert architecture_of_model("NVIDIA Mystery 9000") is None
 
 
 @pytest.mark.parametrize(("activity", "sm", "known", "active", "effective"), [

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpufleet.services.principal import SYSTEM
 from gpufleet.tsdb import Sample, series
 from gpufleet.wire.requests import RequestCreate
-from tests.helpers import create_environment, gpu_uuid, register
+from tests.helpers import create_environment, gpu, gpu_uuid, join_token, register, registration
 
 GIB = 1024**3
 HOURS = 5
@@ -216,3 +216,56 @@ def test_an_old_window_keeps_its_bindings(api, fleet, gf, clock):
             for r in get(api, "funnel", by="project", window=f"{HOURS}h", end=end)["rows"]}
     assert rows["vision"]["allocated_gpu_hours"] == pytest.approx(HOURS)
     assert rows["speech"]["allocated_gpu_hours"] == pytest.approx(HOURS)
+
+
+@pytest.fixture
+def migs(api, gf, clock):
+    """A 1g.10gb instance on an A100 (no gr_engine_active without DCGM) and one on an H100
+    (GPM gives it gr_engine_active; this one does not send it), each bound and running a
+    process for an hour."""
+    create_environment(api, name="onprem-slicing")
+    body = registration(7, gpus=0)
+    body["gpus"] = [
+        gpu(7, 0, name="NVIDIA A100-SXM4-80GB", pci_device_id=0x20B210DE, mig_enabled=True,
+            mig_instances=[{"profile_id": 19, "placement_start": 0, "mig_uuid": "MIG-amp"}]),
+        gpu(7, 1, mig_enabled=True,
+            mig_instances=[{"profile_id": 19, "placement_start": 0, "mig_uuid": "MIG-hop"}])]
+    response = api.as_(join_token(api, "onprem-slicing")).post("/api/v1/agent/register",
+                                                                json=body)
+    assert response.status_code == 200, response.text
+    api.post("/api/v1/projects", json={"name": "vision", "organisation": "research"})
+    start = clock.now()
+    for model, mig in (("A100-80GB", "MIG-amp"), ("H100-80GB", "MIG-hop")):
+        view = gf.lifecycle.approve(SYSTEM, gf.lifecycle.create_request(SYSTEM, RequestCreate(
+            project="vision", count=1, models=[model], mig_profile="1g.10gb")).code, None)
+        assert view.units[0].mig_uuid == mig
+        attrs = {"node": "node-7", "environment": "onprem-slicing", "model": model}
+        gf.telemetry.write([
+            Sample(series(metric, view.units[0].gpu_uuid, mig, labels=labels, **attrs),
+                   start + timedelta(minutes=m, seconds=30), value)
+            for m in range(60) for metric, labels, value in (
+                ("gpu.memory_used_bytes", None, 4.0 * GIB),
+                ("process.memory_used_bytes", {"pid": "7", "process_name": "python"}, 4 * GIB))])
+    clock.advance(3600)
+    gf.telemetry.rollup(clock.now())
+    return {"amp": (gpu_uuid(7, 0), "MIG-amp"), "hop": (gpu_uuid(7, 1), "MIG-hop")}
+
+
+def test_mig_activity_is_one_rule_in_latest_top_and_the_funnel(api, migs):
+    """An Ampere instance with a process running is active everywhere; a Hopper instance
+    without gr_engine_active is unknown everywhere (not judged by its processes)."""
+    latest = {(s["gpu_uuid"], s["mig_uuid"]): s
+              for s in get(api, "latest", environment="onprem-slicing")["items"]}
+    assert (latest[migs["amp"]]["activity_percent"],
+            latest[migs["amp"]]["activity_source"]) == (100.0, "processes")
+    assert (latest[migs["hop"]]["activity_percent"],
+            latest[migs["hop"]]["activity_source"]) == (None, "unknown")
+    top = {(u["gpu_uuid"], u["mig_uuid"]): u for u in get(api, "top")["busiest"]}
+    assert top[migs["amp"]]["activity_percent"] == 100.0
+    assert migs["hop"] not in top
+    rows = {r["group"]["model"]: r for r in get(api, "funnel", by="model", window="1h")["rows"]}
+    weight = 1 / 7  # 1g.10gb: 1 of 7 compute slices
+    assert rows["A100-80GB"]["active_gpu_hours"] == pytest.approx(weight, rel=1e-2)
+    assert rows["A100-80GB"]["unknown_gpu_hours"] == pytest.approx(0)
+    assert rows["H100-80GB"]["active_gpu_hours"] == 0
+    assert rows["H100-80GB"]["unknown_gpu_hours"] == pytest.approx(weight, rel=1e-2)

@@ -29,9 +29,12 @@ from gpufleet.domain.telemetry.funnel import (
     ClaimMatch,
     IdleState,
     Thresholds,
+    activity_signal,
+    architecture_of_model,
     check_claim,
     idle_verdict,
     is_unattributed,
+    unit_activity,
     zombie_reason,
 )
 from gpufleet.services.paging import decode_cursor, encode_cursor
@@ -173,7 +176,8 @@ def _snapshot(unit: UnitKey, node: str, environment: str, model: str, profile: s
               values: list[LatestValue], held: list[Slot]) -> wt.UnitSnapshotView:
     bound = [s.allocation for s in held]
     plain = {v.series.metric: v for v in values if not v.series.labels}
-    activity, source = _activity(plain, unit, values)
+    activity, source = _activity({m: v.value for m, v in plain.items()}, unit, model,
+                                 any(v.series.metric == PROCESS_MEMORY for v in values))
     processes = _processes(values, bound)
     claims = [dict(v.series.labels) for v in values
               if v.series.metric == WORKLOAD_CLAIMED and v.value >= 1]
@@ -185,16 +189,12 @@ def _snapshot(unit: UnitKey, node: str, environment: str, model: str, profile: s
         charged_to=_charges(held), processes=processes, workload_claims=claims)
 
 
-def _activity(plain: dict[str, LatestValue], unit: UnitKey,
-              values: list[LatestValue]) -> tuple[float | None, str]:
-    if GR_ENGINE_ACTIVE in plain:
-        return plain[GR_ENGINE_ACTIVE].value, "gr_engine_active"
-    if UTILIZATION in plain and unit[1] is None:
-        return plain[UTILIZATION].value, "utilization"
-    if unit[1] is not None and MEMORY_USED in plain:
-        running = any(v.series.metric == PROCESS_MEMORY for v in values)
-        return (100.0 if running else 0.0), "processes"
-    return None, "unknown"
+def _activity(latest: dict[str, float], unit: UnitKey, model: str,
+              process_running: bool) -> tuple[float | None, str]:
+    activity, source = unit_activity(latest, process_running=process_running,
+                                     is_mig=unit[1] is not None,
+                                     architecture=architecture_of_model(model))
+    return activity, source.value
 
 
 def _processes(values: list[LatestValue], bound: list[str]) -> list[wt.ProcessView]:
@@ -314,7 +314,9 @@ def unattributed(q: TelemetryQueries, principal: Principal) -> list[wt.Unattribu
     for name in _ACTIVITY_METRICS:
         for a in q.telemetry.latest(metric=name, since=now - FRESH):
             unit = _unit(a.series)
-            if a.value >= q.thresholds.activity_percent and unit not in held \
+            if activity_signal(name, is_mig=unit[1] is not None,
+                               architecture=architecture_of_model(a.series.model)) \
+                    and a.value >= q.thresholds.activity_percent and unit not in held \
                     and unit not in busy_units and visible(unit):
                 busy_units.add(unit)
                 found.append(_usage(a, "activity", ClaimMatch.UNBOUND, [],
@@ -343,14 +345,17 @@ def top(q: TelemetryQueries, principal: Principal, limit: int) -> wt.TopView:
         for v in q.telemetry.latest(metric=name, since=now - FRESH):
             if not v.series.labels:
                 latest[_unit(v.series)][name] = v
+    running = {_unit(v.series) for v in q.telemetry.latest(metric=PROCESS_MEMORY,
+                                                           since=now - FRESH)}
     units = []
     for unit, metrics in latest.items():
         if not _owned(principal, held.get(unit, [])):
             continue
-        activity, _ = _activity(metrics, unit, [])
+        any_value = next(iter(metrics.values())).series
+        activity, _ = _activity({m: v.value for m, v in metrics.items()}, unit,
+                                any_value.model, unit in running)
         if activity is None:
             continue
-        any_value = next(iter(metrics.values())).series
         units.append(wt.TopUnit(
             gpu_uuid=unit[0], mig_uuid=unit[1], node=any_value.node,
             environment=any_value.environment, model=any_value.model,

@@ -8,11 +8,11 @@ question becomes a join of those rows with the bindings, counting bits (`bit_cou
 each binding's part of the hour. Exact at minute resolution, and a 24-hour funnel reads
 24 rows per unit.
 
-Signals (roles): `gr` gpu.gr_engine_active and `util` gpu.utilization (whole GPUs) give
-activity, the first one present in an hour wins; `sm` gpu.sm_active gives effective minutes
-and the efficiency sum; for MIG instances of Ampere (or unknown) models, `pmem`
-(gpu.memory_used_bytes of the instance: it reported) and `proc` (any process series) stand in
-for activity when neither of the others exists.
+Signals (roles) are the domain's `activity_signal`: `gr` gpu.gr_engine_active and `util`
+gpu.utilization (whole GPUs) give activity, the first one present in an hour wins; for MIG
+instances of Ampere (or unknown) models, `pmem` (gpu.memory_used_bytes of the instance: it
+reported) and `proc` (any process series) stand in for activity when neither of the others
+exists; `sm` gpu.sm_active gives effective minutes and the efficiency sum.
 
 Only minutes the store has rolled up count ("activity is judged on 1-minute rollups"): the
 last minute or two before the rollup loop folds them are not known yet. Rolled-up minutes
@@ -34,15 +34,12 @@ from datetime import datetime
 
 from gpufleet.domain.errors import Unavailable
 from gpufleet.domain.telemetry.funnel import (
-    GR_ENGINE_ACTIVE,
-    MEMORY_USED,
-    PROCESS_MEMORY,
     SM_ACTIVE,
-    UTILIZATION,
+    ActivitySignal,
     Thresholds,
+    activity_signal,
     architecture_of_model,
 )
-from gpufleet.domain.telemetry.vocabulary import Architecture, architecture_of
 from gpufleet.tsdb import SeriesLabels, TelemetryStore
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, to_ms
 
@@ -51,8 +48,8 @@ CACHE = "gpufleet_masks"  # the attached in-memory database
 _BIT = f"(1::UBIGINT << ((bucket_ms % {HOUR_MS}) // {MINUTE_MS})::INTEGER)"
 _MASK_COLUMNS = ("gr_known", "gr_hot", "util_known", "util_hot", "sm_known", "sm_hot",
                  "pmem_known", "proc_known")
-# The activity of a unit-hour: the first signal present; process presence only where the
-# instance reported (pmem) and neither engine signal exists.
+# The activity of a unit-hour: the first signal present, in `ActivitySignal`'s order;
+# process presence only where the instance reported (pmem) and neither engine signal exists.
 _ACT_KNOWN = ("CASE WHEN gr_known <> 0 THEN gr_known WHEN util_known <> 0 THEN util_known "
               "ELSE pmem_known END")
 _ACT_HOT = ("CASE WHEN gr_known <> 0 THEN gr_hot WHEN util_known <> 0 THEN util_hot "
@@ -313,23 +310,16 @@ class MinuteMasks:
         return {ids[sid]: (known, busy, first) for sid, known, busy, first in rows}
 
 
+_ROLES = {ActivitySignal.GR_ENGINE: GR, ActivitySignal.UTILIZATION: UTIL,
+          ActivitySignal.REPORTED: PMEM, ActivitySignal.RUNNING: PROC}
+
+
 def _role(labels: SeriesLabels) -> int | None:
-    metric, is_mig = labels.metric, labels.mig_uuid is not None
-    if metric == GR_ENGINE_ACTIVE:
-        return GR
-    if metric == UTILIZATION and not is_mig:
-        return UTIL
-    if metric == SM_ACTIVE:
+    if labels.metric == SM_ACTIVE:
         return SM
-    if is_mig and metric in (MEMORY_USED, PROCESS_MEMORY) and _may_lack_engine(labels.model):
-        return PMEM if metric == MEMORY_USED else PROC
-    return None
-
-
-def _may_lack_engine(model: str) -> bool:
-    """MIG instances without gr_engine_active: Ampere without DCGM (Hopper+ has GPM)."""
-    text = architecture_of_model(model)
-    return text is None or architecture_of(text) in (None, Architecture.AMPERE)
+    signal = activity_signal(labels.metric, is_mig=labels.mig_uuid is not None,
+                             architecture=architecture_of_model(labels.model))
+    return None if signal is None else _ROLES[signal]
 
 
 def ms(at: datetime) -> int:

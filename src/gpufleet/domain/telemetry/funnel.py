@@ -4,7 +4,7 @@
 Everything is counted in GPU-hours. A unit weighs what it holds of its GPU: a whole GPU 1, a
 MIG instance max(compute share, memory share), a shared fraction milli ÷ 1000 (`unit_weight`).
 
-Per minute, a unit's **activity** comes from the best signal it has (`choose_activity_source`):
+Per minute, a unit's **activity** comes from the best signal it has (`activity_signal`):
 `gpu.gr_engine_active`, else `gpu.utilization` (whole GPUs only), else — MIG instances with
 neither, as on Ampere without DCGM — whether any process ran on it. A minute whose activity is
 unknown counts neither as active nor as idle.
@@ -16,7 +16,7 @@ are tested against.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -76,29 +76,71 @@ def unit_weight(kind: str, *, model: str | None = None, mig_profile_id: int | No
 
 # --- the activity signal ------------------------------------------------------------------
 
-def choose_activity_source(metrics: Iterable[str], *, is_mig: bool,
-                           architecture: str | None = None) -> ActivitySource:
-    """The best activity signal among the metrics a unit reports (DESIGN.md §3).
+class ActivitySignal(StrEnum):
+    """What one series stands for in a unit's activity (DESIGN.md §3), best first: the
+    first present wins. `REPORTED` (a MIG instance's own used memory: it reports, so process
+    presence is known) and `RUNNING` (a process on it) together are the `processes` source."""
+
+    GR_ENGINE = "gr_engine_active"
+    UTILIZATION = "utilization"
+    REPORTED = "reported"
+    RUNNING = "running"
+
+
+def activity_signal(metric: str, *, is_mig: bool,
+                    architecture: Architecture | None) -> ActivitySignal | None:
+    """The one statement of which series stand for activity, used by the live views and by
+    the funnel's SQL alike.
 
     `gpu.utilization` is a whole-GPU signal: NVML does not support it on MIG devices, so a
-    MIG instance never uses it. Process presence stands in for MIG instances without
-    `gr_engine_active` (Ampere without DCGM; Hopper and newer have it through GPM), and
-    only where processes are reported at all.
+    MIG instance never uses it. Process presence stands in only for MIG instances that may
+    lack `gr_engine_active`: Ampere (or an unknown model) without DCGM; Hopper and newer
+    have it through GPM, so a Hopper instance without it is unknown.
     """
-    have = set(metrics)
-    if GR_ENGINE_ACTIVE in have:
+    if metric == GR_ENGINE_ACTIVE:
+        return ActivitySignal.GR_ENGINE
+    if metric == UTILIZATION and not is_mig:
+        return ActivitySignal.UTILIZATION
+    if is_mig and architecture in (None, Architecture.AMPERE):
+        if metric == MEMORY_USED:
+            return ActivitySignal.REPORTED
+        if metric == PROCESS_MEMORY:
+            return ActivitySignal.RUNNING
+    return None
+
+
+def choose_activity_source(metrics: Iterable[str], *, is_mig: bool,
+                           architecture: Architecture | None) -> ActivitySource:
+    """The best activity signal among the metrics a unit reports (`activity_signal`)."""
+    signals = {activity_signal(m, is_mig=is_mig, architecture=architecture) for m in metrics}
+    if ActivitySignal.GR_ENGINE in signals:
         return ActivitySource.GR_ENGINE
-    if not is_mig and UTILIZATION in have:
+    if ActivitySignal.UTILIZATION in signals:
         return ActivitySource.UTILIZATION
-    arch = architecture_of(architecture) if architecture else None
-    if is_mig and PROCESS_MEMORY in have and arch in (None, Architecture.AMPERE):
+    if ActivitySignal.REPORTED in signals:
         return ActivitySource.PROCESSES
     return ActivitySource.UNKNOWN
 
 
-def architecture_of_model(model: str) -> str | None:
+def unit_activity(latest: Mapping[str, float], *, process_running: bool, is_mig: bool,
+                  architecture: Architecture | None) -> tuple[float | None, ActivitySource]:
+    """A unit's activity (percent) from its latest unlabelled values and whether a process
+    runs on it; None where unknown."""
+    metrics = [*latest, *([PROCESS_MEMORY] if process_running else [])]
+    source = choose_activity_source(metrics, is_mig=is_mig, architecture=architecture)
+    if source is ActivitySource.GR_ENGINE:
+        return latest[GR_ENGINE_ACTIVE], source
+    if source is ActivitySource.UTILIZATION:
+        return latest[UTILIZATION], source
+    if source is ActivitySource.PROCESSES:
+        return (100.0 if process_running else 0.0), source
+    return None, source
+
+
+def architecture_of_model(model: str) -> Architecture | None:
+    """The architecture of a catalogue model name (`H100-80GB`), None for one not known."""
     found = catalogue_model(model)
-    return found.architecture if found else None
+    return architecture_of(found.architecture) if found else None
 
 
 # --- one minute ---------------------------------------------------------------------------
