@@ -3,6 +3,7 @@ Prometheus' own parser (prometheus-client)."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import create_environment, gpu, join_token, register, registration
@@ -41,7 +42,8 @@ def test_allocated_gpus_weigh_mig_instances_by_their_share(api, h100s):
     whole = (("environment", "onprem-hpc"), ("kind", "whole"), ("project", "vision"))
     mig = (("environment", "onprem-slicing"), ("kind", "mig"), ("project", "vision"))
     assert allocated[whole] == 3
-    assert abs(allocated[mig] - 2 / 7) < 1e-9  # 1g.10gb on an H100: 1 of 7 compute slices
+    # 1g.10gb on an H100: 1 of 7 compute slices, held as round(1000 / 7) milli each
+    assert allocated[mig] == pytest.approx(2 / 7, abs=1e-3)
 
 
 def test_agent_silence_grows_with_the_clock(api, h100s, clock):

@@ -26,27 +26,12 @@ from gpufleet.domain.telemetry.funnel import (
     idle_verdict_from_minutes,
     is_unattributed,
     unit_activity,
-    unit_weight,
     zombie_reason,
 )
 from gpufleet.domain.telemetry.vocabulary import Architecture
 
 T = Thresholds()
 GIB = 1024**3
-
-
-@pytest.mark.parametrize(("kind", "extra", "weight"), [
-    ("whole", {}, 1.0),
-    ("shared", {"milli": 250}, 0.25),
-    ("shared", {"milli": 1000}, 1.0),
-    ("mig", {"model": "H100-80GB", "mig_profile_id": 19}, 1 / 7),  # 1g.10gb: 1 of 7 SMs
-    ("mig", {"model": "H100-80GB", "mig_profile_id": 15}, 2 / 8),  # 1g.20gb: 2 of 8 slices
-    ("mig", {"model": "H100-80GB", "mig_profile_id": 0}, 1.0),  # 7g.80gb
-    ("mig", {"model": "H100-80GB", "mig_profile_id": 999}, 0.0),
-    ("mig", {"model": "L4-24GB", "mig_profile_id": 19}, 0.0),
-])
-def test_unit_weight(kind, extra, weight):
-    assert unit_weight(kind, **extra) == pytest.approx(weight)
 
 
 AMPERE, HOPPER = Architecture.AMPERE, Architecture.HOPPER

@@ -264,8 +264,8 @@ def test_mig_activity_is_one_rule_in_latest_top_and_the_funnel(api, migs):
     assert top[migs["amp"]]["activity_percent"] == 100.0
     assert migs["hop"] not in top
     rows = {r["group"]["model"]: r for r in get(api, "funnel", by="model", window="1h")["rows"]}
-    weight = 1 / 7  # 1g.10gb: 1 of 7 compute slices
-    assert rows["A100-80GB"]["active_gpu_hours"] == pytest.approx(weight, rel=1e-2)
+    weight = 0.143  # 1g.10gb: 1 of 7 compute slices, held as 143 milli
+    assert rows["A100-80GB"]["active_gpu_hours"] == pytest.approx(weight)
     assert rows["A100-80GB"]["unknown_gpu_hours"] == pytest.approx(0)
     assert rows["H100-80GB"]["active_gpu_hours"] == 0
-    assert rows["H100-80GB"]["unknown_gpu_hours"] == pytest.approx(weight, rel=1e-2)
+    assert rows["H100-80GB"]["unknown_gpu_hours"] == pytest.approx(weight)

@@ -19,9 +19,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action
-from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.inventory import NodeStatus
-from gpufleet.domain.placement import UnitKind
+from gpufleet.domain.placement.model import MILLI
 from gpufleet.services.principal import Principal
 from gpufleet.services.telemetry_ingest import IngestCounters
 from gpufleet.store.tables import Binding, Environment, Gpu, GpuRequest, Node, Project
@@ -79,27 +78,17 @@ def _allocated(session: Session, environments: dict[int, str]) -> Family:
                     "GPUs held by open bindings, per project, environment and unit kind; a "
                     "MIG instance counts as its share of the GPU, a shared fraction as "
                     "milli/1000.", ("project", "environment", "kind"))
+    # A binding's milli is its weight (placement writes 1000 whole, the fraction shared,
+    # round(weight × 1000) for MIG).
     rows = session.execute(
-        select(Project.name, Gpu.environment_id, Gpu.model, Binding.kind,
-               Binding.mig_profile_id, func.sum(Binding.milli), func.count())
+        select(Project.name, Gpu.environment_id, Binding.kind, func.sum(Binding.milli))
         .join(Gpu, Gpu.id == Binding.gpu_id).join(Project, Project.id == Binding.project_id)
         .where(Binding.ended_at.is_(None))
-        .group_by(Project.name, Gpu.environment_id, Gpu.model, Binding.kind,
-                  Binding.mig_profile_id))
-    for project, env_id, model, kind, profile_id, milli, count in rows:
-        family.add(_weight(kind, model, profile_id, int(milli or 0), count), project=project,
+        .group_by(Project.name, Gpu.environment_id, Binding.kind))
+    for project, env_id, kind, milli in rows:
+        family.add(int(milli or 0) / MILLI, project=project,
                    environment=environments[env_id], kind=kind)
     return family
-
-
-def _weight(kind: str, model: str, profile_id: int | None, milli: int, count: int) -> float:
-    if kind == UnitKind.SHARED.value:
-        return milli / 1000
-    if kind == UnitKind.MIG.value:
-        found = catalogue_model(model)
-        profile = found.mig.profile(profile_id) if found and found.mig else None
-        return count * found.mig.weight(profile) if profile else 0.0
-    return float(count)
 
 
 def _requests(session: Session) -> Family:

@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 from gpufleet.clock import Clock
 from gpufleet.domain.access import sees_all_projects
 from gpufleet.domain.inventory import GpuStatus
+from gpufleet.domain.placement.model import MILLI
 from gpufleet.domain.requests import request_code
-from gpufleet.domain.telemetry.funnel import unit_weight
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Binding, Environment, Gpu, MigInstance, Node, Project
 from gpufleet.tsdb import Binding as TelemetryBinding
@@ -151,8 +151,7 @@ def _query_slots(session: Session, start: datetime, end: datetime | None,
             mig_uuid, profile = mig.get((gpu_id, profile_id, mig_start),
                                         (f"pending:{profile_id}@{mig_start}", None))
         slots.append(Slot((uuid, mig_uuid), node, environment, model, kind, profile, code,
-                          project, unit_weight(kind, model=model, mig_profile_id=profile_id,
-                                               milli=milli), started, ended))
+                          project, milli / MILLI, started, ended))
     return slots
 
 

@@ -2,7 +2,8 @@
 1-minute values, with no I/O and no clock (times and values are passed in).
 
 Everything is counted in GPU-hours. A unit weighs what it holds of its GPU: a whole GPU 1, a
-MIG instance max(compute share, memory share), a shared fraction milli ÷ 1000 (`unit_weight`).
+MIG instance max(compute share, memory share), a shared fraction milli ÷ 1000 — which is its
+binding's `milli` ÷ 1000, as placement writes it.
 
 Per minute, a unit's **activity** comes from the best signal it has (`activity_signal`):
 `gpu.gr_engine_active`, else `gpu.utilization` (whole GPUs only), else — MIG instances with
@@ -24,7 +25,6 @@ from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.telemetry.vocabulary import Architecture, architecture_of
 
 MINUTES_PER_HOUR = 60
-MILLI_PER_GPU = 1000
 # An idle verdict may lead to reclamation, so a window mostly unknown is never called idle;
 # a few missing minutes (an agent restart) do not reset it either.
 IDLE_MIN_KNOWN_SHARE = 0.9
@@ -55,23 +55,6 @@ class Thresholds:
     effective_sm_active_percent: float = 50.0
     idle_window_minutes: int = 240
     idle_held_memory_bytes: int = 1024**3
-
-
-# --- weights ----------------------------------------------------------------------------
-
-def unit_weight(kind: str, *, model: str | None = None, mig_profile_id: int | None = None,
-                milli: int | None = None) -> float:
-    """The share of a GPU a unit holds: `whole` 1, `mig` max(compute, memory share) from the
-    model's MIG geometry, `shared` milli ÷ 1000. A MIG profile the catalogue does not know
-    weighs 0 (refused by placement, so it cannot be held)."""
-    if kind == "shared":
-        return max(0, min(milli or 0, MILLI_PER_GPU)) / MILLI_PER_GPU
-    if kind == "mig":
-        found = catalogue_model(model or "")
-        profile = found.mig.profile(mig_profile_id) if found and found.mig and \
-            mig_profile_id is not None else None
-        return found.mig.weight(profile) if profile else 0.0
-    return 1.0
 
 
 # --- the activity signal ------------------------------------------------------------------
