@@ -269,3 +269,16 @@ def test_mig_activity_is_one_rule_in_latest_top_and_the_funnel(api, migs):
     assert rows["A100-80GB"]["unknown_gpu_hours"] == pytest.approx(0)
     assert rows["H100-80GB"]["active_gpu_hours"] == 0
     assert rows["H100-80GB"]["unknown_gpu_hours"] == pytest.approx(weight)
+
+
+def test_a_member_without_projects_pages_over_nothing(api, fleet, gf):
+    grant(gf, "vision")  # vision holds two GPUs now: two pages of one for those who see it
+    api.post("/api/v1/users", json={"name": "noah", "role": "member"})
+    token = api.post("/api/v1/tokens", json={"name": "noah", "user": "noah"}).json()["token"]
+    page = get(api.as_(token), "latest", project="vision", limit=1)
+    assert page == {"items": [], "next_cursor": None}
+    first = get(api, "latest", project="vision", limit=1)
+    assert len(first["items"]) == 1 and first["next_cursor"]
+    assert len(get(api, "latest", project="vision", limit=1,
+                   cursor=first["next_cursor"])["items"]) == 1
+    assert get(api, "latest", 400, cursor="bm9wZQ")["error"]["code"] == "invalid_cursor"

@@ -37,7 +37,7 @@ from gpufleet.domain.telemetry.funnel import (
     unit_activity,
     zombie_reason,
 )
-from gpufleet.services.paging import decode_cursor, encode_cursor
+from gpufleet.services.paging import SortSpec, apply_page, split_page
 from gpufleet.services.principal import Principal
 from gpufleet.services.telemetry_masks import ms
 from gpufleet.services.telemetry_ownership import Slot, UnitKey, read_slots
@@ -113,8 +113,7 @@ def latest_snapshots(q: TelemetryQueries, principal: Principal, f: UnitFilter,
                      cursor: str | None, limit: int) -> Page[wt.UnitSnapshotView]:
     now = q.clock.now()
     with q.state.read() as session:
-        gpus = _gpu_page(session, principal, f, cursor, limit, now)
-        page, more = gpus[:limit], len(gpus) > limit
+        page, next_cursor = _gpu_page(session, principal, f, cursor, limit)
         uuids = [g[0] for g in page]
         slots = read_slots(session, principal, now, now + _EPSILON, gpu_uuids=uuids)
         mig_rows = session.execute(
@@ -140,12 +139,15 @@ def latest_snapshots(q: TelemetryQueries, principal: Principal, f: UnitFilter,
                 continue
             items.append(_snapshot(unit, node, environment, model, profiles.get(mig or ""),
                                    by_unit.get(unit, []), held.get(unit, [])))
-    next_cursor = encode_cursor([page[-1][0]]) if more else None
     return Page[wt.UnitSnapshotView](items=items, next_cursor=next_cursor)
 
 
-def _gpu_page(session, principal: Principal, f: UnitFilter, cursor: str | None, limit: int,
-              now: datetime) -> list[tuple[str, str, str, str]]:
+_BY_UUID = SortSpec((Gpu.uuid,))
+
+
+def _gpu_page(session, principal: Principal, f: UnitFilter, cursor: str | None, limit: int
+              ) -> tuple[list[tuple[str, str, str, str]], str | None]:
+    """One page of the GPUs the filter names (by UUID) and the next page's cursor."""
     query = (select(Gpu.uuid, Node.name, Environment.name, Gpu.model)
              .join(Node, Node.id == Gpu.node_id)
              .join(Environment, Environment.id == Gpu.environment_id))
@@ -157,19 +159,18 @@ def _gpu_page(session, principal: Principal, f: UnitFilter, cursor: str | None, 
         query = query.where(Node.name == f.node)
     held = (exists().where(Binding.gpu_id == Gpu.id, Binding.ended_at.is_(None))
             .correlate(Gpu))
-    projects = None if sees_all_projects(principal.role) else sorted(principal.project_names)
+    projects = None if sees_all_projects(principal.role) else set(principal.project_names)
     if f.project:
-        projects = [p for p in (projects or [f.project]) if p == f.project]
+        projects = {f.project} if projects is None else projects & {f.project}
     if projects is not None:
-        held = held.where(Binding.project_id == Project.id, Project.name.in_(projects))
+        held = held.where(Binding.project_id == Project.id,
+                          Project.name.in_(projects or {""}))
     if f.allocation:
         held = held.where(Binding.request_id == (request_id_from_code(f.allocation) or -1))
     if projects is not None or f.allocation:
         query = query.where(held)
-    if cursor:
-        (after,) = decode_cursor(cursor, 1)
-        query = query.where(Gpu.uuid > str(after))
-    return [tuple(r) for r in session.execute(query.order_by(Gpu.uuid).limit(limit + 1))]
+    rows = [tuple(r) for r in session.execute(apply_page(query, _BY_UUID, cursor, limit))]
+    return split_page(rows, limit, lambda row: [row[0]])
 
 
 def _snapshot(unit: UnitKey, node: str, environment: str, model: str, profile: str | None,
