@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
-from gpufleet.domain.access import Action, sees_all_projects
+from gpufleet.domain.access import Action
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.inventory import GpuStatus, canonical_gpu_uuid
 from gpufleet.services.lookup import not_found
@@ -111,7 +111,7 @@ def _gpu_conditions(f: GpuFilter, principal: Principal) -> list:
     for key, value in parse_labels(f.label):
         conditions.append(exists().where(GpuLabel.gpu_id == Gpu.id, GpuLabel.key == key,
                                          GpuLabel.value == value))
-        if key in ALLOCATION_LABELS and not sees_all_projects(principal.role):
+        if key in ALLOCATION_LABELS and principal.visible_projects is not None:
             # A label the listing withholds must not be found by filtering on it either.
             conditions.append(_own_projects(principal))
     for key, value in parse_labels(f.node_label):
@@ -121,7 +121,7 @@ def _gpu_conditions(f: GpuFilter, principal: Principal) -> list:
 
 
 def _visible_labels(principal: Principal, labels: dict[str, str]) -> dict[str, str]:
-    if sees_all_projects(principal.role) or labels.get("project") in principal.project_names:
+    if principal.sees_project(labels.get("project")):
         return labels
     return {k: v for k, v in labels.items() if k not in ALLOCATION_LABELS}
 

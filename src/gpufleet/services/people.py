@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from gpufleet.domain.access import Action, sees_all_projects
+from gpufleet.domain.access import Action
 from gpufleet.domain.errors import Conflict, Forbidden
 from gpufleet.services import audit
 from gpufleet.services.lookup import not_found, one_where
@@ -66,7 +66,7 @@ def _project_view(project: Project) -> ProjectView:
 
 
 def _visible(principal: Principal, project_name: str) -> bool:
-    return sees_all_projects(principal.role) or project_name in principal.project_names
+    return principal.sees_project(project_name)
 
 
 def require_member(principal: Principal, project: Project) -> None:

@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.domain.access import Action, Role, sees_all_projects
+from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import Conflict, Forbidden, InvalidInput
 from gpufleet.domain.requests import FlavourKind, parse_flavour, pool_code, pool_id_from_code
 from gpufleet.services import audit, granting, people, quotas
@@ -38,8 +38,7 @@ def pool_view(session: Session, pool: Pool) -> PoolView:
 def get_pool(session: Session, principal: Principal, code: str) -> Pool:
     pool_id = pool_id_from_code(code)
     pool = session.get(Pool, pool_id) if pool_id is not None else None
-    if pool is None or not (sees_all_projects(principal.role)
-                            or pool.project.name in principal.project_names):
+    if pool is None or not principal.sees_project(pool.project.name):
         raise not_found("pool", code)
     return pool
 
@@ -52,8 +51,8 @@ def list_pools(session: Session, principal: Principal, *, project: str | None = 
         query = query.where(Project.name == project)
     if state:
         query = query.where(Pool.state == state)
-    if not sees_all_projects(principal.role):
-        query = query.where(Project.name.in_(principal.project_names or {""}))
+    if principal.visible_projects is not None:
+        query = query.where(Project.name.in_(principal.visible_projects or {""}))
     return list(session.scalars(query))
 
 

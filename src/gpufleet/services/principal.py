@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufleet.domain.access import Action, Role, is_allowed
+from gpufleet.domain.access import Action, Role, is_allowed, sees_all_projects
 from gpufleet.domain.errors import Forbidden
 
 
@@ -29,6 +29,15 @@ class Principal:
         if self.token_name:
             return f"token:{self.token_name}"
         return "system"
+
+    @property
+    def visible_projects(self) -> frozenset[str] | None:
+        """The projects whose allocations this caller may see: None for every project
+        (operators, admins), else a member's own (possibly none)."""
+        return None if sees_all_projects(self.role) else self.project_names
+
+    def sees_project(self, name: str | None) -> bool:
+        return self.visible_projects is None or name in self.project_names
 
     def require(self, action: Action) -> None:
         if not is_allowed(self.role, action):

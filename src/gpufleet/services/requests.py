@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain import admission
-from gpufleet.domain.access import Action, Role, sees_all_projects
+from gpufleet.domain.access import Action, Role
 from gpufleet.domain.admission import AdmissionFacts, Outcome, Verdict
 from gpufleet.domain.errors import Forbidden, InvalidInput
 from gpufleet.domain.gpu_models import catalogue
@@ -59,7 +59,7 @@ def get_request(session: Session, principal: Principal, code: str) -> GpuRequest
 
 
 def _visible(principal: Principal, request: GpuRequest) -> bool:
-    return sees_all_projects(principal.role) or request.project.name in principal.project_names
+    return principal.sees_project(request.project.name)
 
 
 def view(session: Session, request: GpuRequest, *, with_history_units: bool = False
@@ -100,8 +100,8 @@ def list_requests(session: Session, principal: Principal, *, state: str | None =
         query = query.where(GpuRequest.state == RequestState(state).value)
     if project:
         query = query.where(Project.name == project)
-    if not sees_all_projects(principal.role):
-        query = query.where(Project.name.in_(principal.project_names or {""}))
+    if principal.visible_projects is not None:
+        query = query.where(Project.name.in_(principal.visible_projects or {""}))
     if before is not None:
         query = query.where(GpuRequest.id < before)
     rows = list(session.scalars(query))

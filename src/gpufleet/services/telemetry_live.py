@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import exists, select
 
-from gpufleet.domain.access import sees_all_projects
 from gpufleet.domain.requests import request_id_from_code
 from gpufleet.domain.telemetry.funnel import (
     GR_ENGINE_ACTIVE,
@@ -103,8 +102,8 @@ def _charges(slots: list[Slot]) -> list[wt.Charge]:
 def _owned(principal: Principal, slots: list[Slot]) -> bool:
     """Whether the caller may see this unit's usage: everyone but members, and members on
     units their projects hold."""
-    return sees_all_projects(principal.role) or \
-        any(s.project in principal.project_names for s in slots)
+    return principal.visible_projects is None or any(principal.sees_project(s.project)
+                                                     for s in slots)
 
 
 # --- latest snapshots ---------------------------------------------------------------------
@@ -159,7 +158,7 @@ def _gpu_page(session, principal: Principal, f: UnitFilter, cursor: str | None, 
         query = query.where(Node.name == f.node)
     held = (exists().where(Binding.gpu_id == Gpu.id, Binding.ended_at.is_(None))
             .correlate(Gpu))
-    projects = None if sees_all_projects(principal.role) else set(principal.project_names)
+    projects = principal.visible_projects
     if f.project:
         projects = {f.project} if projects is None else projects & {f.project}
     if projects is not None:

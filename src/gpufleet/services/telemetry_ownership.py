@@ -19,7 +19,6 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock
-from gpufleet.domain.access import sees_all_projects
 from gpufleet.domain.inventory import GpuStatus
 from gpufleet.domain.placement.model import MILLI
 from gpufleet.domain.requests import request_code
@@ -59,11 +58,6 @@ class Slot:
                 "environment": self.environment, "model": self.model,
                 "mig_profile": self.mig_profile, "allocation": self.allocation,
                 "project": self.project}.get(name)
-
-
-def visible_projects(principal: Principal) -> frozenset[str] | None:
-    """None: every project; otherwise the member's own."""
-    return None if sees_all_projects(principal.role) else principal.project_names
 
 
 class SlotCache:
@@ -106,7 +100,7 @@ def read_slots(session: Session, principal: Principal, start: datetime, end: dat
     """Bindings that overlap [start, end), as slots: from the cache where it holds the
     window (it keeps only bindings ended within its `keep`), else in one query (plus one
     for MIG UUIDs)."""
-    own = visible_projects(principal)
+    own = principal.visible_projects
     if cache is None or gpu_uuids is not None or not cache.covers(start):
         slots = _query_slots(session, start, end, own, projects, gpu_uuids)
     else:

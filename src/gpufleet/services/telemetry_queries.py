@@ -34,7 +34,6 @@ from gpufleet.services.telemetry_ownership import (
     mig_profiles,
     read_slots,
     telemetry_bindings,
-    visible_projects,
 )
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
@@ -110,7 +109,7 @@ class TelemetryQueries:
                                    details={"label": name, "allowed": list(allowed)})
         with self.state.read() as session:
             profiles = mig_profiles(session) if "mig_profile" in [*by, *filters] else {}
-            owners = visible_projects(principal) is not None or \
+            owners = principal.visible_projects is not None or \
                 any(k in OWNER_LABELS for k in [*by, *filters])
             slots = read_slots(session, principal, start, end,
                                cache=self.slot_cache) if owners else None
@@ -184,7 +183,7 @@ class TelemetryQueries:
         end = window_end or now
         start, end = self._window(end - parse_duration(window or "24h", name="window"), end,
                                   None)
-        scoped = visible_projects(principal) is not None
+        scoped = principal.visible_projects is not None
         with self.state.read() as session:
             slots = read_slots(session, principal, start, end, cache=self.slot_cache)
             inventory = None if scoped or not set(by) <= set(INVENTORY_LABELS) else \
@@ -319,7 +318,7 @@ class TelemetryQueries:
         """The funnel over the default window by environment, for the server's /metrics;
         kept for a minute so scrapes stay cheap."""
         principal.require(Action.READ_INVENTORY)
-        scope = visible_projects(principal)
+        scope = principal.visible_projects
         cached = self._gauges.get(scope)
         if cached is not None and time.monotonic() - cached[0] < METRICS_CACHE_S:
             return cached[1]
