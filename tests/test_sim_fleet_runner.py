@@ -10,7 +10,7 @@ import stat
 import httpx
 import pytest
 
-from gpufleet.sim.fleet_runner import FleetProgress, run_simulated_fleet
+from gpufleet.sim.fleet_runner import FleetProgress, FleetTelemetry, run_simulated_fleet
 from gpufleet.sim.fleet_spec import parse_spec_text
 from gpufleet.sim.operator_api import OperatorApi, OperatorApiError
 from tests.fake_agent_server import FakeServer
@@ -30,14 +30,16 @@ GPUS = 5 * 8 + 2 * 8 + 6 * 4
 
 
 def run_fleet(server: FakeServer, state_dir, heartbeats: int = 30, token="operator-token",
-              spec=SPEC, progress: list | None = None) -> FleetProgress:
-    """Run until the server saw `heartbeats` more heartbeats; sleeps are instant."""
+              spec=SPEC, progress: list | None = None,
+              telemetry: FleetTelemetry | None = None, until=None) -> FleetProgress:
+    """Run until the server saw `heartbeats` more heartbeats (or `until()`); sleeps are
+    instant."""
     target = len(server.heartbeats) + heartbeats
     stop = asyncio.Event()
 
     async def sleep(_delay_s: float) -> None:
         await asyncio.sleep(0)
-        if len(server.heartbeats) >= target:
+        if len(server.heartbeats) >= target or (until is not None and until()):
             stop.set()
 
     async def go():
@@ -45,7 +47,7 @@ def run_fleet(server: FakeServer, state_dir, heartbeats: int = 30, token="operat
             return await run_simulated_fleet(
                 "http://gpufleet.test", token, spec, state_dir, stop, concurrency=4,
                 on_progress=progress.append if progress is not None else None, http=http,
-                sleep=sleep, rng=random.Random(0))
+                sleep=sleep, rng=random.Random(0), telemetry=telemetry)
 
     return asyncio.run(go())
 
@@ -93,6 +95,20 @@ def test_an_unavailable_server_is_waited_for(tmp_path):
     server = FakeServer(fail_next=25)
     final = run_fleet(server, tmp_path)
     assert final.nodes_registered == NODES
+
+
+def test_telemetry_refused_with_403_makes_the_nodes_register_again(tmp_path, caplog):
+    server = FakeServer()
+    server.telemetry_status = 403  # e.g. a MIG layout changed since the registration
+
+    def registrations() -> int:
+        return server.requests.count("/api/v1/agent/register")
+
+    final = run_fleet(server, tmp_path, heartbeats=10**6, telemetry=FleetTelemetry(),
+                      until=lambda: registrations() > NODES)
+    assert final.telemetry_batches_failed > 0 and final.nodes_failed == 0
+    assert registrations() > NODES  # the heartbeat loop registered a refused node again
+    assert "registering again" in caplog.text
 
 
 def test_a_bad_operator_token_is_a_clear_error(tmp_path):

@@ -95,12 +95,13 @@ class AgentRunner:
             spool = spool if spool is not None else Spool(
                 self.state.state_dir / SPOOL_DIR, telemetry.spool_max_bytes)
             uploader = TelemetryUploader(client, spool, ticks_per_batch=telemetry.ticks_per_batch,
-                                         max_batch_bytes=telemetry.max_batch_bytes)
+                                         max_batch_bytes=telemetry.max_batch_bytes,
+                                         node_name=lambda: self.session.node,
+                                         on_inventory_stale=self.session.register_again)
             source: TelemetrySource = backend  # type: ignore[assignment]
             self.telemetry = TelemetryLoop(
                 source, uploader, lambda: self.session.credential, telemetry,
-                wait=telemetry_wait, on_snapshot=on_snapshot,
-                node_name=lambda: self.session.node, on_inventory_stale=self._register_again)
+                wait=telemetry_wait, on_snapshot=on_snapshot)
 
     async def __aenter__(self) -> AgentRunner:
         return self
@@ -111,11 +112,6 @@ class AgentRunner:
     async def aclose(self) -> None:
         if self._owns_http:
             await self._http.aclose()
-
-    def _register_again(self) -> None:
-        log.warning("the server refused telemetry naming GPUs this node's registration does "
-                    "not hold; registering again")
-        self.session.registered = False
 
     def _store_credential(self, credential: str) -> None:
         try:
@@ -168,7 +164,7 @@ class AgentRunner:
         except ApiError as exc:
             log.error("the server refused the %s: %s", "heartbeat" if self.session.registered
                       else "registration", exc)
-            self.session.registered = False  # re-registering is idempotent and may heal it
+            self.session.register_again()  # idempotent, and may heal it
         except ServerUnavailable as exc:
             log.warning("server unavailable: %s", exc)
         except SourceUnavailable as exc:  # discovery could not read the GPUs this time

@@ -79,6 +79,13 @@ class AgentSession:
         self.converge(reply.desired_state)
         return reply
 
+    def register_again(self, why: str | None = None) -> None:
+        """Register (idempotent) at the next step instead of heart-beating, so the server
+        learns the inventory as it is now; `why` is logged when given."""
+        if why is not None:
+            log.warning("node %s: %s; registering again", self.node, why)
+        self.registered = False
+
     async def heartbeat(self) -> HeartbeatReply:
         if self.credential is None:
             raise NotJoined("the node has not registered yet")
@@ -104,9 +111,7 @@ class AgentSession:
         self.applied_version = state.version
         log.debug("node %s: applied desired state version %d", self.node, state.version)
         if self._mig_layouts() != before:
-            # New MIG instances have new MIG UUIDs the server must learn: register again
-            # (idempotent) on the next step, with the inventory as it is now.
-            self.registered = False
+            self.register_again()  # new MIG instances have new MIG UUIDs to tell
 
     def _mig_layouts(self) -> dict[str, frozenset]:
         return {gpu.uuid: frozenset(m.key for m in gpu.mig_instances)

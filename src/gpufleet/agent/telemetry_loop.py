@@ -9,12 +9,9 @@ on to the next tick; nothing a backend does ends the agent.
 When the server cannot take batches, they stay spooled and the next attempt waits a capped,
 jittered backoff (in logical time: the loop's own intervals, so tests need no clock);
 collection and spooling go on meanwhile. A 401 ends the loop with the `Unauthorized` it got:
-the runner reports it as it does for heartbeats. A 403 on a batch (GPUs the registration
-does not hold) calls `on_inventory_stale`: the runner registers again.
-
-Snapshots are uploaded under the node name the server gave at registration (`node_name`),
-whatever the backend calls the host, since the server takes a node's telemetry only under
-its own name.
+the runner reports it as it does for heartbeats. What a collection, a seal and an upload do
+(counting, the server's node name, a 403's re-registration) is the uploader's
+(`TelemetryUploader`), shared with the simulated fleet: this loop only schedules.
 """
 
 from __future__ import annotations
@@ -56,10 +53,10 @@ class TelemetryOptions:
         return max(1, round(self.upload_interval_s / self.collect_interval_s))
 
 
-async def collect_in_thread(source: TelemetrySource) -> NodeSnapshot | SourceUnavailable:
-    """One collection in a worker thread; the failure as a value, never raised."""
+def collect_once(source: TelemetrySource) -> NodeSnapshot | SourceUnavailable:
+    """One collection; the failure as a value, never raised."""
     try:
-        return await asyncio.to_thread(source.collect)
+        return source.collect()
     except SourceUnavailable as exc:
         return exc
     except Exception as exc:  # a backend bug must not end the agent
@@ -67,13 +64,16 @@ async def collect_in_thread(source: TelemetrySource) -> NodeSnapshot | SourceUna
         return SourceUnavailable(f"collection failed: {type(exc).__name__}: {exc}")
 
 
+async def collect_in_thread(source: TelemetrySource) -> NodeSnapshot | SourceUnavailable:
+    """One collection in a worker thread; the failure as a value, never raised."""
+    return await asyncio.to_thread(collect_once, source)
+
+
 class TelemetryLoop:
     def __init__(self, source: TelemetrySource, uploader: TelemetryUploader,
                  credential: Callable[[], str | None], options: TelemetryOptions, *,
                  wait: Wait, backoff: Backoff | None = None,
                  on_snapshot: SnapshotListener | None = None,
-                 node_name: Callable[[], str | None] = lambda: None,
-                 on_inventory_stale: Callable[[], None] = lambda: None,
                  monotonic_s: Callable[[], float] = time.monotonic):
         self.source = source
         self.uploader = uploader
@@ -81,8 +81,6 @@ class TelemetryLoop:
         self.options = options
         self.backoff = backoff or Backoff(initial_s=options.upload_interval_s, max_s=600.0)
         self.on_snapshot = on_snapshot
-        self.node_name = node_name
-        self.on_inventory_stale = on_inventory_stale
         self._wait = wait
         self._monotonic_s = monotonic_s
         self._elapsed_s = 0.0  # logical time: the sum of this loop's intervals
@@ -92,23 +90,13 @@ class TelemetryLoop:
 
     async def collect(self) -> NodeSnapshot | None:
         """Collect one tick into the upload buffer (and to `on_snapshot`); None on failure."""
-        counters = self.uploader.counters
-        result = await collect_in_thread(self.source)
-        if isinstance(result, SourceUnavailable):
-            counters.collections_failed += 1
-            log.warning("telemetry not collected this tick: %s", result)
-            return None
-        counters.collections += 1
-        node = self.node_name()
-        if node and node != result.node:
-            result = result.model_copy(update={"node": node})
-        if self.on_snapshot is not None:
+        snapshot = self.uploader.collected(await collect_in_thread(self.source))
+        if snapshot is not None and self.on_snapshot is not None:
             try:
-                self.on_snapshot(result)
+                self.on_snapshot(snapshot)
             except Exception:
                 log.exception("a snapshot listener failed")
-        self.uploader.add(result)
-        return result
+        return snapshot
 
     async def seal(self) -> None:
         if self.uploader.buffered:
@@ -123,9 +111,6 @@ class TelemetryLoop:
         if credential is None:
             return UploadOutcome.UNAVAILABLE
         outcome = await self.uploader.upload(credential, MAX_BATCHES_PER_UPLOAD)
-        if self.uploader.inventory_stale:
-            self.uploader.inventory_stale = False
-            self.on_inventory_stale()
         if outcome is UploadOutcome.DONE:
             self.backoff.reset()
             self._retry_at_s = None

@@ -15,10 +15,15 @@ What the server answers decides each batch's fate:
   counted and logged with the server's message, so it cannot block the spool forever;
 - 403 (`Forbidden`): the server will not take this batch from this node — it names GPUs the
   node's registration does not hold (a MIG layout changed since), or another node. The
-  batch is dropped like any refused one, and `inventory_stale` asks the agent to register
-  again, which heals the first case; a credential that is really wrong is refused on the
-  heartbeat too, and the runner reports it there;
+  batch is dropped like any refused one, and `on_inventory_stale` (once per upload) asks the
+  agent to register again, which heals the first case; a credential that is really wrong is
+  refused on the heartbeat too, and the runner reports it there;
 - 401 (`Unauthorized`): the credential is revoked: raised to the caller, which stops.
+
+Snapshots are buffered under the node name the server gave at registration (`node_name`),
+whatever the backend calls the host, since the server takes a node's telemetry only under
+its own name. The loops that drive an uploader (the agent's `TelemetryLoop`, the simulated
+fleet's) only schedule: what a collection, a seal and an upload do is here.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Protocol
 from gpufleet.wire import telemetry_batch
 from gpufleet.wire.telemetry import NodeSnapshot
 
+from .backend import SourceUnavailable
 from .client import AgentClient, ApiError, Forbidden, ServerUnavailable, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,8 @@ log = logging.getLogger(__name__)
 # stays cheap to retry and well inside every limit a proxy in front of the server may set.
 DEFAULT_MAX_BATCH_BYTES = 512 * 1024
 ENDPOINT_MISSING = (404, 405)
+INVENTORY_STALE = ("the server refused telemetry naming GPUs this node's registration does "
+                   "not hold")
 
 
 def new_batch_id() -> str:
@@ -98,7 +106,9 @@ class TelemetryUploader:
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
                  max_samples_per_batch: int = 100_000,
                  batch_id: Callable[[], str] = new_batch_id,
-                 counters: TelemetryCounters | None = None):
+                 counters: TelemetryCounters | None = None,
+                 node_name: Callable[[], str | None] = lambda: None,
+                 on_inventory_stale: Callable[[str], None] = lambda why: None):
         if ticks_per_batch < 1:
             raise ValueError("a batch holds at least one tick")
         self.client = client
@@ -110,14 +120,36 @@ class TelemetryUploader:
         self._batch_id = batch_id
         self._buffer: list[NodeSnapshot] = []
         self._buffered_samples = 0
-        self.inventory_stale = False  # a 403: the agent should register again
+        self.node_name = node_name
+        self.on_inventory_stale = on_inventory_stale  # gets why: register again
+        self._inventory_stale = False  # a 403 during this upload
 
     @property
     def buffered(self) -> int:
         return len(self._buffer)
 
+    def collected(self, result: NodeSnapshot | SourceUnavailable) -> NodeSnapshot | None:
+        """Count one collection and buffer its snapshot (`add`); the snapshot as buffered,
+        or None for a failed collection (logged)."""
+        if isinstance(result, SourceUnavailable):
+            self.counters.collections_failed += 1
+            log.warning("telemetry not collected this tick: %s", result)
+            return None
+        self.counters.collections += 1
+        snapshot = self._named(result)
+        self.add(snapshot)
+        return snapshot
+
+    def _named(self, snapshot: NodeSnapshot) -> NodeSnapshot:
+        node = self.node_name()
+        if node and node != snapshot.node:
+            return snapshot.model_copy(update={"node": node})
+        return snapshot
+
     def add(self, snapshot: NodeSnapshot) -> bool:
-        """Buffer one tick; True when the buffer should be sealed now (ticks or size)."""
+        """Buffer one tick under the server's node name; True when the buffer should be
+        sealed now (ticks or size)."""
+        snapshot = self._named(snapshot)
         if self._buffer and snapshot.node != self._buffer[0].node:
             self.seal()  # a batch holds one node's snapshots
         self._buffer.append(snapshot)
@@ -166,8 +198,16 @@ class TelemetryUploader:
         return len(self.spool.pending())
 
     async def upload(self, credential: str, max_batches: int | None = None) -> UploadOutcome:
-        """Send pending batches oldest first, at most `max_batches` of them. Raises
-        Unauthorized (401)."""
+        """Send pending batches oldest first, at most `max_batches` of them;
+        `on_inventory_stale` once when a batch was refused with 403. Raises Unauthorized
+        (401)."""
+        outcome = await self._upload(credential, max_batches)
+        if self._inventory_stale:
+            self._inventory_stale = False
+            self.on_inventory_stale(INVENTORY_STALE)
+        return outcome
+
+    async def _upload(self, credential: str, max_batches: int | None) -> UploadOutcome:
         for sent, batch in enumerate(self.spool.pending()):
             if max_batches is not None and sent >= max_batches:
                 return UploadOutcome.MORE
@@ -191,7 +231,7 @@ class TelemetryUploader:
         except Unauthorized:
             raise
         except Forbidden as exc:
-            self.inventory_stale = True
+            self._inventory_stale = True
             self._refused(batch, exc)
             return True
         except ServerUnavailable as exc:
@@ -214,7 +254,6 @@ class TelemetryUploader:
             log.info("telemetry batch %s: the server left out samples %s", ack.batch_id,
                      ack.dropped)
         return True
-
 
     def _refused(self, batch: PendingBatch, exc: ApiError) -> None:
         self.spool.ack(batch)

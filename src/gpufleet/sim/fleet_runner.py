@@ -40,6 +40,7 @@ from gpufleet.agent.client import (
 )
 from gpufleet.agent.memory_spool import MemorySpool
 from gpufleet.agent.session import AgentSession
+from gpufleet.agent.telemetry_loop import collect_once
 from gpufleet.agent.telemetry_uploader import TelemetryCounters, TelemetryUploader, UploadOutcome
 
 from .backend import SimBackend
@@ -131,7 +132,8 @@ class _FleetRun:
             uploader = TelemetryUploader(
                 client, MemorySpool(self.telemetry.spool_max_bytes),
                 ticks_per_batch=self.telemetry.ticks_per_batch,
-                counters=self.telemetry_counters)
+                counters=self.telemetry_counters, node_name=lambda: session.node,
+                on_inventory_stale=session.register_again)  # the heartbeat loop registers
         return _Agent(backend, session, Backoff(rng=self.rng), uploader)
 
     def report(self, phase: str | None = None) -> None:
@@ -254,7 +256,7 @@ class _FleetRun:
             return None
         except ApiError as exc:
             log.warning("node %s: heartbeat refused, will register again: %s", hostname, exc)
-            agent.session.registered = False
+            agent.session.register_again()
         except ServerUnavailable as exc:
             log.debug("node %s: %s", hostname, exc)
         except Exception:  # one agent's bug must not stop the fleet
@@ -267,7 +269,6 @@ class _FleetRun:
         self.progress.heartbeats_failed += 1
         self.report_now_and_then()
         return agent.backoff.next_delay_s()
-
 
     async def _telemetry_forever(self, agent: _Agent) -> None:
         assert self.telemetry is not None and agent.uploader is not None
@@ -284,18 +285,12 @@ class _FleetRun:
                               backoff: Backoff) -> float | None:
         """One collection and, when a batch is due, an upload; the delay before the next
         tick, None to stop this agent's telemetry (its credential was revoked)."""
-        hostname = agent.backend.node.hostname
+        assert self.telemetry is not None
         counters = self.telemetry_counters
-        try:
-            snapshot = agent.backend.collect()
-        except Exception:  # one node's bug must not stop the fleet
-            counters.collections_failed += 1
-            log.exception("node %s: telemetry collection failed", hostname)
+        snapshot = uploader.collected(collect_once(agent.backend))
+        if snapshot is None:
             return self.telemetry.interval_s
-        counters.collections += 1
-        if agent.session.node and agent.session.node != snapshot.node:
-            snapshot = snapshot.model_copy(update={"node": agent.session.node})
-        if uploader.add(snapshot):
+        if uploader.full:
             uploader.seal()
         if not uploader.pending() or agent.session.credential is None:
             return self.telemetry.interval_s
@@ -304,11 +299,8 @@ class _FleetRun:
                 outcome = await uploader.upload(agent.session.credential)
         except Unauthorized as exc:
             log.error("node %s: telemetry credential rejected, telemetry stopped: %s",
-                      hostname, exc)
+                      agent.backend.node.hostname, exc)
             return None
-        if uploader.inventory_stale:
-            uploader.inventory_stale = False
-            agent.session.registered = False  # the heartbeat loop registers it again
         self.progress.telemetry_batches_acknowledged = counters.batches_acknowledged
         self.progress.telemetry_batches_failed = counters.batches_refused + \
             counters.uploads_failed
