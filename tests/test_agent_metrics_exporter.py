@@ -10,7 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpufleet.agent.dcgm_exporter import mig_uuids_of, snapshot_from_text
+from gpufleet.agent.dcgm_inventory import registration_from_page
 from gpufleet.agent.metrics_exporter import MetricsServer, SnapshotCollector
+from gpufleet.agent.nvml_backend import HostFacts
 from gpufleet.agent.prometheus_text import parse_page
 from gpufleet.agent.telemetry_uploader import TelemetryCounters
 from gpufleet.sim.backend import standalone_backend
@@ -56,6 +58,21 @@ def test_scraped_values_read_back_as_the_snapshot(shape):
         back_values, back_labelled = comparable(read_back)[key]
         assert back_values == pytest.approx(values), key
         assert back_labelled == pytest.approx(labelled), key
+
+
+@pytest.mark.parametrize("shape", ["dgx-h100", "mig-h100"])
+def test_the_inventory_reads_back_from_the_agents_own_page(shape):
+    # The writer's labels and the dcgm-exporter backend's inventory reader share names.
+    collector, _, registration = collector_for(shape)
+    host = HostFacts("m", registration.hostname, 8, 64 * 1024**3, "Linux")
+    read_back = registration_from_page(page(collector), host)
+    assert read_back.driver_version == registration.driver_version
+    assert [(g.index, g.uuid, g.name, g.pci_bus_id, g.memory_bytes) for g in read_back.gpus] \
+        == [(g.index, g.uuid, g.name, g.pci_bus_id, g.memory_bytes) for g in registration.gpus]
+    assert [sorted((m.gpu_instance_id, m.profile_id) for m in g.mig_instances)
+            for g in read_back.gpus] == \
+        [sorted((m.gpu_instance_id, m.profile_id) for m in g.mig_instances)
+         for g in registration.gpus]
 
 
 def test_names_units_and_labels_are_dcgm_exporters():

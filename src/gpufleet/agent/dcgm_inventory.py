@@ -20,6 +20,9 @@ from gpufleet.agent.prometheus_text import Page
 from gpufleet.domain.gpu_models import model, normalise_model
 from gpufleet.domain.mig import MigGeometry
 from gpufleet.domain.telemetry.dcgm_mapping import (
+    DRIVER_VERSION,
+    MODEL_NAME,
+    PCI_BUS_ID,
     Address,
     address_of,
     gpu_index,
@@ -66,8 +69,8 @@ def registration_of(page: Page, host: HostFacts) -> NodeRegistration:
         if not isinstance(address, Address) or index is None:
             continue
         gpu = gpus.setdefault(address.gpu_uuid, _Gpu(
-            index, labels.get("modelName") or "unknown", labels.get("pci_bus_id") or None))
-        driver = driver or labels.get("DCGM_FI_DRIVER_VERSION") or None
+            index, labels.get(MODEL_NAME) or "unknown", labels.get(PCI_BUS_ID) or None))
+        driver = driver or labels.get(DRIVER_VERSION) or None
         if address.gpu_instance_id is not None:
             gpu.instances[address.gpu_instance_id] = instance_profile(labels) or ""
             continue

@@ -34,6 +34,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.telemetry import dcgm_mapping as dcgm
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.metric import Metric as CatalogueRow
 from gpufleet.wire.agent import GpuReport, NodeRegistration
@@ -44,8 +45,8 @@ from .telemetry_uploader import TelemetryCounters
 log = logging.getLogger(__name__)
 
 DEFAULT_METRICS_PORT = 9400  # dcgm-exporter's
-WORKLOAD_LABELS = (("pod", "pod"), ("namespace", "namespace"), ("container", "container"),
-                   ("slurm_job", "hpc_job"))
+# (snapshot field, label written): the spelling dcgm-exporter writes today.
+WORKLOAD_LABELS = tuple((field, names[0]) for field, names in dcgm.WORKLOAD_LABELS.items())
 
 
 def exposition(row: CatalogueRow, labels: dict[str, str]) -> tuple[str, float] | None:
@@ -121,17 +122,18 @@ class SnapshotCollector(Collector):
 
     def _unit_labels(self, unit: UnitSnapshot) -> dict[str, str]:
         gpu = self._gpus.get(unit.gpu_uuid.lower())
-        labels = {"gpu": "" if gpu is None else str(gpu.index), "UUID": unit.gpu_uuid,
-                  "pci_bus_id": (gpu.pci_bus_id or "") if gpu else "",
-                  "device": "" if gpu is None else f"nvidia{gpu.index}",
-                  "modelName": gpu.name if gpu else ""}
+        labels = {dcgm.GPU_INDEX: "" if gpu is None else str(gpu.index),
+                  dcgm.UUID_LABELS[0]: unit.gpu_uuid,
+                  dcgm.PCI_BUS_ID: (gpu.pci_bus_id or "") if gpu else "",
+                  dcgm.DEVICE: "" if gpu is None else f"nvidia{gpu.index}",
+                  dcgm.MODEL_NAME: gpu.name if gpu else ""}
         if unit.is_mig:
-            labels["GPU_I_PROFILE"] = unit.mig_profile or ""
-            labels["GPU_I_ID"] = "" if unit.gpu_instance_id is None \
+            labels[dcgm.GPU_INSTANCE_PROFILE] = unit.mig_profile or ""
+            labels[dcgm.GPU_INSTANCE_ID] = "" if unit.gpu_instance_id is None \
                 else str(unit.gpu_instance_id)
-        labels["Hostname"] = self.hostname
+        labels[dcgm.HOSTNAME] = self.hostname
         if self._driver:
-            labels["DCGM_FI_DRIVER_VERSION"] = self._driver
+            labels[dcgm.DRIVER_VERSION] = self._driver
         for field, label in WORKLOAD_LABELS:
             value = getattr(unit, field) or _agreed(unit, field)
             if value:

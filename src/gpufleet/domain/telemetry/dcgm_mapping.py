@@ -29,9 +29,15 @@ from gpufleet.domain.telemetry.sources import DcgmSource, PrometheusSource
 
 TEXT_MAX = 253  # wire.telemetry LabelText: a label value longer than this cannot be stored
 
-# Label names as dcgm-exporter writes them; the second spelling is its --use-old-namespace.
+# Label names as dcgm-exporter writes them, for the readers here and the agent's own
+# /metrics that writes them (`agent.metrics_exporter`); the first spelling is the one
+# written, the second its --use-old-namespace.
 UUID_LABELS = ("UUID", "uuid")
 GPU_INDEX = "gpu"
+DEVICE = "device"  # nvidia<index>
+MODEL_NAME = "modelName"
+PCI_BUS_ID = "pci_bus_id"
+DRIVER_VERSION = "DCGM_FI_DRIVER_VERSION"
 GPU_INSTANCE_ID = "GPU_I_ID"
 GPU_INSTANCE_PROFILE = "GPU_I_PROFILE"
 HOSTNAME = "Hostname"
