@@ -38,10 +38,10 @@ from gpufleet.domain.telemetry.funnel import (
 )
 from gpufleet.services.paging import SortSpec, apply_page, split_page
 from gpufleet.services.principal import Principal
-from gpufleet.services.telemetry_masks import ms
 from gpufleet.services.telemetry_ownership import Slot, UnitKey, read_slots
 from gpufleet.store.tables import Binding, Environment, Gpu, MigInstance, Node, Project
 from gpufleet.tsdb import LatestValue, SeriesLabels, TelemetryStore
+from gpufleet.tsdb.protocol import to_ms
 from gpufleet.wire import telemetry_queries as wt
 from gpufleet.wire.base import Page
 
@@ -242,12 +242,13 @@ def zombies(q: TelemetryQueries, principal: Principal) -> list[wt.ZombieProcess]
                                                    or s.end > ended[s.unit].end):
             ended[s.unit] = s
     processes = _live_processes(q, now)
-    done = min(q.masks.refresh(), ms(now)) if q.masks.supported else ms(now)
+    store = q.mask_store()
+    done = min(q.masks.refresh(), to_ms(now))
     lo = done - t.idle_window_minutes * 60_000
     bound_processes = [p.series for p in processes if _unit(p.series) in held]
     as_sm = {s: _relabel(s, PROCESS_SM) for s in bound_processes}
-    seen = q.masks.series_minutes(bound_processes, lo, done, 0.0) if bound_processes else {}
-    busy = q.masks.series_minutes(list(as_sm.values()), lo, done, 0.0) if as_sm else {}
+    seen = store.series_minutes(bound_processes, lo, done, 0.0) if bound_processes else {}
+    busy = store.series_minutes(list(as_sm.values()), lo, done, 0.0) if as_sm else {}
     found = []
     for p in processes:
         unit = _unit(p.series)

@@ -5,7 +5,7 @@ fleet view behind `gpufleet top`.
 Ownership comes from the state store's binding intervals, read once per call in one read
 transaction and joined at query time (`telemetry_ownership`). Members see only their own
 projects' allocations. The funnel and idleness are counted from per-unit minute masks
-(`telemetry_masks`); range queries are the telemetry store's own `query_range`.
+(the store's `minute_masks`, tsdb/masks.py); range queries are the store's `query_range`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from datetime import datetime, timedelta
 
 from gpufleet.clock import Clock
 from gpufleet.domain.access import Action
-from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.errors import InvalidInput, Unavailable
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.durations import parse_duration
 from gpufleet.domain.telemetry.funnel import MINUTES_PER_HOUR, Funnel, Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Scope
 from gpufleet.services import telemetry_live
 from gpufleet.services.principal import Principal
-from gpufleet.services.telemetry_masks import MinuteMasks, SlotSpan, ms
 from gpufleet.services.telemetry_ownership import (
     INVENTORY_LABELS,
     Slot,
@@ -38,7 +37,8 @@ from gpufleet.services.telemetry_ownership import (
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import SeriesResult, TelemetryStore
-from gpufleet.tsdb.protocol import MINUTE_MS, OWNER_LABELS, UNIT_LABELS
+from gpufleet.tsdb.masks import MaskStore, MinuteMasks, SlotSpan
+from gpufleet.tsdb.protocol import MINUTE_MS, OWNER_LABELS, UNIT_LABELS, to_ms
 from gpufleet.wire import telemetry_queries as wt
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus' own cap on a range query's resolution
@@ -66,7 +66,7 @@ class TelemetryQueries:
         self.settings = settings
         self.clock = clock
         self.thresholds = thresholds_of(settings)
-        self._masks: MinuteMasks | None = None
+        self._masks: tuple[TelemetryStore, MinuteMasks] | None = None
         self._masks_lock = threading.Lock()
         self._slot_cache = SlotCache(MAX_WINDOW + IDLE_LOOKBACK, clock)
         self._gauges: dict[frozenset[str] | None, tuple[float, wt.FunnelView]] = {}
@@ -80,12 +80,24 @@ class TelemetryQueries:
         """The recent bindings `read_slots` may answer from."""
         return self._slot_cache
 
+    def mask_store(self) -> MaskStore:
+        """The telemetry store, where it answers the funnel's questions in aggregate; else
+        503 `telemetry_query_unsupported` (the Prometheus-compatible store)."""
+        store = self.telemetry
+        if not isinstance(store, MaskStore):
+            raise Unavailable("the funnel, idle and zombie lists need the embedded telemetry "
+                              "store; the Prometheus-compatible store does not offer them yet",
+                              code="telemetry_query_unsupported")
+        return store
+
     @property
     def masks(self) -> MinuteMasks:
+        """The store's minute masks, kept while the store is (their cache lives in them)."""
+        store = self.mask_store()
         with self._masks_lock:
-            if self._masks is None:
-                self._masks = MinuteMasks(self.telemetry, self.thresholds)
-            return self._masks
+            if self._masks is None or self._masks[0] is not store:
+                self._masks = (store, store.minute_masks(self.thresholds))
+            return self._masks[1]
 
     # --- range queries -------------------------------------------------------------------
 
@@ -189,7 +201,9 @@ class TelemetryQueries:
             inventory = None if scoped or not set(by) <= set(INVENTORY_LABELS) else \
                 inventory_gpu_seconds(session, by, start, end)
             fleet_total = None if scoped else inventory_gpu_seconds(session, (), start, end)
-        rows = self._funnel_rows(slots, by, start, end, inventory)
+        masks = self.masks
+        done = masks.refresh()  # one bound for every count of this question
+        rows = self._funnel_rows(masks, done, slots, by, start, end, inventory)
         fleet = Funnel(total_gpu_hours=None if fleet_total is None else
                        fleet_total.get((), 0.0) / 3600)
         for funnel in rows.values():
@@ -197,7 +211,7 @@ class TelemetryQueries:
                                        funnel.active_gpu_hours, funnel.effective_gpu_hours,
                                        funnel.unknown_gpu_hours, funnel.sm_active_gpu_hours))
         if fleet_total is not None:
-            reported = self.masks.reporting_minutes((), ms(start), ms(end)).get((), 0)
+            reported = masks.reporting_minutes((), to_ms(start), to_ms(end), done).get((), 0)
             fleet.reporting_gpu_hours = reported / MINUTES_PER_HOUR
         return wt.FunnelView(
             window_start=start, window_end=end, by=list(by),
@@ -207,10 +221,10 @@ class TelemetryQueries:
                   for key, f in sorted(rows.items(), key=lambda kv: [str(v) for v in kv[0]])],
             fleet=_funnel_row({}, fleet))
 
-    def _funnel_rows(self, slots: list[Slot], by: tuple[str, ...], start: datetime,
-                     end: datetime, inventory: dict[tuple, float] | None
-                     ) -> dict[tuple, Funnel]:
-        lo, hi = ms(start), ms(end)
+    def _funnel_rows(self, masks: MinuteMasks, done: int, slots: list[Slot],
+                     by: tuple[str, ...], start: datetime, end: datetime,
+                     inventory: dict[tuple, float] | None) -> dict[tuple, Funnel]:
+        lo, hi = to_ms(start), to_ms(end)
         keys: dict[tuple, int] = {}
         allocated: dict[int, float] = defaultdict(float)
         spans = []
@@ -219,7 +233,7 @@ class TelemetryQueries:
             span = _span(slot, group, lo, hi)
             allocated[group] += slot.weight * _minutes(span.lo_ms, span.hi_ms)
             spans.append(span)
-        tallies = self.masks.tallies(spans, lo, hi) if spans else {}
+        tallies = masks.tallies(spans, lo, hi, done) if spans else {}
         rows: dict[tuple, Funnel] = {}
         for key, group in keys.items():
             t = tallies.get(group)
@@ -231,7 +245,7 @@ class TelemetryQueries:
                 unknown_gpu_hours=max(minutes - (t.known if t else 0.0), 0.0) / 60,
                 sm_active_gpu_hours=(t.sm_percent if t else 0.0) / 100 / 60)
         if inventory is not None:
-            reported = self.masks.reporting_minutes(by, lo, hi)
+            reported = masks.reporting_minutes(by, lo, hi, done)
             for key, seconds in inventory.items():
                 funnel = rows.setdefault(key, Funnel())
                 funnel.total_gpu_hours = seconds / 3600
@@ -253,15 +267,16 @@ class TelemetryQueries:
                                            projects=[project] if project else None,
                                            cache=self.slot_cache)
                      if s.end is None or s.end > now]
-        done = min(self.masks.refresh(), ms(now))
+        masks = self.masks
+        done = min(masks.refresh(), to_ms(now))
         lo = done - int(window.total_seconds() * 1000)
         spans = [_span(s, n, lo, done) for n, s in enumerate(slots)]
-        counts = self.masks.tallies(spans, lo, done) if spans else {}
+        counts = masks.tallies(spans, lo, done, done) if spans else {}
         candidates = [n for n, s in enumerate(slots)
                       if not (counts.get(n) and counts[n].active) and s.start_ms <= lo]
         look_lo = done - int(IDLE_LOOKBACK.total_seconds() * 1000)
-        last = self.masks.tallies([_span(slots[n], n, look_lo, done) for n in candidates],
-                                  look_lo, done, last_active=True) if candidates else {}
+        last = masks.tallies([_span(slots[n], n, look_lo, done) for n in candidates],
+                             look_lo, done, done, last_active=True) if candidates else {}
         memory = telemetry_live.latest_memory(self.telemetry, [slots[n].unit for n in candidates],
                                               now)
         items, unknown = [], 0

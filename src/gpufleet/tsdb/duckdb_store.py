@@ -40,7 +40,9 @@ from pathlib import Path
 
 import duckdb
 
+from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.tsdb.duckdb_masks import DuckDBMinuteMasks, series_minutes
 from gpufleet.tsdb.duckdb_query import Slots, plan_range
 from gpufleet.tsdb.journal import Journal, JournalRecord, packed
 from gpufleet.tsdb.journal_applier import JournalApplier
@@ -319,6 +321,24 @@ class DuckDBTelemetryStore:
                filters: Filters | None = None) -> list[SeriesLabels]:
         """The series the dictionary holds (whether or not any tier still has their rows)."""
         return [labels for _, labels in self._select(metric, filters)]
+
+    # -- the funnel's minute masks (duckdb_masks.py) ---------------------------------------
+
+    def minute_masks(self, thresholds: Thresholds) -> DuckDBMinuteMasks:
+        """Per-unit minute masks over this store's 1-minute rollups (masks.MinuteMasks); the
+        caller keeps the object, whose cache of closed hours lives in this DuckDB instance."""
+        def cursor() -> duckdb.DuckDBPyConnection:
+            with self._cursor_lock:
+                return self._cursor_root.cursor()
+        return DuckDBMinuteMasks(self._read, cursor, lambda con: self._state(con)[0],
+                                 thresholds)
+
+    def series_minutes(self, chosen: Sequence[SeriesLabels], lo_ms: int, hi_ms: int,
+                       above: float) -> dict[SeriesLabels, tuple[int, int, int | None]]:
+        """See masks.MaskStore."""
+        with self._dictionary_lock:
+            ids = {self._ids[s]: s for s in chosen if s in self._ids}
+        return series_minutes(self._read, ids, lo_ms, hi_ms, above)
 
     # -- internals ------------------------------------------------------------------------
 

@@ -1,12 +1,15 @@
-"""Per-unit, per-hour minute masks: the funnel and idleness in aggregate, fast at 100,000 GPUs.
+"""Per-unit, per-hour minute masks on the DuckDB store: the funnel and idleness in aggregate,
+fast at 100,000 GPUs (the `MinuteMasks` of masks.py).
 
 DESIGN.md §3 judges every allocated minute of every unit. Done naively that reads 1,440
 1-minute rollups × units × signals per 24-hour question (432 million rows at 100,000 GPUs).
 Instead, each hour of each unit is folded once into a few 60-bit masks — bit m set when
 minute m of the hour had a value (`*_known`) or reached its threshold (`*_hot`) — and a
 question becomes a join of those rows with the bindings, counting bits (`bit_count`) inside
-each binding's part of the hour. Exact at minute resolution, and a 24-hour funnel reads
-24 rows per unit.
+each binding's part of the hour. Activity and effective minutes are exact at minute
+resolution; the efficiency sum spreads each hour's sm_active sum evenly over the hour's
+known minutes (so a binding's part of an hour gets its share of the hour's mean). A 24-hour
+funnel reads 24 rows per unit.
 
 Signals (roles) are the domain's `activity_signal`: `gr` gpu.gr_engine_active and `util`
 gpu.utilization (whole GPUs) give activity, the first one present in an hour wins; for MIG
@@ -20,19 +23,17 @@ never change in the store, so masks of closed hours are cached for `cache_hours`
 in-memory database attached to the store's DuckDB instance (nothing is written to the store's
 file); the hour still open is folded incrementally.
 
-This reads the embedded store's tables (`rollup_1m`, its series dictionary and rollup
-state) directly: the `TelemetryStore` protocol has no query of this shape yet (see
-docs/telemetry-queries.md, "What the store could offer"). Other stores are not supported.
+Series are taken from the store's `series` table: every id not seen yet (ids need not be
+dense — a damaged journal can leave gaps), and every id whose node, environment or model
+changed since (the store keeps a series' id when its unit moves; a new model can change its
+role). A GPU counts towards the environment it first reported from.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Sequence
 
-from gpufleet.domain.errors import Unavailable
 from gpufleet.domain.telemetry.funnel import (
     SM_ACTIVE,
     ActivitySignal,
@@ -40,8 +41,8 @@ from gpufleet.domain.telemetry.funnel import (
     activity_signal,
     architecture_of_model,
 )
-from gpufleet.tsdb import SeriesLabels, TelemetryStore
-from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, to_ms
+from gpufleet.tsdb.masks import SlotSpan, Tally
+from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SeriesLabels
 
 GR, UTIL, SM, PMEM, PROC = range(5)
 CACHE = "gpufleet_masks"  # the attached in-memory database
@@ -71,68 +72,36 @@ def _highest_minute(mask: str) -> str:
             f"THEN 8 + floor(log2(({mask} >> 8)::DOUBLE)) ELSE floor(log2(({mask})::DOUBLE)) END")
 
 
-@dataclass(frozen=True)
-class Tally:
-    """Weighted minute counts of one group (weight × minutes)."""
+class DuckDBMinuteMasks:
+    """Made by `DuckDBTelemetryStore.minute_masks`: `read(work)` runs `work(cursor)` in a
+    read transaction, `cursor()` gives a cursor of the store's instance, `rolled_up(cursor)`
+    says until when (ms) the store has folded minutes."""
 
-    active: float = 0.0
-    effective: float = 0.0
-    known: float = 0.0
-    sm_percent: float = 0.0  # Σ weight × sm_active% over the minutes (hour mean inside)
-    last_active_ms: int | None = None
-
-
-@dataclass(frozen=True)
-class SlotSpan:
-    """One binding's part of the question: a unit over [lo_ms, hi_ms), in group `group`."""
-
-    unit: tuple[str, str | None]
-    lo_ms: int
-    hi_ms: int
-    group: int
-    weight: float
-
-
-class MinuteMasks:
-    def __init__(self, store: TelemetryStore, thresholds: Thresholds, *, cache_hours: int = 48):
-        from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
-
-        self._duck = store if isinstance(store, DuckDBTelemetryStore) else None
+    def __init__(self, read: Callable, cursor: Callable, rolled_up: Callable[..., int],
+                 thresholds: Thresholds, *, cache_hours: int = 48):
+        self._read = read
+        self._new_cursor = cursor
+        self._rolled_up = rolled_up
         self.thresholds = thresholds
         self.cache_hours = cache_hours
         self._lock = threading.Lock()
         self._ready = False
         self._units: dict[tuple[str, str | None], int] = {}
         self._gpus: dict[str, int] = {}
-        self._next_sid = 0
         self._filled_ms = 0  # unit_hour holds every rolled-up minute before this
         self._compacted_ms = 0  # hours before this have one row per unit
 
-    @property
-    def supported(self) -> bool:
-        return self._duck is not None
-
-    def _require(self):
-        if self._duck is None:
-            raise Unavailable("the funnel and idle lists need the embedded telemetry store; "
-                              "the Prometheus-compatible store does not offer them yet",
-                              code="telemetry_query_unsupported")
-        return self._duck
-
     # -- the cache ------------------------------------------------------------------------
-
-    def rolled_up_until_ms(self) -> int:
-        duck = self._require()
-        return duck._read(lambda cur: duck._state(cur)[0])
 
     def refresh(self) -> int:
         """Bring the cache up to the store's rolled-up minutes; returns that bound (ms)."""
-        duck = self._require()
         with self._lock:
-            con = self._cursor()
+            con = self._new_cursor()
             try:
                 if not self._ready:
                     con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {CACHE}")
+                    con.execute(f"CREATE TABLE IF NOT EXISTS {CACHE}.seen (series_id INTEGER, "
+                                "node VARCHAR, environment VARCHAR, model VARCHAR)")
                     con.execute(f"CREATE TABLE IF NOT EXISTS {CACHE}.sig (sid INTEGER, "
                                 "unit_id INTEGER, gpu_id INTEGER, role TINYINT)")
                     con.execute(f"CREATE TABLE IF NOT EXISTS {CACHE}.gpus (gpu_id INTEGER, "
@@ -141,11 +110,11 @@ class MinuteMasks:
                     con.execute(f"CREATE TABLE IF NOT EXISTS {CACHE}.unit_hour (unit_id INTEGER,"
                                 f" gpu_id INTEGER, hour_ms BIGINT, {masks}, sm_sum DOUBLE)")
                     self._ready = True
+                con.begin()
                 self._sync_signals(con)
-                done_ms = duck._state(con)[0]
+                done_ms = self._rolled_up(con)
                 oldest_ms = (done_ms // HOUR_MS - self.cache_hours) * HOUR_MS
                 start_ms = max(self._filled_ms, oldest_ms)
-                con.begin()
                 if done_ms > start_ms:
                     con.execute(f"INSERT INTO {CACHE}.unit_hour {self._fold(start_ms, done_ms)}")
                 # Only hours an earlier fill touched can hold several rows of one unit.
@@ -158,29 +127,34 @@ class MinuteMasks:
             finally:
                 con.close()
 
-    def _cursor(self):
-        duck = self._require()
-        with duck._cursor_lock:
-            return duck._cursor_root.cursor()
-
     def _sync_signals(self, con) -> None:
-        """Give each new series of a signal its unit and role (series ids only grow)."""
-        duck = self._require()
-        with duck._dictionary_lock:
-            fresh = [(sid, duck._labels.get(sid)) for sid in range(self._next_sid,
-                                                                   len(duck._labels))]
+        """Give each series not seen yet, or whose node / environment / model changed, its
+        unit and role (from the store's series table: ids may have gaps and may move)."""
+        changed = con.execute(f"""
+            SELECT s.series_id, s.metric, s.gpu_uuid, s.mig_uuid, s.node, s.environment,
+                   s.model FROM series s LEFT JOIN {CACHE}.seen c USING (series_id)
+            WHERE c.series_id IS NULL OR c.node IS DISTINCT FROM s.node
+               OR c.environment IS DISTINCT FROM s.environment
+               OR c.model IS DISTINCT FROM s.model""").fetchall()
+        if not changed:
+            return
         rows, gpus = [], []
-        for sid, labels in fresh:
-            role = None if labels is None else _role(labels)
-            if role is not None:
-                unit = (labels.gpu_uuid, labels.mig_uuid)
-                if labels.gpu_uuid not in self._gpus:
-                    self._gpus[labels.gpu_uuid] = len(self._gpus)
-                    gpus.append((len(self._gpus) - 1, labels.environment, labels.model,
-                                 labels.node))
-                rows.append((sid, self._units.setdefault(unit, len(self._units)),
-                             self._gpus[labels.gpu_uuid], role))
-        self._next_sid += len(fresh)
+        for sid, metric, gpu, mig, node, environment, model in changed:
+            role = _role(metric, mig, model)
+            if role is None:
+                continue
+            if gpu not in self._gpus:
+                self._gpus[gpu] = len(self._gpus)
+                gpus.append((len(self._gpus) - 1, environment, model, node))
+            rows.append((sid, self._units.setdefault((gpu, mig), len(self._units)),
+                         self._gpus[gpu], role))
+        ids = [[row[0] for row in changed]]
+        con.execute(f"DELETE FROM {CACHE}.seen WHERE series_id IN "
+                    "(SELECT unnest($1::INTEGER[]))", ids)
+        con.execute(f"DELETE FROM {CACHE}.sig WHERE sid IN (SELECT unnest($1::INTEGER[]))", ids)
+        con.execute(f"INSERT INTO {CACHE}.seen SELECT unnest($1::INTEGER[]), "
+                    "unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), unnest($4::VARCHAR[])",
+                    [ids[0], *([list(c) for c in zip(*[r[4:] for r in changed], strict=True)])])
         if gpus:  # where a GPU first reported from; a GPU that moves keeps its first place
             con.execute(f"INSERT INTO {CACHE}.gpus SELECT unnest($1::INTEGER[]), "
                         "unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), unnest($4::VARCHAR[])",
@@ -239,11 +213,9 @@ class MinuteMasks:
 
     # -- questions ------------------------------------------------------------------------
 
-    def tallies(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
+    def tallies(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int, done_ms: int,
                 *, last_active: bool = False) -> dict[int, Tally]:
-        """Per group: weighted active / effective / known minutes and the sm_active sum over
-        the spans' minutes in [lo, hi) (and, asked for, the last active minute)."""
-        done_ms = self.refresh()
+        """See masks.MinuteMasks."""
         hi_ms = min(hi_ms, done_ms)
         wanted = [(self._units[s.unit], max(s.lo_ms, lo_ms), min(s.hi_ms, hi_ms), s.group,
                    s.weight) for s in spans if s.unit in self._units]
@@ -268,16 +240,14 @@ class MinuteMasks:
                                 / bit_count(sm_known) ELSE 0 END) {last}
             FROM j GROUP BY grp"""
         params = [list(c) for c in zip(*wanted, strict=True)]
-        duck = self._require()
-        rows = duck._read(lambda cur: cur.execute(sql, params).fetchall())
+        rows = self._read(lambda cur: cur.execute(sql, params).fetchall())
         return {grp: Tally(active or 0.0, effective or 0.0, known or 0.0, sm or 0.0,
                            int(last_ms) if last_ms is not None else None)
                 for grp, active, effective, known, sm, last_ms in rows}
 
-    def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int) -> dict[tuple, int]:
-        """Per group of GPUs (by environment / model / node, as their series say): the
-        GPU-minutes in [lo, hi) in which a GPU sent any signal."""
-        done_ms = self.refresh()
+    def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int,
+                          done_ms: int) -> dict[tuple, int]:
+        """See masks.MinuteMasks."""
         hi_ms = min(hi_ms, done_ms)
         if lo_ms >= hi_ms or not self._gpus:
             return {}
@@ -290,37 +260,30 @@ class MinuteMasks:
                                   FROM ({self._rows(lo_ms, hi_ms)}) GROUP BY gpu_id, hour_ms)
             SELECT {keys}, sum(bit_count(known & {rm}))::BIGINT
             FROM per_gpu p JOIN {CACHE}.gpus g USING (gpu_id) {group}"""
-        duck = self._require()
-        rows = duck._read(lambda cur: cur.execute(sql).fetchall())
+        rows = self._read(lambda cur: cur.execute(sql).fetchall())
         return {tuple(row[:-1]) if columns else (): int(row[-1] or 0) for row in rows}
 
-    def series_minutes(self, chosen: Sequence[SeriesLabels], lo_ms: int, hi_ms: int,
-                       above: float) -> dict[SeriesLabels, tuple[int, int, int | None]]:
-        """Per series: rolled-up minutes in [lo, hi) with a value, minutes whose mean is
-        above `above`, and the first such minute (for processes' own activity)."""
-        duck = self._require()
-        ids = {duck._ids[s]: s for s in chosen if s in duck._ids}
-        if not ids:
-            return {}
-        sql = f"""SELECT series_id, count(*), count_if(v_mean > {float(above)}), min(bucket_ms)
-                  FROM rollup_1m WHERE series_id IN (SELECT unnest($1::INTEGER[]))
-                   AND bucket_ms >= {int(lo_ms)} AND bucket_ms < {int(hi_ms)}
-                  GROUP BY series_id"""
-        rows = duck._read(lambda cur: cur.execute(sql, [list(ids)]).fetchall())
-        return {ids[sid]: (known, busy, first) for sid, known, busy, first in rows}
+
+def series_minutes(read: Callable, ids: dict[int, SeriesLabels], lo_ms: int, hi_ms: int,
+                   above: float) -> dict[SeriesLabels, tuple[int, int, int | None]]:
+    """See masks.MaskStore.series_minutes; `ids` maps the store's series ids to the series."""
+    if not ids:
+        return {}
+    sql = f"""SELECT series_id, count(*), count_if(v_mean > {float(above)}), min(bucket_ms)
+              FROM rollup_1m WHERE series_id IN (SELECT unnest($1::INTEGER[]))
+               AND bucket_ms >= {int(lo_ms)} AND bucket_ms < {int(hi_ms)}
+              GROUP BY series_id"""
+    rows = read(lambda cur: cur.execute(sql, [list(ids)]).fetchall())
+    return {ids[sid]: (known, busy, first) for sid, known, busy, first in rows}
 
 
 _ROLES = {ActivitySignal.GR_ENGINE: GR, ActivitySignal.UTILIZATION: UTIL,
           ActivitySignal.REPORTED: PMEM, ActivitySignal.RUNNING: PROC}
 
 
-def _role(labels: SeriesLabels) -> int | None:
-    if labels.metric == SM_ACTIVE:
+def _role(metric: str, mig_uuid: str | None, model: str) -> int | None:
+    if metric == SM_ACTIVE:
         return SM
-    signal = activity_signal(labels.metric, is_mig=labels.mig_uuid is not None,
-                             architecture=architecture_of_model(labels.model))
+    signal = activity_signal(metric, is_mig=mig_uuid is not None,
+                             architecture=architecture_of_model(model))
     return None if signal is None else _ROLES[signal]
-
-
-def ms(at: datetime) -> int:
-    return to_ms(at)
