@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.services.principal import SYSTEM
 from gpufleet.tsdb import Sample, series
+from gpufleet.tsdb.prometheus_store import PrometheusTelemetryStore
 from gpufleet.wire.requests import RequestCreate
 from tests.helpers import create_environment, gpu, gpu_uuid, join_token, register, registration
 
@@ -282,3 +283,11 @@ def test_a_member_without_projects_pages_over_nothing(api, fleet, gf):
     assert len(get(api, "latest", project="vision", limit=1,
                    cursor=first["next_cursor"])["items"]) == 1
     assert get(api, "latest", 400, cursor="bm9wZQ")["error"]["code"] == "invalid_cursor"
+
+
+def test_every_mask_backed_route_is_the_same_503_on_the_prometheus_store(api, fleet, gf,
+                                                                           monkeypatch):
+    store = PrometheusTelemetryStore("http://127.0.0.1:9")  # never reached
+    monkeypatch.setattr(type(gf), "telemetry", property(lambda self: store))
+    for path in ("funnel", "idle", "zombies"):
+        assert get(api, path, 503)["error"]["code"] == "telemetry_query_unsupported", path

@@ -230,6 +230,7 @@ def _live_processes(q: TelemetryQueries, now: datetime) -> list[LatestValue]:
 
 
 def zombies(q: TelemetryQueries, principal: Principal) -> list[wt.ZombieProcess]:
+    store = q.mask_store()  # a store without minute counts: 503 before any work
     now = q.clock.now()
     t = q.thresholds
     with q.state.read() as session:
@@ -242,7 +243,6 @@ def zombies(q: TelemetryQueries, principal: Principal) -> list[wt.ZombieProcess]
                                                    or s.end > ended[s.unit].end):
             ended[s.unit] = s
     processes = _live_processes(q, now)
-    store = q.mask_store()
     done = min(q.masks.refresh(), to_ms(now))
     lo = done - t.idle_window_minutes * 60_000
     bound_processes = [p.series for p in processes if _unit(p.series) in held]

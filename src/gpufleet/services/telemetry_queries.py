@@ -191,6 +191,7 @@ class TelemetryQueries:
                 raise InvalidInput(f"the funnel cannot be grouped by '{name}'; choose from: "
                                    f"{', '.join(FUNNEL_LABELS)}", code="unknown_label",
                                    details={"label": name, "allowed": list(FUNNEL_LABELS)})
+        masks = self.masks  # a store without them: 503 before any work
         now = self.clock.now()
         end = window_end or now
         start, end = self._window(end - parse_duration(window or "24h", name="window"), end,
@@ -201,7 +202,6 @@ class TelemetryQueries:
             inventory = None if scoped or not set(by) <= set(INVENTORY_LABELS) else \
                 inventory_gpu_seconds(session, by, start, end)
             fleet_total = None if scoped else inventory_gpu_seconds(session, (), start, end)
-        masks = self.masks
         done = masks.refresh()  # one bound for every count of this question
         rows = self._funnel_rows(masks, done, slots, by, start, end, inventory)
         fleet = Funnel(total_gpu_hours=None if fleet_total is None else
@@ -259,6 +259,7 @@ class TelemetryQueries:
         """Allocations whose units stayed below the activity threshold for the whole idle
         window, judged on the rolled-up minutes up to now; idle-held ones hold memory."""
         principal.require(Action.READ_INVENTORY)
+        masks = self.masks  # a store without them: 503 before any work
         now = self.clock.now()
         t = self.thresholds
         window = timedelta(minutes=t.idle_window_minutes)
@@ -267,7 +268,6 @@ class TelemetryQueries:
                                            projects=[project] if project else None,
                                            cache=self.slot_cache)
                      if s.end is None or s.end > now]
-        masks = self.masks
         done = min(masks.refresh(), to_ms(now))
         lo = done - int(window.total_seconds() * 1000)
         spans = [_span(s, n, lo, done) for n, s in enumerate(slots)]
