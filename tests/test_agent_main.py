@@ -116,3 +116,18 @@ def test_a_read_only_node_takes_bindings_and_refuses_another_mig_layout():
         node.apply_desired_state(DesiredState.model_validate(
             {"version": 4, "mig_plans": [plan]}))
     assert node.applied_version == 3
+
+
+def test_the_cli_and_the_agent_flags_share_one_set_of_defaults():
+    import inspect
+
+    from gpufleet.agent.telemetry_loop import TelemetryOptions
+    from gpufleet.cli.commands.processes import agent
+
+    cli = inspect.signature(agent).parameters
+    flags = agent_main.AgentFlags()
+    assert cli["backend"].default == flags.backend == "sim"
+    for name in ("collect_interval_s", "upload_interval_s", "spool_max_mb"):
+        assert cli[name].default == getattr(flags, name), name
+    options = agent_main.telemetry_options(flags)
+    assert options == TelemetryOptions()

@@ -19,15 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpufleet.agent.backend import GpuBackend, SourceUnavailable
+from gpufleet.agent.options import BACKENDS, DEFAULT_BACKEND, MIB, TelemetryOptions
 from gpufleet.agent.runner import AgentRunner, StopReason
-from gpufleet.agent.telemetry_loop import TelemetryOptions
 from gpufleet.settings import default_data_dir
 
-BACKENDS = ("nvml", "dcgm-exporter", "sim")
 EXIT_CODES = {StopReason.STOPPED: 0, StopReason.UNAUTHORIZED: 3, StopReason.NOT_JOINED: 2}
 EXIT_SETUP = 2
 EXIT_ONCE_FAILED = 1
-MIB = 1024**2
+TELEMETRY = TelemetryOptions()  # the defaults
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +37,14 @@ class AgentSetupError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class AgentFlags:
-    backend: str = "nvml"
+    backend: str = DEFAULT_BACKEND
     sim_shape: str | None = None
     hostname: str | None = None
     seed: int | None = None
     dcgm_exporter_url: str | None = None
-    collect_interval_s: float = 10.0
-    upload_interval_s: float = 30.0
-    spool_max_mb: float = 256.0
+    collect_interval_s: float = TELEMETRY.collect_interval_s
+    upload_interval_s: float = TELEMETRY.upload_interval_s
+    spool_max_mb: float = TELEMETRY.spool_max_bytes / MIB
     once: bool = False
     metrics_port: int | None = None
     metrics_address: str = "0.0.0.0"

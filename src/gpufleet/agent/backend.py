@@ -1,7 +1,9 @@
 """The one interface every GPU backend of the agent implements.
 
-`sim` (the simulator, `gpufleet.sim`) implements it now; `nvml` (nvidia-ml-py) and
-`dcgm-exporter` come with the telemetry work. The agent never knows which one it runs.
+Three do (docs/agent-backends.md): `nvml` (nvidia-ml-py, `nvml_backend`), `dcgm-exporter`
+(the node's exporter scraped, `dcgm_exporter` and `dcgm_inventory`) and `sim` (the
+simulator, `gpufleet.sim`). `agent_main` picks one by the CLI's `--backend`; the agent
+never knows which one it runs.
 """
 
 from __future__ import annotations

@@ -21,10 +21,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .options import TelemetryOptions
+
 log = logging.getLogger(__name__)
 
 BATCH_FILE = re.compile(r"^(\d{12})-([A-Za-z0-9_-]{1,64})\.batch$")
-DEFAULT_MAX_BYTES = 256 * 1024**2
+DEFAULT_MAX_BYTES = TelemetryOptions.spool_max_bytes
 
 
 @dataclass(frozen=True)

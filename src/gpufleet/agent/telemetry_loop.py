@@ -20,37 +20,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from gpufleet.wire.telemetry import NodeSnapshot
 
 from .backend import SourceUnavailable, TelemetrySource
 from .backoff import Backoff
 from .client import Unauthorized
-from .spool import DEFAULT_MAX_BYTES
-from .telemetry_uploader import DEFAULT_MAX_BATCH_BYTES, TelemetryUploader, UploadOutcome
+from .options import TelemetryOptions
+from .telemetry_uploader import TelemetryUploader, UploadOutcome
 
 log = logging.getLogger(__name__)
 
 Wait = Callable[[asyncio.Event, float], Awaitable[bool]]
 SnapshotListener = Callable[[NodeSnapshot], None]
 MAX_BATCHES_PER_UPLOAD = 100  # after a long outage, replay in slices between ticks
-
-
-@dataclass(frozen=True)
-class TelemetryOptions:
-    collect_interval_s: float = 10.0
-    upload_interval_s: float = 30.0
-    spool_max_bytes: int = DEFAULT_MAX_BYTES
-    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
-
-    def __post_init__(self) -> None:
-        if self.collect_interval_s <= 0 or self.upload_interval_s <= 0:
-            raise ValueError("collection and upload intervals must be positive")
-
-    @property
-    def ticks_per_batch(self) -> int:
-        return max(1, round(self.upload_interval_s / self.collect_interval_s))
+__all__ = ["TelemetryLoop", "TelemetryOptions", "collect_in_thread", "collect_once"]
 
 
 def collect_once(source: TelemetrySource) -> NodeSnapshot | SourceUnavailable:

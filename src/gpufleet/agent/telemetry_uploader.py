@@ -40,12 +40,11 @@ from gpufleet.wire.telemetry import NodeSnapshot
 
 from .backend import SourceUnavailable
 from .client import AgentClient, ApiError, Forbidden, ServerUnavailable, Unauthorized
+from .options import TelemetryOptions
 
 log = logging.getLogger(__name__)
 
-# The server's general body limit is 1 MiB; telemetry may be larger, but a batch this size
-# stays cheap to retry and well inside every limit a proxy in front of the server may set.
-DEFAULT_MAX_BATCH_BYTES = 512 * 1024
+DEFAULT_MAX_BATCH_BYTES = TelemetryOptions.max_batch_bytes
 ENDPOINT_MISSING = (404, 405)
 INVENTORY_STALE = ("the server refused telemetry naming GPUs this node's registration does "
                    "not hold")

@@ -9,7 +9,10 @@ from typing import Annotated
 
 import typer
 
+from gpufleet.agent.options import DEFAULT_BACKEND, MIB, TelemetryOptions
 from gpufleet.cli.client import cli_settings
+
+TELEMETRY = TelemetryOptions()  # the agent's defaults, declared there
 
 
 def serve(
@@ -46,7 +49,8 @@ def agent(
     server: Annotated[str, typer.Option("--server", help="The gpufleet server's URL.")],
     backend: Annotated[str, typer.Option(
         "--backend", help="Where GPU data comes from: nvml (the driver's NVML), "
-        "dcgm-exporter (scrape the node's exporter) or sim (the simulator).")] = "sim",
+        "dcgm-exporter (scrape the node's exporter) or sim (the simulator).")
+    ] = DEFAULT_BACKEND,
     join_token: Annotated[str | None, typer.Option(
         "--join-token", envvar="GPUFLEET_JOIN_TOKEN", show_envvar=True,
         help="Single-use token for the first registration (then the stored credential).")
@@ -63,13 +67,14 @@ def agent(
         "--dcgm-exporter-url", help="The node's dcgm-exporter metrics page (dcgm-exporter "
         "backend), e.g. http://localhost:9400/metrics.")] = None,
     collect_interval_s: Annotated[float, typer.Option(
-        "--collect-interval-s", help="Seconds between two telemetry collections.")] = 10.0,
+        "--collect-interval-s", help="Seconds between two telemetry collections.")
+    ] = TELEMETRY.collect_interval_s,
     upload_interval_s: Annotated[float, typer.Option(
         "--upload-interval-s", help="Seconds between two telemetry uploads (one batch).")
-    ] = 30.0,
+    ] = TELEMETRY.upload_interval_s,
     spool_max_mb: Annotated[float, typer.Option(
         "--spool-max-mb", help="Bound of the on-disk spool of unacknowledged batches; the "
-        "oldest are dropped beyond it.")] = 256.0,
+        "oldest are dropped beyond it.")] = TELEMETRY.spool_max_bytes / MIB,
     once: Annotated[bool, typer.Option(
         "--once", help="Register if needed, collect once, upload with what the spool "
         "holds, exit 0 when all was acknowledged (for cron and checks).")] = False,
