@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.domain.errors import InvalidInput
-from gpufleet.domain.telemetry.durations import format_duration, parse_duration
+from gpufleet.domain.telemetry.durations import parse_duration
 from gpufleet.domain.telemetry.funnel import (
     ActivitySource,
     BindingState,
@@ -188,7 +188,3 @@ def test_bad_durations_are_refused_with_their_name(text):
     assert raised.value.code == "invalid_duration"
     assert raised.value.details == {"since": text}
 
-
-def test_format_duration():
-    assert [format_duration(timedelta(seconds=s)) for s in (86400, 5400, 59, 0)] == \
-        ["1d", "1h30m", "59s", "0s"]

@@ -291,3 +291,14 @@ def test_every_mask_backed_route_is_the_same_503_on_the_prometheus_store(api, fl
     monkeypatch.setattr(type(gf), "telemetry", property(lambda self: store))
     for path in ("funnel", "idle", "zombies"):
         assert get(api, path, 503)["error"]["code"] == "telemetry_query_unsupported", path
+
+
+def test_a_top_group_without_memory_values_says_null_not_zero():
+    from gpufleet.services.telemetry_live import _group
+    from gpufleet.wire.telemetry_queries import TopUnit
+    unit = TopUnit(gpu_uuid="GPU-1", mig_uuid=None, node="n", environment="e", model="m",
+                   activity_percent=10.0, sm_active_percent=None, memory_used_bytes=None,
+                   charged_to=[])
+    assert _group({}, [unit], 0.0).memory_used_bytes is None
+    assert _group({}, [unit, unit.model_copy(update={"memory_used_bytes": 2.0})],
+                  0.0).memory_used_bytes == 2.0

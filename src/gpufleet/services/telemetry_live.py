@@ -391,8 +391,14 @@ def _group(group: dict, units: list[wt.TopUnit], allocated: float) -> wt.TopGrou
     def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
     return wt.TopGroup(
-        group=group, units=len(units), reporting=len(units), allocated_gpus=allocated,
+        group=group, units=len(units), allocated_gpus=allocated,
         activity_percent=mean([u.activity_percent for u in units]),
         sm_active_percent=mean([u.sm_active_percent for u in units
                                 if u.sm_active_percent is not None]),
-        memory_used_bytes=sum(u.memory_used_bytes or 0.0 for u in units))
+        memory_used_bytes=_sum_known([u.memory_used_bytes for u in units]))
+
+
+def _sum_known(values: list[float | None]) -> float | None:
+    """The sum of the values reported; None (not 0) where none was."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None

@@ -199,14 +199,3 @@ def inventory_gpu_seconds(session: Session, by: tuple[str, ...], start: datetime
     for *key, first_seen in session.execute(late):
         totals[tuple(key)] += (end - first_seen).total_seconds()
     return dict(totals)
-
-
-def inventory_units(session: Session, uuids: list[str]) -> dict[str, tuple[str, str, str]]:
-    """gpu_uuid → (node, environment, model) for the given GPUs."""
-    if not uuids:
-        return {}
-    rows = session.execute(select(Gpu.uuid, Node.name, Environment.name, Gpu.model)
-                           .join(Node, Node.id == Gpu.node_id)
-                           .join(Environment, Environment.id == Gpu.environment_id)
-                           .where(Gpu.uuid.in_(uuids)))
-    return {u: (n, e, m) for u, n, e, m in rows}

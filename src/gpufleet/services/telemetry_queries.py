@@ -38,7 +38,8 @@ from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import SeriesResult, TelemetryStore
 from gpufleet.tsdb.masks import MaskStore, MinuteMasks, SlotSpan
-from gpufleet.tsdb.protocol import MINUTE_MS, OWNER_LABELS, UNIT_LABELS, to_ms
+from gpufleet.tsdb.protocol import MINUTE_MS, OWNER_LABELS, UNIT_LABELS, from_ms, to_ms
+from gpufleet.tsdb.rollups import combine_across
 from gpufleet.wire import telemetry_queries as wt
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus' own cap on a range query's resolution
@@ -292,7 +293,7 @@ class TelemetryQueries:
                 continue
             last_ms = last[n].last_active_ms if n in last else None
             since = max(slot.start, now - IDLE_LOOKBACK) if last_ms is None else \
-                _from_ms(last_ms + MINUTE_MS)
+                from_ms(last_ms + MINUTE_MS)
             items.append(wt.IdleAllocation(
                 allocation=slot.allocation, project=slot.project, gpu_uuid=slot.unit[0],
                 mig_uuid=slot.unit[1], mig_profile=slot.mig_profile, node=slot.node,
@@ -353,11 +354,6 @@ def _minutes(lo_ms: int, hi_ms: int) -> int:
     return max(0, -(-hi_ms // MINUTE_MS) - -(-lo_ms // MINUTE_MS))
 
 
-def _from_ms(value: int) -> datetime:
-    from gpufleet.tsdb.protocol import from_ms
-    return from_ms(value)
-
-
 def _funnel_row(group: dict, f: Funnel) -> wt.FunnelRow:
     return wt.FunnelRow(group=group, total_gpu_hours=f.total_gpu_hours,
                         reporting_gpu_hours=f.reporting_gpu_hours,
@@ -379,9 +375,7 @@ def _regroup(results: list[SeriesResult], by: list[str], profiles: dict[str, str
         key = tuple(labels.get(n) for n in by)
         for at, value in r.points:
             merged[key][at].append(value)
-    combine = {AcrossSeries.SUM: sum, AcrossSeries.MAX: max,
-               AcrossSeries.COUNT: lambda vs: float(sum(1 for v in vs if v)),
-               AcrossSeries.MEAN: lambda vs: sum(vs) / len(vs)}[AcrossSeries(across)]
     return [SeriesResult(dict(zip(by, key, strict=True)),
-                         [(at, float(combine(vs))) for at, vs in sorted(points.items())])
+                         [(at, combine_across(vs, AcrossSeries(across)))
+                          for at, vs in sorted(points.items())])
             for key, points in sorted(merged.items(), key=lambda kv: [str(v) for v in kv[0]])]

@@ -67,6 +67,7 @@ from gpufleet.tsdb.protocol import (
     series,
     to_ms,
 )
+from gpufleet.tsdb.rollups import combine_across
 from gpufleet.wire.remote_write import METRIC_NAME_LABEL, REQUEST_HEADERS, encode_write_request
 
 EXPOSITION_PREFIX = "gpufleet_"
@@ -439,7 +440,7 @@ class _Slots:
             for rows in slots:
                 for step_ms, value in _fold_rows(rows, window, fold).items():
                     by_step[step_ms].append(value)
-            points = [(from_ms(b), _combine(values, across))
+            points = [(from_ms(b), combine_across(values, across))
                       for b, values in sorted(by_step.items())]
             if points:
                 results.append(SeriesResult(dict(zip(self.group_by, key, strict=True)), points))
@@ -474,16 +475,6 @@ def _fold_rows(rows: Sequence[tuple[int, dict]], window: _Window, fold: str) -> 
     if fold == "mean":
         return {b: total / n for b, (total, n) in acc.items() if n}
     return {b: value for b, (value, *_) in acc.items()}
-
-
-def _combine(values: list[float], across: AcrossSeries) -> float:
-    if across is AcrossSeries.MEAN:
-        return sum(values) / len(values)
-    if across is AcrossSeries.SUM:
-        return float(sum(values))
-    if across is AcrossSeries.MAX:
-        return max(values)
-    return float(sum(1 for v in values if v != 0))
 
 
 def _selection(names: str, filters: Filters) -> tuple[str | None, dict[str, list]]:

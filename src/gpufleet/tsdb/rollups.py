@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, Tier
 from gpufleet.tsdb.schema import ROLLUP_COLUMNS
 
@@ -84,3 +85,15 @@ class TierSources:
         if not parts:
             return f"SELECT {ROLLUP_COLUMNS} FROM {table} WHERE FALSE"
         return " UNION ALL ".join(f"({part})" for part in parts)
+
+
+def combine_across(values: list[float], across: AcrossSeries) -> float:
+    """Values of several series at one step, combined as their class says (DESIGN.md §4):
+    mean, sum, max, or the count of non-zero values (states and flags)."""
+    if across is AcrossSeries.MEAN:
+        return sum(values) / len(values)
+    if across is AcrossSeries.SUM:
+        return float(sum(values))
+    if across is AcrossSeries.MAX:
+        return max(values)
+    return float(sum(1 for v in values if v != 0))

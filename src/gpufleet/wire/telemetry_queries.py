@@ -146,12 +146,11 @@ class UnattributedUsage(View):
 
 class TopGroup(View):
     group: dict[str, str | None]
-    units: int
-    reporting: int
+    units: int  # units whose activity is known, in the last five minutes
     allocated_gpus: float
     activity_percent: float | None
     sm_active_percent: float | None
-    memory_used_bytes: float
+    memory_used_bytes: float | None  # null where no unit reported its memory
 
 
 class TopUnit(View):

@@ -23,16 +23,3 @@ def parse_duration(text: str, *, name: str = "duration") -> timedelta:
         raise InvalidInput(f"{name} '{text}' must be longer than zero",
                            code="invalid_duration", details={name: text})
     return timedelta(seconds=seconds)
-
-
-def format_duration(span: timedelta) -> str:
-    """The shortest exact spelling: 86400 s → `1d`, 5400 s → `1h30m`."""
-    seconds = int(span.total_seconds())
-    if seconds <= 0:
-        return "0s"
-    parts = []
-    for unit in ("d", "h", "m", "s"):
-        count, seconds = divmod(seconds, _UNIT_S[unit])
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts)
