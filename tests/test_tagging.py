@@ -160,4 +160,26 @@ def test_import_gpufleet_stays_light():
             "if m.startswith(('gpufleet', 'pydantic', 'sqlalchemy', 'fastapi', 'httpx'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert out.strip() == "['gpufleet', 'gpufleet.tagging']"
+    assert out.strip() == "['gpufleet', 'gpufleet.tagging', 'gpufleet.text_limits']"
+
+
+def test_tags_the_environment_and_the_wire_share_one_label_text_rule():
+    from pydantic import TypeAdapter, ValidationError
+
+    from gpufleet.agent.attribution_environ import allowed_entries
+    from gpufleet.text_limits import LABEL_TEXT_MAX
+    from gpufleet.wire.telemetry import LabelText
+
+    wire = TypeAdapter(LabelText)
+    for text in ("x" * LABEL_TEXT_MAX, "x" * (LABEL_TEXT_MAX + 1), "a\tb", ""):
+        try:
+            check_tag("model", text)
+            tagged = True
+        except TagError:
+            tagged = False
+        from_environ = allowed_entries(f"GPUFLEET_MODEL={text}\0".encode()) != {}
+        assert tagged == from_environ, text
+        if tagged:
+            wire.validate_python(text)
+    with pytest.raises(ValidationError):
+        wire.validate_python("x" * (LABEL_TEXT_MAX + 1))

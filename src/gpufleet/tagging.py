@@ -47,6 +47,8 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpufleet.text_limits import LABEL_TEXT_MAX, is_label_text
+
 log = logging.getLogger(__name__)
 
 TAG_DIR_ENV = "GPUFLEET_TAG_DIR"
@@ -55,12 +57,11 @@ ALLOCATION_KEY = "allocation"  # the claimed allocation; every other key is a fr
 FORMAT_VERSION = 1
 MAX_TAGS = 32
 MAX_KEY_CHARS = 63
-MAX_VALUE_CHARS = 253  # wire.telemetry.LabelText
+MAX_VALUE_CHARS = LABEL_TEXT_MAX
 MAX_TAG_FILE_BYTES = 16 * 1024
 TAG_FILE_SUFFIX = ".json"
 
 _KEY = re.compile(r"^[a-z][a-z0-9_.-]*$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class TagError(ValueError):
@@ -82,7 +83,7 @@ def check_tag(key: object, value: object) -> tuple[str, str]:
         raise TagError(f"tag {key}: the value must be text or a number, not "
                        f"{type(value).__name__}")
     text = str(value)
-    if not text or len(text) > MAX_VALUE_CHARS or _CONTROL.search(text):
+    if not is_label_text(text):
         raise TagError(f"tag {key}: the value must be 1 to {MAX_VALUE_CHARS} characters "
                        "without control characters")
     return key, text

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from gpufleet.tagging import ALLOCATION_KEY as ALLOCATION_TAG
 from gpufleet.tagging import TagError, check_tag
+from gpufleet.text_limits import is_label_text
 
 MAX_ENVIRON_BYTES = 256 * 1024  # far above a real environment; ARG_MAX bounds it anyway
 
@@ -49,7 +50,6 @@ POD_NAMESPACES = ("POD_NAMESPACE", "MY_POD_NAMESPACE")
 ALLOWED = frozenset({ALLOCATION, *TAG_KEYS, FREE_TAGS, SLURM_JOB, *POD_NAMES,
                      *POD_NAMESPACES})
 _ALLOWED_BYTES = frozenset(k.encode("ascii") for k in ALLOWED)
-_MAX_VALUE_CHARS = 253
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,7 @@ def _label_text(value: bytes) -> str | None:
         text = value.decode("utf-8")
     except UnicodeDecodeError:
         return None  # never logged: the exception carries the bytes
-    if not text or len(text) > _MAX_VALUE_CHARS or any(ord(c) < 32 or c == "\x7f" for c in text):
-        return None
-    return text
+    return text if is_label_text(text) else None  # what check_tag keeps of a value
 
 
 def _free_tags(text: str) -> dict[str, str]:

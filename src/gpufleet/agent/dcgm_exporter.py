@@ -39,7 +39,6 @@ from gpufleet.domain.telemetry.dcgm_mapping import (
     GPU_INSTANCE_ID,
     GPU_INSTANCE_PROFILE,
     HOSTNAME,
-    TEXT_MAX,
     UUID_LABELS,
     WORKLOAD_LABELS,
     Address,
@@ -53,13 +52,14 @@ from gpufleet.domain.telemetry.dcgm_mapping import (
     stored_instance,
     workload_of,
 )
+from gpufleet.text_limits import clip
 from gpufleet.wire.agent import NodeRegistration
 from gpufleet.wire.telemetry import LabelledValue, NodeSnapshot, UnitSnapshot
 
 BACKEND = "dcgm-exporter"
 DEFAULT_PATH = "/metrics"
 # Re-exported: the dcgm-exporter label names are the agent's vocabulary too.
-__all__ = ["GPU_INSTANCE_ID", "GPU_INSTANCE_PROFILE", "HOSTNAME", "TEXT_MAX", "UUID_LABELS",
+__all__ = ["GPU_INSTANCE_ID", "GPU_INSTANCE_PROFILE", "HOSTNAME", "UUID_LABELS",
            "WORKLOAD_LABELS", "DcgmExporterBackend", "DcgmExporterUnavailable",
            "MalformedPage", "derived_mig_uuid", "metrics_page", "mig_uuids_of",
            "snapshot_from_samples",
@@ -208,7 +208,7 @@ def snapshot_from_samples(samples: Iterable[Sample], node: str, at: datetime,
         reading.add(sample)
     page = page or Page(samples=())
     return NodeSnapshot(node=node, at=at, backend=BACKEND, units=reading.units(),
-                        problems=tuple(_clip(p) for p in reading.problems(page)))
+                        problems=tuple(clip(p) for p in reading.problems(page)))
 
 
 @dataclass
@@ -345,6 +345,3 @@ def _unit_name(unit: _Unit) -> str:
 def _names(counts: Counter[str]) -> str:
     return ", ".join(sorted(counts))
 
-
-def _clip(text: str) -> str:
-    return text if len(text) <= TEXT_MAX else text[: TEXT_MAX - 1] + "…"

@@ -64,13 +64,13 @@ from gpufleet.domain.telemetry.catalogue import CATALOGUE
 from gpufleet.domain.telemetry.metric import Metric
 from gpufleet.domain.telemetry.sources import NvmlSource, nvml_error_is_missing
 from gpufleet.domain.telemetry.vocabulary import ALL_ARCHITECTURES, Architecture
+from gpufleet.text_limits import clip
 from gpufleet.wire.agent import GpuReport, MigInstanceReport, NodeRegistration
 from gpufleet.wire.telemetry import LabelledValue, NodeSnapshot, ProcessSnapshot, UnitSnapshot
 
 BACKEND = "nvml"
 DEFAULT_PROCESS_EVERY = 5
 MAX_EVENTS_PER_COLLECT = 1024
-TEXT_MAX = 253
 
 # nvmlDeviceArchitecture_t -> catalogue architecture (pynvml NVML_DEVICE_ARCH_*).
 ARCHITECTURES = {5: Architecture.VOLTA, 6: Architecture.TURING, 7: Architecture.AMPERE,
@@ -343,7 +343,7 @@ class NvmlBackend:
                              for text, n in self._problems.items())]
         self._problems.clear()
         return NodeSnapshot(node=self.node, at=at, backend=BACKEND, units=tuple(units),
-                            problems=tuple(_clip(p) for p in problems))
+                            problems=tuple(clip(p) for p in problems))
 
     def _drain_xids(self, nvml: NvmlAdapter) -> None:
         if self._events is None:
@@ -539,6 +539,3 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
     with contextlib.suppress(NvmlCallError):
         fn(*args)
 
-
-def _clip(text: str) -> str:
-    return text if len(text) <= TEXT_MAX else text[: TEXT_MAX - 1] + "…"

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from prometheus_client import parser as _parser
 
+from gpufleet.text_limits import clip
+
 # Distinct label blocks remembered: an 8-GPU page has tens, a MIG-partitioned one a few
 # hundred; pods that come and go are forgotten oldest first.
 LABEL_BLOCKS_REMEMBERED = 2048
@@ -75,12 +77,8 @@ def _parse_line_by_line(text: str) -> Page:
         except ValueError:
             bad += 1
             if first_bad is None:
-                first_bad = f"line {number}: {_clip(stripped, 80)}"
+                first_bad = f"line {number}: {clip(stripped, 80)}"
     return Page(tuple(samples), bad, first_bad)
-
-
-def _clip(text: str, length: int) -> str:
-    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def _memoise_label_blocks() -> None:

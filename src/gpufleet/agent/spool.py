@@ -21,11 +21,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.text_limits import BATCH_ID
+
 from .options import TelemetryOptions
 
 log = logging.getLogger(__name__)
 
-BATCH_FILE = re.compile(r"^(\d{12})-([A-Za-z0-9_-]{1,64})\.batch$")
+BATCH_FILE = re.compile(rf"^(\d{{12}})-({BATCH_ID})\.batch$")
 DEFAULT_MAX_BYTES = TelemetryOptions.spool_max_bytes
 
 

@@ -22,11 +22,12 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, ConfigDict, Field, StringConstraints
 
+from gpufleet.text_limits import LABEL_TEXT_MAX
 from gpufleet.wire.base import StrictModel
 
 MetricName = Annotated[str, StringConstraints(min_length=1, max_length=96,
                                               pattern=r"^[a-z][a-z0-9_.]*$")]
-LabelText = Annotated[str, StringConstraints(max_length=253)]
+LabelText = Annotated[str, StringConstraints(max_length=LABEL_TEXT_MAX)]
 BackendName = Literal["nvml", "dcgm-exporter", "sim"]
 
 

@@ -21,6 +21,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints, ValidationError, model_validator
 
+from gpufleet.text_limits import BATCH_ID
 from gpufleet.wire.base import BodyTooLarge, StrictModel
 from gpufleet.wire.telemetry import (
     BackendName,
@@ -33,7 +34,7 @@ from gpufleet.wire.telemetry import (
 )
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around a deflate stream
-BatchId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+BatchId = Annotated[str, StringConstraints(pattern=rf"^{BATCH_ID}$")]
 CLAIM_FIELDS = ("pod", "namespace", "container", "slurm_job")
 
 

@@ -26,8 +26,7 @@ from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.telemetry.catalogue import by_dcgm_field, by_prometheus_name
 from gpufleet.domain.telemetry.metric import Metric
 from gpufleet.domain.telemetry.sources import DcgmSource, PrometheusSource
-
-TEXT_MAX = 253  # wire.telemetry LabelText: a label value longer than this cannot be stored
+from gpufleet.text_limits import LABEL_TEXT_MAX
 
 # Label names as dcgm-exporter writes them, for the readers here and the agent's own
 # /metrics that writes them (`agent.metrics_exporter`); the first spelling is the one
@@ -111,7 +110,7 @@ class Unaddressable:
 def address_of(name: str, labels: Mapping[str, str]) -> Address | Unaddressable:
     """The unit of series `name` with `labels`."""
     uuid = next((labels[k] for k in UUID_LABELS if labels.get(k)), None)
-    if uuid is None or len(uuid) > TEXT_MAX:
+    if uuid is None or len(uuid) > LABEL_TEXT_MAX:
         return Unaddressable("no_uuid", name)
     instance_text = labels.get(GPU_INSTANCE_ID, "")
     if not instance_text:
@@ -136,7 +135,7 @@ def _number(text: str) -> int | None:
 def instance_profile(labels: Mapping[str, str]) -> str | None:
     """The MIG profile a series names (`GPU_I_PROFILE`), where it is usable."""
     profile = labels.get(GPU_INSTANCE_PROFILE) or None
-    return profile if profile and len(profile) <= TEXT_MAX else None
+    return profile if profile and len(profile) <= LABEL_TEXT_MAX else None
 
 
 def stored_instance(route: Route, gpu_instance_id: int | None) -> int | None:
@@ -153,7 +152,7 @@ def own_labels(route: Route, labels: Mapping[str, str]) -> OwnLabels | None:
     if not route.labels:
         return ()
     kept = tuple((name, labels.get(name, "")) for name in route.labels)
-    return kept if all(0 < len(text) <= TEXT_MAX for _, text in kept) else None
+    return kept if all(0 < len(text) <= LABEL_TEXT_MAX for _, text in kept) else None
 
 
 def workload_of(labels: Mapping[str, str]) -> Workload | None:
@@ -174,7 +173,7 @@ def agreed_workload(workloads: Iterable[Workload | None]) -> dict[str, str | Non
     for i, name in enumerate(WORKLOAD_LABELS):
         seen = {w[i] for w in claims}
         value = seen.pop() if len(seen) == 1 else None
-        agreed[name] = value if value is None or len(value) <= TEXT_MAX else None
+        agreed[name] = value if value is None or len(value) <= LABEL_TEXT_MAX else None
     return agreed
 
 

@@ -1,0 +1,32 @@
+"""Text limits the wire enforces, stated once for every side of it.
+
+Standard library only: the workload SDK (`gpufleet.tag`, imported by `import gpufleet`) and
+the pure domain use these rules as well as the pydantic wire schemas, so none of them may
+pull in anything heavier.
+
+- **Label text** (`wire.telemetry.LabelText`): a label value of at most 253 characters, the
+  longest DNS name, so any node, pod or namespace name fits. A value the agent reads from
+  outside (a tag, an environment entry) is kept only when it is label text; a message the
+  agent writes into a label field (a snapshot's `problems`) is clipped to fit.
+- **Batch id** (`wire.telemetry_batch.BatchId`): names a telemetry batch on the wire and in
+  the agent's spool file names.
+"""
+
+from __future__ import annotations
+
+import re
+
+LABEL_TEXT_MAX = 253
+BATCH_ID = r"[A-Za-z0-9_-]{1,64}"  # a regular expression, without anchors
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def is_label_text(text: str) -> bool:
+    """Non-empty, at most LABEL_TEXT_MAX characters, no control characters."""
+    return 0 < len(text) <= LABEL_TEXT_MAX and _CONTROL.search(text) is None
+
+
+def clip(text: str, length: int = LABEL_TEXT_MAX) -> str:
+    """`text` cut to `length` characters, the last one an ellipsis where it was cut."""
+    return text if len(text) <= length else text[: length - 1] + "…"
