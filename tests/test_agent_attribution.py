@@ -274,8 +274,8 @@ def test_links_fifos_and_junk_in_the_spool_are_not_believed(proc, tags, tmp_path
     elsewhere = write_tags(tmp_path, (0, 0, 0), allocation="GR-666")
     os.symlink(elsewhere, tags / tag_file_name(HOST_NS, 51, 1))
     os.mkfifo(tags / tag_file_name(HOST_NS, 52, 1))  # must not block the agent
-    (tags / tag_file_name(HOST_NS, 53, 1)).write_text('{"tags": {"Bad Key": "x", "ok": "\\n",'
-                                                      ' "model": "llama"}}')
+    (tags / tag_file_name(HOST_NS, 53, 1)).write_text(
+        '{"v": 1, "tags": {"Bad Key": "x", "ok": "\\n", "model": "llama"}}')
     attributor = Attributor(proc.root, tags)
     assert attributor.attribute(51).claimed_allocation is None
     assert attributor.attribute(52).claimed_allocation is None

@@ -155,6 +155,24 @@ def test_start_time_is_field_22_even_with_a_strange_command_name():
     assert pid_namespace_of("net:[1]") is None
 
 
+def test_a_tag_file_is_read_only_in_its_format_version():
+    assert tagging.parse_tag_file(b'{"v": 1, "tags": {"model": "llama", "Bad": "x"}}') \
+        == {"model": "llama"}
+    for other in (b'{"v": 2, "tags": {"model": "llama"}}', b'{"tags": {"model": "llama"}}',
+                  b'{"v": 1, "tags": []}', b"[]", b"not json"):
+        assert tagging.parse_tag_file(other) == {}, other
+
+
+@needs_proc
+def test_a_file_of_another_version_is_replaced_not_merged(tag_dir):
+    path = own_file(tag_dir)
+    tag_dir.mkdir(mode=0o700)
+    path.write_text(json.dumps({"v": 2, "tags": {"dataset": "from-a-newer-sdk"}}))
+    gpufleet.tag(model="llama")
+    assert json.loads(path.read_text()) == {"v": tagging.FORMAT_VERSION,
+                                            "tags": {"model": "llama"}}
+
+
 def test_import_gpufleet_stays_light():
     code = ("import sys, gpufleet; print(sorted(m for m in sys.modules "
             "if m.startswith(('gpufleet', 'pydantic', 'sqlalchemy', 'fastapi', 'httpx'))))")

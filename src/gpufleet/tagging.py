@@ -32,7 +32,10 @@ a read-only directory) is logged and returns None — tagging never stops a trai
 
 This module is imported by `import gpufleet`: standard library only, nothing of the server.
 The agent reads the files with `gpufleet.agent.attribution_tags`, through the names and
-rules defined here (`tag_file_name`, `check_tag`, `MAX_TAGS`, `MAX_TAG_FILE_BYTES`).
+rules defined here (`tag_file_name`, `parse_tag_file`, `is_temporary_name`): one format,
+one parser, for the workload merging its own file and the agent reading it. A file is
+`{"v": FORMAT_VERSION, "tags": {...}}`; one of another version is not read (a newer SDK's
+file is ignored, never misread).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ MAX_KEY_CHARS = 63
 MAX_VALUE_CHARS = LABEL_TEXT_MAX
 MAX_TAG_FILE_BYTES = 16 * 1024
 TAG_FILE_SUFFIX = ".json"
+TEMPORARY_PREFIX, TEMPORARY_SUFFIX = ".", ".tmp"  # a writer's file before its rename
 
 _KEY = re.compile(r"^[a-z][a-z0-9_.-]*$")
 
@@ -92,6 +96,37 @@ def check_tag(key: object, value: object) -> tuple[str, str]:
 def tag_file_name(pid_namespace: int, namespace_pid: int, start_ticks: int) -> str:
     """The spool file of one process: `<pid namespace inode>-<pid in it>-<start time>.json`."""
     return f"{pid_namespace}-{namespace_pid}-{start_ticks}{TAG_FILE_SUFFIX}"
+
+
+def parse_tag_file(raw: bytes) -> dict[str, str]:
+    """The tags of a tag file's bytes, each key and value through `check_tag` again (what
+    fails is dropped), at most MAX_TAGS; {} for a file too large, not JSON, or not of
+    FORMAT_VERSION."""
+    if len(raw) > MAX_TAG_FILE_BYTES:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict) or data.get("v") != FORMAT_VERSION:
+        return {}
+    tags = data.get("tags")
+    if not isinstance(tags, dict):
+        return {}
+    kept: dict[str, str] = {}
+    for key, value in tags.items():
+        if len(kept) >= MAX_TAGS:
+            break
+        try:
+            kept.update([check_tag(key, value)])
+        except TagError:
+            continue
+    return kept
+
+
+def is_temporary_name(name: str) -> bool:
+    """A writer's temporary file (`_replace`), left behind only by a crashed writer."""
+    return name.startswith(TEMPORARY_PREFIX) and name.endswith(TEMPORARY_SUFFIX)
 
 
 def parse_tag_file_name(name: str) -> tuple[int, int, int] | None:
@@ -199,12 +234,9 @@ def _own_identity() -> tuple[int, int, int]:
 
 def _read_own(path: Path) -> dict[str, str]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return parse_tag_file(path.read_bytes())
+    except OSError:
         return {}
-    tags = data.get("tags") if isinstance(data, dict) else None
-    return {k: v for k, v in tags.items() if isinstance(k, str) and isinstance(v, str)} \
-        if isinstance(tags, dict) else {}
 
 
 def _ensure_dir(directory: Path) -> None:
@@ -222,7 +254,8 @@ def _replace(path: Path, text: str) -> None:
     data = text.encode("utf-8")
     if len(data) > MAX_TAG_FILE_BYTES:
         raise TagError(f"gpufleet.tag: the tags exceed {MAX_TAG_FILE_BYTES} bytes")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{path.stem}.",
+                               suffix=TEMPORARY_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)

@@ -5,14 +5,14 @@ The spool directory is shared by every user of the node (mode 1777, like /tmp), 
 is believed only when it is a regular file owned by the process's own real or effective
 uid: another user cannot tag a process that is not theirs, even by guessing its name.
 Files are opened without following links and without blocking (a FIFO placed there is
-refused), and read up to MAX_TAG_FILE_BYTES; every key and value goes through the SDK's
-own rule again (`check_tag`), and what fails is dropped.
+refused), and read up to MAX_TAG_FILE_BYTES with the SDK's own parser
+(`tagging.parse_tag_file`: the format version checked, every key and value through
+`check_tag` again, what fails dropped).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import stat
@@ -23,9 +23,8 @@ from pathlib import Path
 
 from gpufleet.tagging import (
     MAX_TAG_FILE_BYTES,
-    MAX_TAGS,
-    TagError,
-    check_tag,
+    is_temporary_name,
+    parse_tag_file,
     parse_tag_file_name,
     tag_file_name,
 )
@@ -130,28 +129,6 @@ class TagSpool:
         return removed
 
 
-def parse_tag_file(raw: bytes) -> dict[str, str]:
-    """The tags of a tag file's bytes; {} for a file too large or not in the format."""
-    if len(raw) > MAX_TAG_FILE_BYTES:
-        return {}
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return {}
-    tags = data.get("tags") if isinstance(data, dict) else None
-    if not isinstance(tags, dict):
-        return {}
-    kept: dict[str, str] = {}
-    for key, value in tags.items():
-        if len(kept) >= MAX_TAGS:
-            break
-        try:
-            kept.update([check_tag(key, value)])
-        except TagError:
-            continue
-    return kept
-
-
 def _believable(info: os.stat_result, uids: Collection[int]) -> bool:
     return stat.S_ISREG(info.st_mode) and info.st_uid in uids \
         and info.st_size <= MAX_TAG_FILE_BYTES
@@ -169,7 +146,7 @@ def _is_garbage(entry: os.DirEntry[str], live: LiveProcesses, now_s: float) -> b
     key = parse_tag_file_name(entry.name)
     if key is not None:
         return key not in live
-    if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+    if is_temporary_name(entry.name):
         try:
             return now_s - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMPORARY_S
         except OSError:
