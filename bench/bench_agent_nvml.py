@@ -19,7 +19,6 @@ import argparse
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -76,8 +75,7 @@ def main() -> int:
     if args.fake:
         source.close()
         fake = fake_node()
-        source = NvmlBackend("bench", lib=fake, process_every=1,
-                             now=lambda: datetime.now(UTC))
+        source = NvmlBackend("bench", lib=fake, process_every=1)
         on = f"the FAKE pynvml ({GPUS} H100s): our overhead only, not an NVML figure"
     with source:
         snapshot = source.collect()

@@ -25,6 +25,7 @@ from gpufleet.agent.dcgm_exporter import (
     snapshot_from_text,
 )
 from gpufleet.agent.prometheus_text import parse_page
+from gpufleet.clock import ManualClock
 from gpufleet.domain.telemetry.catalogue import by_dcgm_field, metric
 from gpufleet.wire.agent import NodeRegistration
 from gpufleet.wire.telemetry import NodeSnapshot, UnitSnapshot
@@ -96,7 +97,7 @@ def exporter() -> Iterator[Exporter]:
 
 
 def backend(url: str, **kwargs) -> DcgmExporterBackend:
-    return DcgmExporterBackend(url, "dgx-h100-07", now=lambda: AT, **kwargs)
+    return DcgmExporterBackend(url, "dgx-h100-07", clock=ManualClock(AT), **kwargs)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from gpufleet.agent.nvml_backend import (
     mig_profile_of,
     read_host,
 )
+from gpufleet.clock import ManualClock
 from gpufleet.domain.gpu_models import normalise_model
 from tests.fake_nvml import (
     ARCH_AMPERE,
@@ -55,7 +56,7 @@ def ampere(uuid: str = "GPU-a0", **kwargs) -> FakeGpu:
 
 def backend(*gpus: FakeGpu, **kwargs) -> tuple[NvmlBackend, FakeNvml]:
     fake = FakeNvml(list(gpus))
-    return NvmlBackend("node-1", lib=fake, now=lambda: AT, **kwargs), fake
+    return NvmlBackend("node-1", lib=fake, clock=ManualClock(AT), **kwargs), fake
 
 
 def test_values_are_in_catalogue_units():
@@ -242,7 +243,7 @@ def test_real_pynvml_on_a_machine_without_the_driver_says_what_to_install():
 def test_init_once_shutdown_on_close_and_never_a_set_call():
     gpu = hopper(migs=[FakeMig("MIG-aaaa", 3, "3g.40gb")],
                  processes=[FakeProcess(1, GIB, gpu_instance_id=3)])
-    with NvmlBackend("node-1", lib=(fake := FakeNvml([gpu])), now=lambda: AT) as nvml:
+    with NvmlBackend("node-1", lib=(fake := FakeNvml([gpu])), clock=ManualClock(AT)) as nvml:
         nvml.collect()
         nvml.collect()
     assert fake.calls.count("nvmlInit") == 1 and fake.calls.count("nvmlShutdown") == 1
@@ -297,7 +298,7 @@ def test_an_older_driver_without_memory_v2_still_reads_memory():
     gpu = hopper()
     fake = FakeNvml([gpu])
     fake.memory_v2 = False
-    v = NvmlBackend("n", lib=fake, now=lambda: AT).collect().unit("GPU-h0").values
+    v = NvmlBackend("n", lib=fake, clock=ManualClock(AT)).collect().unit("GPU-h0").values
     assert v["gpu.memory_used_bytes"] == 20 * GIB
     assert v["gpu.memory_reserved_bytes"] is None
 
@@ -306,7 +307,7 @@ def test_no_process_samples_is_no_utilisation_not_a_problem():
     for quirk in (0, 6):  # pynvml's NVMLError(NVML_SUCCESS), and NVML_ERROR_NOT_FOUND
         gpu = ampere(processes=[FakeProcess(7, GIB)],
                      errors={"nvmlDeviceGetProcessUtilization": quirk})
-        snap = NvmlBackend("n", lib=FakeNvml([gpu]), now=lambda: AT).collect()
+        snap = NvmlBackend("n", lib=FakeNvml([gpu]), clock=ManualClock(AT)).collect()
         (process,) = snap.unit("GPU-a0").processes
         assert process.values["process.sm_utilization"] is None
         assert snap.problems == ()

@@ -32,7 +32,7 @@ def asgi_http(gf) -> httpx.AsyncClient:
 
 def sim_backend(clock, shape="dgx-h100", hostname="dgx-tel-1") -> SimBackend:
     node = standalone_backend(shape, hostname, seed=7).node
-    return SimBackend(node, clock=clock.now)  # the server's clock: samples are "now"
+    return SimBackend(node, clock=clock)  # the server's clock: samples are "now"
 
 
 def ticking(clock, count: int):
@@ -132,7 +132,7 @@ def test_the_simulated_fleet_uploads_telemetry(api, gf, clock, admin_token, tmp_
             return await run_simulated_fleet(
                 SERVER, admin_token, spec, tmp_path, stop, concurrency=2, http=http,
                 sleep=sleep, rng=random.Random(0),
-                telemetry=FleetTelemetry(interval_s=60, clock=clock.now))
+                telemetry=FleetTelemetry(interval_s=60, clock=clock))
 
     final = asyncio.run(scenario())
     assert final.telemetry_batches_acknowledged >= 4

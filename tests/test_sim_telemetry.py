@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpufleet.agent.backend import TelemetrySource
+from gpufleet.clock import ManualClock
 from gpufleet.domain.telemetry.catalogue import CATALOGUE, metric
 from gpufleet.domain.telemetry.catalogue_rows_health import CLOCK_THROTTLE_REASON_BITS
 from gpufleet.domain.telemetry.vocabulary import Architecture, Unit
@@ -80,10 +81,12 @@ def test_same_seed_and_time_give_the_same_snapshot_and_another_seed_another():
 
 
 def test_the_clock_is_an_input():
-    clock = iter([T0, T0 + timedelta(minutes=5)])
-    backend = SimBackend(standalone_backend("l40s-4", "node-1").node, clock=lambda: next(clock))
+    clock = ManualClock(T0)
+    backend = SimBackend(standalone_backend("l40s-4", "node-1").node, clock=clock)
     source: TelemetrySource = backend
-    assert [source.collect().at for _ in range(2)] == [T0, T0 + timedelta(minutes=5)]
+    first = source.collect().at
+    clock.advance(5 * 60)
+    assert [first, source.collect().at] == [T0, T0 + timedelta(minutes=5)]
 
 
 def test_signals_drift_smoothly_rather_than_jump_each_tick():

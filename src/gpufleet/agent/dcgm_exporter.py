@@ -27,14 +27,15 @@ problem; a page with some bad lines is read as far as it goes and says so in `pr
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 import httpx
 
 from gpufleet.agent.backend import SourceUnavailable
 from gpufleet.agent.prometheus_text import Page, Sample, parse_page
+from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.telemetry.dcgm_mapping import (
     GPU_INSTANCE_ID,
     GPU_INSTANCE_PROFILE,
@@ -97,13 +98,13 @@ class DcgmExporterBackend:
 
     def __init__(self, url: str, node: str, *, timeout_s: float = 5.0,
                  client: httpx.Client | None = None,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 clock: Clock | None = None,
                  mig_uuids: MigUuids | None = None):
         self.url = _metrics_url(url)
         self.node = node
         self.timeout_s = timeout_s
         self.mig_uuids: MigUuids = dict(mig_uuids or {})
-        self._now = now
+        self._clock = clock or SystemClock()
         self._owns_client = client is None
         self._client = client if client is not None else httpx.Client()
 
@@ -114,7 +115,7 @@ class DcgmExporterBackend:
     def collect(self) -> NodeSnapshot:
         """One scrape, mapped; DcgmExporterUnavailable when the exporter cannot be read."""
         page = self.scrape()
-        return snapshot_from_samples(page.samples, self.node, self._now(), self.mig_uuids,
+        return snapshot_from_samples(page.samples, self.node, self._clock.now(), self.mig_uuids,
                                      page=page)
 
     def scrape(self) -> Page:

@@ -45,7 +45,6 @@ import socket
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,7 @@ from gpufleet.agent.nvml_adapter import (
     NvmlCallError,
     ProcessInfo,
 )
+from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.telemetry.catalogue import CATALOGUE
 from gpufleet.domain.telemetry.metric import Metric
 from gpufleet.domain.telemetry.sources import NvmlSource, nvml_error_is_missing
@@ -166,7 +166,7 @@ class NvmlBackend:
     name = BACKEND
 
     def __init__(self, node: str, *, lib: Any = None, process_every: int = DEFAULT_PROCESS_EVERY,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 clock: Clock | None = None,
                  host: Callable[[], HostFacts] = read_host,
                  attributor: Attributor | None = None):
         if process_every < 1:
@@ -174,7 +174,7 @@ class NvmlBackend:
         self.node = node
         self.process_every = process_every
         self._lib = lib
-        self._now = now
+        self._clock = clock or SystemClock()
         self._host = host
         self._attributor = attributor
         self._nvml: NvmlAdapter | None = None
@@ -322,7 +322,7 @@ class NvmlBackend:
         """One snapshot of every GPU and MIG instance; NvmlUnavailable when NVML cannot be
         used at all (the agent reports it and tries again next tick)."""
         nvml = self._start()
-        at = self._now()
+        at = self._clock.now()
         with_processes = self._collects % self.process_every == 0
         self._collects += 1
         if with_processes:

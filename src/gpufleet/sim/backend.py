@@ -14,9 +14,10 @@ run faster than real time; the same seed and time give the same snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 
+from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.inventory import SharingMode
 from gpufleet.domain.mig import MigInstanceSpec, layout_problems
 from gpufleet.wire.agent import DesiredState, GpuReport, MigPlan, NodeRegistration, UnitBinding
@@ -36,10 +37,6 @@ class DesiredStateRejected(ValueError):
     def __init__(self, problems: list[str]):
         super().__init__("; ".join(problems))
         self.problems = problems
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _by_start(specs) -> tuple[MigInstanceSpec, ...]:
@@ -67,7 +64,7 @@ class SimBackend:
 
     name = "sim"
 
-    def __init__(self, node: SimNode, *, clock: Callable[[], datetime] = _utc_now,
+    def __init__(self, node: SimNode, *, clock: Clock | None = None,
                  seed: int | None = None, coverage: Coverage = "dcgm",
                  fault_rate: float = DEFAULT_FAULT_RATE,
                  faults: Mapping[str, Iterable[FaultKind]] | None = None,
@@ -77,7 +74,7 @@ class SimBackend:
         self._generation: dict[str, int] = {}
         self.bindings: list[UnitBinding] = []
         self.applied_version: int | None = None
-        self.clock = clock
+        self.clock = clock or SystemClock()
         self.telemetry = NodeTelemetry(node, seed=seed, coverage=coverage,
                                        fault_rate=fault_rate, faults=faults,
                                        workloads=workloads)
@@ -88,7 +85,7 @@ class SimBackend:
     def collect(self, at: datetime | None = None) -> NodeSnapshot:
         """Every unit of the node now (or `at`, timezone-aware), with its processes."""
         return self.telemetry.snapshot(self._registration, self.bindings,
-                                       self.clock() if at is None else at)
+                                       self.clock.now() if at is None else at)
 
     def apply_desired_state(self, state: DesiredState) -> None:
         """Apply every MIG plan and record the bindings; DesiredStateRejected if any plan

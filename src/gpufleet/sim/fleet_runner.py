@@ -25,7 +25,6 @@ import dataclasses
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -42,6 +41,7 @@ from gpufleet.agent.memory_spool import MemorySpool
 from gpufleet.agent.session import AgentSession
 from gpufleet.agent.telemetry_loop import collect_once
 from gpufleet.agent.telemetry_uploader import TelemetryCounters, TelemetryUploader, UploadOutcome
+from gpufleet.clock import Clock
 
 from .backend import SimBackend
 from .credentials import FleetCredentials
@@ -80,7 +80,7 @@ class FleetTelemetry:
     interval_s: float = 60.0
     ticks_per_batch: int = 1
     spool_max_bytes: int = 2 * 1024**2  # per agent: a few minutes of an outage
-    clock: Callable[[], datetime] | None = None
+    clock: Clock | None = None
 
 
 ProgressCallback = Callable[[FleetProgress], None]
@@ -115,8 +115,8 @@ class _FleetRun:
         self.telemetry = telemetry
         self.telemetry_counters = TelemetryCounters()  # the whole fleet's
         client = AgentClient(server_url, http)
-        clock = {"clock": telemetry.clock} if telemetry and telemetry.clock else {}
-        self.agents = [self._agent(client, SimBackend(node, **clock))
+        clock = telemetry.clock if telemetry else None
+        self.agents = [self._agent(client, SimBackend(node, clock=clock))
                        for node in iter_nodes(spec)]
         self.progress = FleetProgress("environments", len(self.agents), spec.gpu_count)
         self._reported_at_s = float("-inf")
