@@ -13,7 +13,7 @@ from gpufleet import agent_main
 from gpufleet.agent.backend import SourceUnavailable
 from gpufleet.agent.dcgm_exporter import DcgmExporterBackend
 from gpufleet.agent.dcgm_inventory import fetch_registration, registration_from_page
-from gpufleet.agent.nvml_backend import HostFacts
+from gpufleet.agent.host import HostFacts
 from gpufleet.agent.read_only_node import MigPlanNotApplied, ReadOnlyNode
 from gpufleet.wire.agent import DesiredState
 

@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpufleet.agent.dcgm_exporter import mig_uuids_of, snapshot_from_text
 from gpufleet.agent.dcgm_inventory import registration_from_page
+from gpufleet.agent.host import HostFacts
 from gpufleet.agent.metrics_exporter import MetricsServer, SnapshotCollector
-from gpufleet.agent.nvml_backend import HostFacts
 from gpufleet.agent.prometheus_text import parse_page
 from gpufleet.agent.telemetry_uploader import TelemetryCounters
 from gpufleet.sim.backend import standalone_backend

@@ -10,12 +10,11 @@ from datetime import UTC, datetime
 import pytest
 
 from gpufleet.agent.backend import SourceUnavailable
+from gpufleet.agent.host import HostFacts, read_host
 from gpufleet.agent.nvml_backend import (
-    HostFacts,
     NvmlBackend,
     NvmlUnavailable,
     mig_profile_of,
-    read_host,
 )
 from gpufleet.clock import ManualClock
 from gpufleet.domain.gpu_models import normalise_model

@@ -78,7 +78,7 @@ def _sim(flags: AgentFlags) -> GpuBackend:
 
 
 def _host(hostname: str | None) -> Callable:
-    from gpufleet.agent.nvml_backend import read_host
+    from gpufleet.agent.host import read_host
 
     if hostname is None:
         return read_host

@@ -32,7 +32,7 @@ from gpufleet.domain.telemetry.dcgm_mapping import (
 from gpufleet.wire.agent import GpuReport, MigInstanceReport, NodeRegistration
 
 from .dcgm_exporter import DcgmExporterBackend, metrics_page
-from .nvml_backend import HostFacts
+from .host import HostFacts
 
 TOTAL = "gpu.memory_total_bytes"
 PARTS = ("gpu.memory_used_bytes", "gpu.memory_free_bytes", "gpu.memory_reserved_bytes")

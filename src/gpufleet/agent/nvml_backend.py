@@ -25,7 +25,7 @@ What the metric catalogue names is what is read, each value through the row's NV
   node's /proc and the `gpufleet.tag` spool; the server checks the claims against bindings.
 
 `discover()` reads the node's registration from NVML (GPUs, PCI ids, MIG instances with
-profile and placement); the host's own facts come from `read_host()`. There is no
+profile and placement); the host's own facts come from `host.read_host()`. There is no
 `apply_desired_state()`: creating MIG instances would change the GPU.
 
 Absent vs None (wire.telemetry): a row the GPU's architecture does not have is absent; a
@@ -39,18 +39,15 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
-import platform
-import socket
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from gpufleet.agent.attribution import Attributor
 from gpufleet.agent.backend import SourceUnavailable
+from gpufleet.agent.host import HostFacts, read_host
 from gpufleet.agent.nvml_adapter import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
@@ -90,29 +87,6 @@ XID_TOTAL = "gpu.xid_errors_total"
 PROCESS_MEMORY = next(m for m in _NVML_ROWS if m.name == "process.memory_used_bytes")
 PROCESS_SM = next(m for m in _NVML_ROWS if m.name == "process.sm_utilization")
 GPM_ARCHITECTURES = Architecture.since(Architecture.HOPPER)
-
-
-@dataclass(frozen=True)
-class HostFacts:
-    """What registration says about the node itself (NVML knows only its GPUs)."""
-
-    machine_id: str
-    hostname: str
-    cpu_cores: int
-    memory_bytes: int
-    os_name: str | None = None
-
-
-def read_host() -> HostFacts:
-    """This machine's facts: /etc/machine-id, hostname, CPU count, physical memory."""
-    hostname = socket.gethostname()
-    try:
-        machine_id = Path("/etc/machine-id").read_text().strip() or hostname
-    except OSError:
-        machine_id = hostname
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return HostFacts(machine_id, hostname, os.cpu_count() or 1, memory,
-                     f"{platform.system()} {platform.release()}")
 
 
 class NvmlUnavailable(SourceUnavailable):
