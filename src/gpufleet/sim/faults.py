@@ -27,7 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .workloads import between, stable_key, uniform
+from .ids import stable_key
+from .workloads import between, uniform
 
 DEFAULT_FAULT_RATE = 0.02
 XID_CODES = (48, 63, 64, 74, 79, 94, 95)

@@ -42,6 +42,11 @@ def machine_id(seed: int, hostname: str) -> str:
     return _digest(seed, (hostname, "machine-id"), 16).hex()
 
 
+def stable_key(seed: int, *parts: object) -> int:
+    """A 64-bit key for one thing (a workload, a GPU's faults): the same on every run."""
+    return int.from_bytes(_digest(seed, parts, 8), "big")
+
+
 def rng(seed: int, *parts: object) -> random.Random:
     """A private RNG for one decision (e.g. one node's random MIG layouts)."""
-    return random.Random(int.from_bytes(_digest(seed, parts, 8), "big"))
+    return random.Random(stable_key(seed, *parts))

@@ -30,6 +30,7 @@ from gpufleet.wire.agent import GpuReport, MigInstanceReport, NodeRegistration, 
 from gpufleet.wire.telemetry import NodeSnapshot
 
 from .faults import DEFAULT_FAULT_RATE, FaultKind, FaultState, GpuFaults, faults_for
+from .ids import stable_key
 from .nodes import SimNode
 from .workloads import (
     IDLE,
@@ -42,7 +43,6 @@ from .workloads import (
     between,
     leftover_for,
     smooth,
-    stable_key,
     uniform,
     workload_for,
 )

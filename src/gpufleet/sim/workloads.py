@@ -16,10 +16,11 @@ power, heat and clocks follow from them (`telemetry.py`).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+
+from .ids import stable_key
 
 GIB = 1024**3
 MIB = 1024**2
@@ -29,12 +30,6 @@ _INV_2_64 = 1.0 / float(1 << 64)
 
 
 # --- deterministic randomness -------------------------------------------------------------
-
-def stable_key(seed: int, *parts: object) -> int:
-    """A 64-bit key for one thing (a workload, a GPU's faults): the same on every run."""
-    text = "\x1f".join(str(p) for p in (seed, *parts))
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
-
 
 def _mix64(x: int) -> int:
     """splitmix64's finaliser: a cheap, well-spread integer hash."""
