@@ -77,6 +77,12 @@ class MigInstanceSpec:
     start: int
 
 
+def mig_unit_name(gpu_uuid: str, profile_id: int, placement_start: int) -> str:
+    """The unit name of a MIG instance in desired state (bindings) and telemetry: built from
+    its key (DESIGN.md §2: parent GPU, profile id, placement start), never its MIG UUID."""
+    return f"{gpu_uuid}/mig/{profile_id}@{placement_start}"
+
+
 def layout_problems(geometry: MigGeometry, instances: Iterable[MigInstanceSpec]) -> list[str]:
     """Every reason a set of GPU instances could not coexist on one GPU; empty when valid.
 

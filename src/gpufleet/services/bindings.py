@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, raiseload
 from gpufleet.domain.errors import Conflict
 from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, gpu_status
+from gpufleet.domain.mig import mig_unit_name
 from gpufleet.domain.placement import Decision, UnitChoice, UnitKind
 from gpufleet.domain.requests import FlavourKind, request_code
 from gpufleet.services.placement_state import MODE_OF_KIND, current_mig_layouts
@@ -376,7 +377,7 @@ def desired_state(session: Session, node: Node) -> DesiredState:
 
 def _unit_name(uuid: str, binding: Binding) -> str:
     if binding.kind == UnitKind.MIG.value:
-        return f"{uuid}/mig/{binding.mig_profile_id}@{binding.mig_start}"
+        return mig_unit_name(uuid, binding.mig_profile_id, binding.mig_start)
     if binding.kind == UnitKind.SHARED.value:
         return f"{uuid}/shared/{binding.id}"
     return uuid

@@ -23,10 +23,11 @@ from functools import cache
 from typing import Literal
 
 from gpufleet.domain.gpu_models import model
+from gpufleet.domain.mig import mig_unit_name
 from gpufleet.domain.telemetry.catalogue import CATALOGUE
 from gpufleet.domain.telemetry.catalogue_rows_health import CLOCK_THROTTLE_REASON_BITS
 from gpufleet.domain.telemetry.vocabulary import ALL_ARCHITECTURES, Architecture, architecture_of
-from gpufleet.wire.agent import GpuReport, MigInstanceReport, NodeRegistration, UnitBinding
+from gpufleet.wire.agent import GpuReport, NodeRegistration, UnitBinding
 from gpufleet.wire.telemetry import NodeSnapshot
 
 from .faults import DEFAULT_FAULT_RATE, FaultKind, FaultState, GpuFaults, faults_for
@@ -412,9 +413,9 @@ class NodeTelemetry:
         loads: list[UnitLoad] = []
         weights: list[float] = []
         for number, instance in enumerate(report.mig_instances):
-            memory = _instance_memory(report, instance)
+            memory = instance.memory_bytes or 0  # set on every simulated instance
             start = instance.placement_start or 0
-            unit = f"{report.uuid}/mig/{instance.profile_id}@{start}"
+            unit = mig_unit_name(report.uuid, instance.profile_id, start)
             load = _combine_loads(self._loads(
                 unit, bound.get(("mig", uuid, instance.profile_id, start)), memory, t_s,
                 report.index * 8 + number))
@@ -504,12 +505,6 @@ def _combine_loads(loads: list[UnitLoad]) -> UnitLoad:
         return loads[0]
     return UnitLoad(_combine(loads), sum(load.memory_used_bytes for load in loads),
                     tuple(p for load in loads for p in load.processes))
-
-
-def _instance_memory(report: GpuReport, instance: MigInstanceReport) -> int:
-    if instance.memory_bytes is not None:
-        return instance.memory_bytes
-    return (report.memory_bytes or 0) * (instance.placement_size or 1) // 8
 
 
 def _health_values(f: FaultState, has_nvlink: bool) -> dict[str, float | None]:
