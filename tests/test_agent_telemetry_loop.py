@@ -14,6 +14,7 @@ from gpufleet.agent.runner import AgentRunner, StopReason
 from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry_loop import TelemetryOptions
 from gpufleet.sim.backend import standalone_backend
+from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH
 from tests.fake_agent_server import FakeServer
 
 SERVER = "http://gpufleet.test"
@@ -134,9 +135,19 @@ def test_a_backend_without_collect_runs_heartbeats_only(tmp_path):
         def apply_desired_state(self, state):
             self.inner.apply_desired_state(state)
 
-    runner = AgentRunner(SERVER, InventoryOnly(), tmp_path, telemetry=OPTIONS)
-    assert runner.telemetry is None
-    asyncio.run(runner.aclose())
+    server = joined_server()
+    heartbeats_before = len(server.heartbeats)
+
+    async def go():
+        async with httpx.AsyncClient(transport=server.transport()) as http:
+            runner = AgentRunner(SERVER, InventoryOnly(), tmp_path, "join-x", http=http,
+                                 wait=Ticks(3), telemetry=OPTIONS)
+            assert runner.telemetry is None
+            return await runner.run(asyncio.Event())
+
+    assert asyncio.run(go()) is StopReason.STOPPED
+    assert len(server.heartbeats) > heartbeats_before
+    assert TELEMETRY_BATCHES_PATH not in server.requests
 
 
 def test_once_uploads_one_tick_and_what_the_spool_kept(tmp_path):

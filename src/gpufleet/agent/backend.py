@@ -8,7 +8,7 @@ never knows which one it runs.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gpufleet.wire.agent import DesiredState, NodeRegistration
 from gpufleet.wire.telemetry import NodeSnapshot
@@ -26,8 +26,10 @@ class GpuBackend(Protocol):
         ...
 
 
+@runtime_checkable
 class TelemetrySource(Protocol):
-    """What a backend reads each collection tick, in catalogue units (wire.telemetry)."""
+    """What a backend reads each collection tick, in catalogue units (wire.telemetry).
+    `isinstance(backend, TelemetrySource)` says whether a backend has telemetry at all."""
 
     def collect(self) -> NodeSnapshot:
         """One immutable snapshot of every unit of the node, and its processes."""

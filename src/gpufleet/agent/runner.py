@@ -64,10 +64,6 @@ class OnceResult:
     reason: StopReason | None = None  # set when the node cannot register at all
 
 
-def has_telemetry(backend: object) -> bool:
-    return callable(getattr(backend, "collect", None))
-
-
 class AgentRunner:
     """One agent. `http`, `wait`, `telemetry_wait` and `spool` are injectable for tests; an
     `http` client passed in is the caller's to close, one created here is closed by
@@ -91,16 +87,15 @@ class AgentRunner:
             agent_version=agent_version)
         self._registered = asyncio.Event()
         self.telemetry: TelemetryLoop | None = None
-        if telemetry is not None and has_telemetry(backend):
+        if telemetry is not None and isinstance(backend, TelemetrySource):
             spool = spool if spool is not None else Spool(
                 self.state.state_dir / SPOOL_DIR, telemetry.spool_max_bytes)
             uploader = TelemetryUploader(client, spool, ticks_per_batch=telemetry.ticks_per_batch,
                                          max_batch_bytes=telemetry.max_batch_bytes,
                                          node_name=lambda: self.session.node,
                                          on_inventory_stale=self.session.register_again)
-            source: TelemetrySource = backend  # type: ignore[assignment]
             self.telemetry = TelemetryLoop(
-                source, uploader, lambda: self.session.credential, telemetry,
+                backend, uploader, lambda: self.session.credential, telemetry,
                 wait=telemetry_wait, on_snapshot=on_snapshot)
 
     async def __aenter__(self) -> AgentRunner:
@@ -236,8 +231,7 @@ class AgentRunner:
         except (AgentError, SourceUnavailable) as exc:
             return OnceResult(False, f"registration failed: {exc}")
         loop = self.telemetry
-        failed_before = loop.uploader.counters.collections_failed
-        snapshot = await loop.collect()
+        snapshot = await loop.collect()  # None: the collection failed (logged)
         await loop.seal()
         pending_before = loop.uploader.pending()
         try:
@@ -248,7 +242,7 @@ class AgentRunner:
         counters = loop.uploader.counters
         left = loop.uploader.pending()
         sent = f"{pending_before - left} of {pending_before} batch(es) acknowledged"
-        if snapshot is None or counters.collections_failed > failed_before:
+        if snapshot is None:
             return OnceResult(False, f"collection failed (see the log above); {sent}")
         if outcome is not UploadOutcome.DONE or left:
             return OnceResult(False, f"{sent}; {left} kept in the spool for the next run")
