@@ -27,6 +27,12 @@ def is_label_text(text: str) -> bool:
     return 0 < len(text) <= LABEL_TEXT_MAX and _CONTROL.search(text) is None
 
 
+def check_batch_id(batch_id: str) -> None:
+    """ValueError unless `batch_id` is a BATCH_ID (it also names a spool file)."""
+    if not re.fullmatch(BATCH_ID, batch_id):
+        raise ValueError(f"batch id {batch_id!r} is not 1-64 letters, digits, - or _")
+
+
 def clip(text: str, length: int = LABEL_TEXT_MAX) -> str:
     """`text` cut to `length` characters, the last one an ellipsis where it was cut."""
     return text if len(text) <= length else text[: length - 1] + "…"

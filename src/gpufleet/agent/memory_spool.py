@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from gpufleet.text_limits import check_batch_id
+
 
 @dataclass(frozen=True)
 class MemoryBatch:
@@ -33,6 +35,7 @@ class MemorySpool:
         self._sequence = 0
 
     def put(self, batch_id: str, payload: bytes) -> MemoryBatch:
+        check_batch_id(batch_id)  # as the on-disk spool does
         if len(payload) > self.max_bytes:
             raise ValueError(f"a batch of {len(payload)} bytes exceeds the spool's "
                              f"{self.max_bytes} bytes")

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.text_limits import BATCH_ID
+from gpufleet.text_limits import BATCH_ID, check_batch_id
 
 from .options import TelemetryOptions
 
@@ -57,8 +57,7 @@ class Spool:
     def put(self, batch_id: str, payload: bytes) -> SpooledBatch:
         """Keep a batch durably until `ack`; drops the oldest batches if over the bound.
         A single batch larger than the whole spool is refused (ValueError)."""
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", batch_id):
-            raise ValueError(f"batch id {batch_id!r} is not 1-64 letters, digits, - or _")
+        check_batch_id(batch_id)
         if len(payload) > self.max_bytes:
             raise ValueError(f"a batch of {len(payload)} bytes exceeds the spool's "
                              f"{self.max_bytes} bytes")
