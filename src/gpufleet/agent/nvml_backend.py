@@ -208,10 +208,7 @@ class NvmlBackend:
         if nvml is None:
             return
         for gpu in self._gpus:
-            for pair in gpu.gpm_samples.values():
-                for sample in (pair.previous, pair.spare):
-                    if sample is not None:
-                        _quietly(nvml.gpm_free, sample)
+            self._forget_gpm(nvml, gpu, live=set())
         if self._events is not None:
             _quietly(nvml.free_event_set, self._events)
         _quietly(nvml.shutdown)

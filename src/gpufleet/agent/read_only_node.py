@@ -31,7 +31,6 @@ class ReadOnlyNode:
         self._discover = discover
         self.source = source
         self.on_inventory = on_inventory
-        self.applied_version: int | None = None
 
     def discover(self) -> NodeRegistration:
         registration = self._discover()
@@ -55,4 +54,3 @@ class ReadOnlyNode:
                     f"the {self.name} backend does not change MIG layouts; reconfigure GPU(s) "
                     f"{', '.join(differ)} with `nvidia-smi mig` or the GPU Operator's MIG "
                     "manager, and the agent reports the new layout")
-        self.applied_version = state.version
