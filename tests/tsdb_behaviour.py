@@ -141,6 +141,15 @@ def test_filters_on_unit_and_extra_labels(store):
                              filters={"node": ["nowhere"]}) == []
 
 
+def test_an_empty_or_none_filter_value_means_the_label_is_absent(store):
+    store.write(ticks("gpu.sm_active", "GPU-a", [10.0] * 3)
+                + ticks("gpu.sm_active", "GPU-a", [30.0] * 3, mig_uuid="MIG-1"))
+    for absent in ("", None):  # `?filter=mig_uuid=` at the API, or None from code
+        result = only(store.query_range("gpu.sm_active", T0, at(30), timedelta(minutes=1),
+                                        filters={"mig_uuid": [absent]}))
+        assert values_of(result) == [10.0]  # the whole GPU, not its MIG instance
+
+
 def test_mig_instances_are_series_of_their_own(store):
     store.write([Sample(series("gpu.sm_active", "GPU-a", "MIG-1"), at(0), 10.0),
                  Sample(series("gpu.sm_active", "GPU-a", "MIG-2"), at(0), 30.0),

@@ -60,6 +60,7 @@ from gpufleet.tsdb.protocol import (
     SeriesLabels,
     SeriesResult,
     Tier,
+    filter_matcher,
     from_ms,
     to_ms,
 )
@@ -545,11 +546,10 @@ class DuckDBTelemetryStore:
             known = list(self._labels.items())
         if metric is not None:
             known = [(sid, s) for sid, s in known if s.metric == metric]
-        wanted = {name: set(values) for name, values in (filters or {}).items()}
-        if not wanted:
+        if not filters:
             return known
-        return [(sid, s) for sid, s in known
-                if all(s.label(name) in values for name, values in wanted.items())]
+        passes = filter_matcher(filters)
+        return [(sid, s) for sid, s in known if passes(s)]
 
 
 def _store_series(con: duckdb.DuckDBPyConnection, by_sid: dict[int, SeriesLabels]) -> None:

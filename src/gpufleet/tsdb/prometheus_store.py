@@ -63,6 +63,7 @@ from gpufleet.tsdb.protocol import (
     Tier,
     aggregation_of,
     choose_tier,
+    filter_matcher,
     from_ms,
     series,
     to_ms,
@@ -272,7 +273,7 @@ class PrometheusTelemetryStore:
         latest = []
         for labels, got in found.items():
             described = series_of_labels(dict(labels))
-            if described is not None and _passes(described, leftover) and len(got) == 2:
+            if described is not None and filter_matcher(leftover)(described) and len(got) == 2:
                 latest.append(LatestValue(described, from_ms(round(got["at"] * 1000)),
                                           got["value"]))
         return sorted(latest, key=lambda v: (v.series.metric, v.series.key))
@@ -412,11 +413,11 @@ class _Slots:
         self.group_by = list(group_by)
         self.bindings = bindings
         self.owner_filters = owner_filters
-        self.unit_filters = unit_filters  # those the engine's selector could not hold
+        self._passes = filter_matcher(unit_filters)  # what the selector could not hold
         self.groups: dict[tuple, list[list[tuple[int, dict]]]] = defaultdict(list)
 
     def add(self, labels: SeriesLabels | None, by_start: Mapping[int, dict]) -> None:
-        if labels is None or not _passes(labels, self.unit_filters):
+        if labels is None or not self._passes(labels):
             return
         rows = sorted(by_start.items())
         if self.bindings is None:
@@ -497,11 +498,6 @@ def _selection(names: str, filters: Filters) -> tuple[str | None, dict[str, list
         budget -= len(matcher)
         matchers.append(matcher)
     return "{" + ", ".join(matchers) + "}", leftover
-
-
-def _passes(labels: SeriesLabels, filters: Filters) -> bool:
-    return all((labels.label(name) or None) in {v or None for v in allowed}
-               for name, allowed in filters.items())
 
 
 def _union(parts: Mapping[str, str]) -> str:

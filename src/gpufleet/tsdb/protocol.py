@@ -12,7 +12,7 @@ Times are epoch milliseconds inside the store; the API takes aware datetimes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -130,6 +130,15 @@ class LatestValue:
 
 
 Filters = Mapping[str, Sequence[str | None]]
+
+
+def filter_matcher(filters: Filters | None) -> Callable[[SeriesLabels], bool]:
+    """Whether a series passes every filter: its label's value is one of the allowed ones,
+    where "" and None both mean "the series has no such label" (a whole GPU's `mig_uuid`;
+    a URL cannot say None, and a Prometheus engine cannot store an empty label)."""
+    allowed = {name: {v or None for v in values} for name, values in (filters or {}).items()}
+    return lambda labels: all((labels.label(name) or None) in values
+                              for name, values in allowed.items())
 OWNER_LABELS = ("allocation", "project")
 
 
