@@ -105,6 +105,15 @@ def test_the_inventory_is_read_through_the_exporters_own_scrape():
         fetch_registration(down, HOST)
 
 
+def test_a_page_naming_gpus_that_cannot_be_registered_is_reported_not_raised():
+    bad = 'DCGM_FI_DEV_FB_TOTAL{UUID="not a gpu uuid",gpu="0"} 81559\n'
+    client = httpx.Client(transport=httpx.MockTransport(
+        lambda request: httpx.Response(200, text=bad)))
+    exporter = DcgmExporterBackend("http://odd:9400", "n", client=client)
+    with pytest.raises(SourceUnavailable, match="cannot be registered: uuid: String should match"):
+        fetch_registration(exporter, HOST)
+
+
 def test_a_read_only_node_takes_bindings_and_refuses_another_mig_layout():
     registration = registration_from_page((PAGES / "h100_8gpu.txt").read_text(), HOST)
     node = ReadOnlyNode("dcgm-exporter", lambda: registration, source=None)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
+
 from gpufleet.agent.prometheus_text import Page
 from gpufleet.domain.gpu_models import model, normalise_model
 from gpufleet.domain.mig import MigGeometry
@@ -30,8 +32,14 @@ from gpufleet.domain.telemetry.dcgm_mapping import (
     route,
 )
 from gpufleet.wire.agent import GpuReport, MigInstanceReport, NodeRegistration
+from gpufleet.wire.validation import field_error, summary
 
-from .dcgm_exporter import DcgmExporterBackend, metrics_page
+from .dcgm_exporter import (
+    DcgmExporterBackend,
+    DcgmExporterUnavailable,
+    MalformedPage,
+    metrics_page,
+)
 from .host import HostFacts
 
 TOTAL = "gpu.memory_total_bytes"
@@ -55,11 +63,26 @@ def registration_from_page(text: str, host: HostFacts) -> NodeRegistration:
 
 def fetch_registration(exporter: DcgmExporterBackend, host: HostFacts) -> NodeRegistration:
     """Scrape the exporter and read the registration; DcgmExporterUnavailable (a
-    `SourceUnavailable` naming the URL) when the page cannot be had."""
-    return registration_of(exporter.scrape(), host)
+    `SourceUnavailable` naming the URL) when the page cannot be had or describes GPUs that
+    cannot be registered."""
+    try:
+        return registration_of(exporter.scrape(), host)
+    except MalformedPage as exc:
+        raise DcgmExporterUnavailable(exporter.url, str(exc)) from None
 
 
 def registration_of(page: Page, host: HostFacts) -> NodeRegistration:
+    """MalformedPage when what the page says of its GPUs is not a valid registration (a
+    `UUID` label that is no GPU UUID, say), naming the first problem."""
+    try:
+        return _registration_of(page, host)
+    except ValidationError as exc:
+        errors = [field_error(e) for e in exc.errors()]
+        raise MalformedPage(f"its page describes GPUs that cannot be registered: "
+                            f"{summary(errors)}") from None
+
+
+def _registration_of(page: Page, host: HostFacts) -> NodeRegistration:
     gpus: dict[str, _Gpu] = {}
     driver = None
     for sample in page.samples:
