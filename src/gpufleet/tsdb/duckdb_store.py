@@ -84,11 +84,10 @@ class DuckDBTelemetryStore:
     upload first applies the backlog itself (and fails if DuckDB does)."""
 
     def __init__(self, path: str | Path, *, retention: Retention = Retention(),
-                 threads: int | None = None, compact_raw: bool = True,
+                 threads: int | None = None,
                  apply_interval_s: float | None = 1.0, apply_at_samples: int = 200_000,
                  max_unapplied_samples: int = 4_000_000, future_allowance_s: float = 3600.0):
         self.path = str(path)
-        self.compact_raw = compact_raw
         self.retention = retention
         self.apply_at_samples = apply_at_samples
         self.max_unapplied_samples = max_unapplied_samples
@@ -125,7 +124,7 @@ class DuckDBTelemetryStore:
         if self._journal is not None:
             self._replay(self._journal.recover())
         self._applier = None if apply_interval_s is None else JournalApplier(
-            self._apply_in_background, apply_interval_s)
+            self._catch_up, apply_interval_s)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -422,13 +421,8 @@ class DuckDBTelemetryStore:
         return held
 
     def _catch_up(self) -> None:
-        """Read-your-writes: apply what was journalled before this read (or is being
-        applied right now, which taking the lock waits for)."""
-        if self._unapplied_batches:
-            with self._lock:
-                self._apply_journal()
-
-    def _apply_in_background(self) -> None:
+        """Apply what is journalled, if anything: before a read (read-your-writes; one being
+        applied right now is waited for by taking the lock), and as the applier's round."""
         if self._unapplied_batches:
             with self._lock:
                 self._apply_journal()
@@ -516,9 +510,8 @@ class DuckDBTelemetryStore:
         if hour_done < hour_hi:
             con.execute(f"INSERT INTO rollup_1h SELECT {ROLLUP_COLUMNS} FROM "
                         f"({fold(sources.minute(hour_done, hour_hi), HOUR_MS)})")
-            if self.compact_raw:
-                _compact(con, "samples", "ts_ms", hour_done, hour_hi)
-                _compact(con, "rollup_1m", "bucket_ms", hour_done, hour_hi)
+            _compact(con, "samples", "ts_ms", hour_done, hour_hi)
+            _compact(con, "rollup_1m", "bucket_ms", hour_done, hour_hi)
             hour_done = hour_hi
         con.execute("INSERT OR REPLACE INTO rollup_state VALUES ('1m', $1), ('1h', $2)",
                     [minute_done, hour_done])
