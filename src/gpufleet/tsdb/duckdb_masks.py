@@ -12,10 +12,10 @@ known minutes (so a binding's part of an hour gets its share of the hour's mean)
 funnel reads 24 rows per unit.
 
 Signals (roles) are the domain's `activity_signal`: `gr` gpu.gr_engine_active and `util`
-gpu.utilization (whole GPUs) give activity, the first one present in an hour wins; for MIG
-instances of Ampere (or unknown) models, `pmem` (gpu.memory_used_bytes of the instance: it
-reported) and `proc` (any process series) stand in for activity when neither of the others
-exists; `sm` gpu.sm_active gives effective minutes and the efficiency sum.
+gpu.utilization (whole GPUs) give activity, the first one present in each minute wins; for
+MIG instances of Ampere (or unknown) models, `pmem` (gpu.memory_used_bytes of the instance:
+it reported) and `proc` (any process series) stand in for activity in minutes without either
+of the others; `sm` gpu.sm_active gives effective minutes and the efficiency sum.
 
 Only minutes the store has rolled up count ("activity is judged on 1-minute rollups"): the
 last minute or two before the rollup loop folds them are not known yet. Rolled-up minutes
@@ -49,12 +49,12 @@ CACHE = "gpufleet_masks"  # the attached in-memory database
 _BIT = f"(1::UBIGINT << ((bucket_ms % {HOUR_MS}) // {MINUTE_MS})::INTEGER)"
 _MASK_COLUMNS = ("gr_known", "gr_hot", "util_known", "util_hot", "sm_known", "sm_hot",
                  "pmem_known", "proc_known")
-# The activity of a unit-hour: the first signal present, in `ActivitySignal`'s order;
-# process presence only where the instance reported (pmem) and neither engine signal exists.
-_ACT_KNOWN = ("CASE WHEN gr_known <> 0 THEN gr_known WHEN util_known <> 0 THEN util_known "
-              "ELSE pmem_known END")
-_ACT_HOT = ("CASE WHEN gr_known <> 0 THEN gr_hot WHEN util_known <> 0 THEN util_hot "
-            "ELSE pmem_known & proc_known END")
+# The activity of each minute of a unit-hour: the first signal present in that minute, in
+# `ActivitySignal`'s order (as `unit_activity` judges a minute); process presence only in
+# minutes where the instance reported (pmem) and neither engine signal has a value.
+_ACT_KNOWN = "(gr_known | util_known | pmem_known)"
+_ACT_HOT = ("(gr_hot | (util_hot & ~gr_known) "
+            "| (pmem_known & proc_known & ~gr_known & ~util_known))")
 
 
 def _range_mask(lo: str, hi: str) -> str:
