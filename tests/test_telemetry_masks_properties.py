@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import Phase
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.domain.telemetry.funnel import (
@@ -26,8 +26,12 @@ from gpufleet.domain.telemetry.funnel import (
     SM_ACTIVE,
     UTILIZATION,
     Funnel,
+    IdleState,
     Thresholds,
     architecture_of_model,
+    classify_minute,
+    idle_verdict,
+    idle_verdict_from_minutes,
     unit_activity,
 )
 from gpufleet.services import telemetry_live
@@ -238,6 +242,96 @@ def fresh_store():
     yield make
     for store in stores:
         store.close()
+
+
+@settings(max_examples=40, derandomize=True, deadline=None, phases=PHASES,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(data=st.data())
+def test_the_masks_count_what_the_definitions_count(fresh_store, data):
+    history = data.draw(histories(), label="history")
+    store = fresh_store()
+    write(store, history)
+    masks = store.minute_masks(T)
+    masks.cache_hours = data.draw(st.sampled_from([48, 1]), label="cache_hours")
+    first, end = history.start_minute, history.start_minute + history.length
+    cuts = sorted(data.draw(st.lists(st.integers(first + 1, end + 1), min_size=1, max_size=3),
+                            label="rollup cuts"))
+    for cut in cuts:  # rolled up in steps: the masks fold the open hour incrementally
+        store.rollup(HOUR0 + timedelta(minutes=cut, seconds=5))
+        done = masks.refresh()
+    assert done == (0 if history.empty() else to_ms(HOUR0) + cuts[-1] * MINUTE_MS)
+
+    chosen = data.draw(spans(history), label="bindings")
+    edge = st.integers((first - 5) * 60_000, (end + 5) * 60_000).map(lambda x: to_ms(HOUR0) + x)
+    lo, hi = sorted(data.draw(st.lists(edge, min_size=2, max_size=2), label="window"))
+
+    tallies = masks.tallies(chosen, lo, hi, done)
+    expected = expected_funnels(history, chosen, lo, hi, done)
+    spread = spread_sm(history, chosen, lo, hi, done)
+    for group in {s.group for s in chosen} | set(tallies):
+        got, want = tallies.get(group), expected.get(group, Funnel())
+        known = want.allocated_gpu_hours - want.unknown_gpu_hours
+        assert (got.active if got else 0.0) == pytest.approx(want.active_gpu_hours * 60)
+        assert (got.effective if got else 0.0) == pytest.approx(want.effective_gpu_hours * 60)
+        assert (got.known if got else 0.0) == pytest.approx(known * 60)
+        assert (got.sm_percent if got else 0.0) == pytest.approx(spread.get(group, 0.0))
+
+    for by_model in (False, True):
+        got = masks.reporting_minutes(("model",) if by_model else (), lo, hi, done)
+        assert {k: v for k, v in got.items() if v} == reporting(history, by_model, lo, hi, done)
+
+
+@settings(max_examples=40, derandomize=True, deadline=None, phases=PHASES,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(data=st.data())
+def test_the_idle_list_judges_what_the_definitions_judge(fresh_store, data):
+    """As `TelemetryQueries.idle` asks: each binding open at the end, over the idle window
+    ending at the last rolled-up minute; its verdict, and its last active minute."""
+    history = data.draw(histories(), label="history")
+    store = fresh_store()
+    write(store, history)
+    masks = store.minute_masks(T)
+    end = history.start_minute + history.length
+    store.rollup(HOUR0 + timedelta(minutes=end))
+    done = masks.refresh()
+    now = HOUR0 + timedelta(minutes=end, seconds=10)
+    lo = done - T.idle_window_minutes * MINUTE_MS
+    look_lo = to_ms(HOUR0)
+    chosen = [SlotSpan(s.unit, s.lo_ms, max(s.hi_ms, done), n, s.weight)  # open at the end
+              for n, s in enumerate(data.draw(spans(history), label="bindings"))]
+    window = [SlotSpan(s.unit, max(s.lo_ms, lo), done, s.group, s.weight) for s in chosen]
+    counts = masks.tallies(window, lo, done, done)
+    last = masks.tallies([SlotSpan(s.unit, max(s.lo_ms, look_lo), done, s.group, s.weight)
+                          for s in chosen], look_lo, done, done, last_active=True)
+    memory = telemetry_live.latest_memory(store, [u.key for u in UNITS], now)
+
+    for span in chosen:
+        u, n = unit_index(span), span.group
+        count = counts.get(n)
+        held = memory.get(span.unit)
+        bound = minutes_of(max(span.lo_ms, lo), done)
+        values = [activity(history, u, m) if m in bound else None
+                  for m in minutes_of(lo, done)]
+        want = idle_verdict_from_minutes(
+            values, bound_minutes=len(bound),
+            memory_used_bytes=held, t=T)
+        active = round(count.active / span.weight) if count else 0
+        known = count.known / span.weight if count else 0.0
+        got = idle_verdict(window_minutes=T.idle_window_minutes,
+                           bound_minutes=T.idle_window_minutes if span.lo_ms <= lo else 0,
+                           known_minutes=round(known), active_minutes=active,
+                           memory_used_bytes=held, t=T)
+        assert got is want, (span, values)
+        if got in (IdleState.IDLE, IdleState.IDLE_HELD):
+            assert telemetry_live.idle_state(T, known_minutes=known, memory=held) == got.value
+
+        active_minutes = [m for m in minutes_of(max(span.lo_ms, look_lo), done)
+                          if classify_minute(activity(history, u, m), None, T).active]
+        got_last = last[n].last_active_ms if n in last else None
+        want_last = to_ms(HOUR0) + active_minutes[-1] * MINUTE_MS if active_minutes else None
+        assert got_last == want_last
 
 
 def test_latest_memory_reads_the_unit_own_series(fresh_store):
