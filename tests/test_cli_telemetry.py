@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.test_cli import assert_one_error_line, invoke, json_of, ok, rows
 from tests.test_telemetry_queries import HOURS, fleet  # noqa: F401  (the fixture)
+
+
+def cell(text: str, first: str, column: str) -> str:
+    """The cell under the header `column` in the one table row whose first cell starts with
+    `first` (headers may hold single spaces: `idle since`; columns are left-aligned)."""
+    lines = text.splitlines()
+    header = next(line for line in lines if re.search(rf"(^|  ){re.escape(column)}(  |$)", line))
+    starts = [m.start() for m in re.finditer(r"\S+(?: \S+)*", header)]
+    names = [header[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+    at = names.index(column)
+    [row] = [line for line in lines if line.split() and line.split()[0].startswith(first)]
+    end = starts[at + 1] if at + 1 < len(starts) else None
+    return row[starts[at]:end].strip()
 
 
 @pytest.fixture
@@ -29,8 +44,10 @@ def test_bad_input_is_one_error_line(cli):
 
 def test_funnel(cli):
     out = ok("funnel", "--by", "project", "--window", "24h").stdout
-    vision = rows(out, "vision")[0]
-    assert vision[:1] == ["vision"] and f"{HOURS:.1f}" in vision
+    assert cell(out, "vision", "allocated") == f"{HOURS:.1f}"
+    assert cell(out, "vision", "active") == f"{HOURS:.1f}"
+    assert cell(out, "speech", "active") == "0.0"
+    assert cell(out, "vision", "efficiency %") == "60.0"
     assert rows(out, "fleet")
     data = json_of("funnel", "--window", "24h")
     assert data["fleet"]["total_gpu_hours"] == pytest.approx(4 * HOURS)
@@ -38,7 +55,8 @@ def test_funnel(cli):
 
 def test_idle(cli):
     out = ok("idle").stdout
-    assert rows(out, cli["speech"])[0][-3:-2] == ["idle_held"] or "idle_held" in out
+    assert cell(out, cli["speech"], "state") == "idle_held"
+    assert cell(out, cli["speech"], "memory GiB") == "2"
     assert [i["allocation"] for i in json_of("idle", "--held-only")["items"]] == [cli["speech"]]
 
 
