@@ -10,9 +10,11 @@ Per minute, a unit's **activity** comes from the best signal it has (`activity_s
 neither, as on Ampere without DCGM — whether any process ran on it. A minute whose activity is
 unknown counts neither as active nor as idle.
 
-The services compute the same quantities in the telemetry store's SQL, in aggregate (counts
-of minutes per unit); `classify_minute`, `Funnel` and `idle_verdict` are the definitions they
-are tested against.
+Production never calls the per-minute helpers: the services count the same quantities from
+the telemetry store's minute masks (tsdb/duckdb_masks.py), in aggregate. `unit_activity`,
+`classify_minute`, `Funnel.add_minute` and `idle_verdict_from_minutes` are the
+**specification** the masks are checked against (tests/test_telemetry_masks_properties.py):
+where the two disagree, the masks are wrong unless DESIGN.md §3 says otherwise.
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ def choose_activity_source(metrics: Iterable[str], *, is_mig: bool,
 def unit_activity(latest: Mapping[str, float], *, process_running: bool, is_mig: bool,
                   architecture: Architecture | None) -> tuple[float | None, ActivitySource]:
     """A unit's activity (percent) from its latest unlabelled values and whether a process
-    runs on it; None where unknown."""
+    runs on it; None where unknown. Given one minute's values, the specification of that
+    minute's activity, which the masks judge per minute alike."""
     metrics = [*latest, *([PROCESS_MEMORY] if process_running else [])]
     source = choose_activity_source(metrics, is_mig=is_mig, architecture=architecture)
     if source is ActivitySource.GR_ENGINE:
@@ -137,9 +140,11 @@ class MinuteVerdict:
 
 def classify_minute(activity_percent: float | None, sm_active_percent: float | None,
                     t: Thresholds) -> MinuteVerdict:
-    """A unit's minute. Effective minutes are active minutes whose `sm_active` reaches the
-    effective threshold (an SM busy half the time implies an engine busy at least as long;
-    requiring both keeps effective ≤ active even for inconsistent data)."""
+    """A unit's minute — the specification the masks' active / effective bits are checked
+    against (production counts them in tsdb/duckdb_masks.py). Effective minutes are active
+    minutes whose `sm_active` reaches the effective threshold (an SM busy half the time
+    implies an engine busy at least as long; requiring both keeps effective ≤ active even
+    for inconsistent data)."""
     if activity_percent is None:
         return MinuteVerdict(False, False, False)
     active = activity_percent >= t.activity_percent
@@ -180,7 +185,9 @@ class Funnel:
 
     def add_minute(self, weight: float, activity_percent: float | None,
                    sm_active_percent: float | None, t: Thresholds) -> None:
-        """One allocated minute of a unit of `weight`."""
+        """One allocated minute of a unit of `weight`. The specification of the funnel's
+        counts: production tallies the same minutes from the store's masks
+        (`MinuteMasks.tallies`), which the property tests check against this."""
         hours = weight / MINUTES_PER_HOUR
         verdict = classify_minute(activity_percent, sm_active_percent, t)
         self.allocated_gpu_hours += hours
@@ -237,7 +244,9 @@ def idle_verdict(*, window_minutes: int, bound_minutes: int, known_minutes: int,
 
 def idle_verdict_from_minutes(activity: list[float | None], *, bound_minutes: int,
                               memory_used_bytes: float | None, t: Thresholds) -> IdleState:
-    """`idle_verdict` from the window's per-minute activity values (None: unknown)."""
+    """`idle_verdict` from the window's per-minute activity values (None: unknown). The
+    specification of the idle list: production asks `idle_verdict` with counts of minutes
+    from the store's masks, checked against this by the property tests."""
     verdicts = [classify_minute(a, None, t) for a in activity]
     return idle_verdict(window_minutes=len(activity), bound_minutes=bound_minutes,
                         known_minutes=sum(v.known for v in verdicts),
