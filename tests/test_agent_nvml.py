@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from gpufleet.agent.attribution import Attributor
 from gpufleet.agent.backend import SourceUnavailable
 from gpufleet.agent.host import HostFacts, read_host
 from gpufleet.agent.nvml_backend import (
@@ -53,8 +55,18 @@ def ampere(uuid: str = "GPU-a0", **kwargs) -> FakeGpu:
     return FakeGpu(uuid, name="NVIDIA A100-SXM4-80GB", arch=ARCH_AMPERE, **kwargs)
 
 
+# The fake GPUs' pids are made up: attribution must not look them up in this machine's
+# real /proc (a real process of that pid would lend them its container or Slurm job).
+NO_PROCFS = Path("/nonexistent/gpufleet-test-procfs")
+
+
+def no_host_processes() -> Attributor:
+    return Attributor(proc_root=NO_PROCFS, tag_dir=NO_PROCFS)
+
+
 def backend(*gpus: FakeGpu, **kwargs) -> tuple[NvmlBackend, FakeNvml]:
     fake = FakeNvml(list(gpus))
+    kwargs.setdefault("attributor", no_host_processes())
     return NvmlBackend("node-1", lib=fake, clock=ManualClock(AT), **kwargs), fake
 
 
@@ -242,7 +254,8 @@ def test_real_pynvml_on_a_machine_without_the_driver_says_what_to_install():
 def test_init_once_shutdown_on_close_and_never_a_set_call():
     gpu = hopper(migs=[FakeMig("MIG-aaaa", 3, "3g.40gb")],
                  processes=[FakeProcess(1, GIB, gpu_instance_id=3)])
-    with NvmlBackend("node-1", lib=(fake := FakeNvml([gpu])), clock=ManualClock(AT)) as nvml:
+    with NvmlBackend("node-1", lib=(fake := FakeNvml([gpu])), clock=ManualClock(AT),
+                     attributor=no_host_processes()) as nvml:
         nvml.collect()
         nvml.collect()
     assert fake.calls.count("nvmlInit") == 1 and fake.calls.count("nvmlShutdown") == 1
@@ -306,7 +319,8 @@ def test_no_process_samples_is_no_utilisation_not_a_problem():
     for quirk in (0, 6):  # pynvml's NVMLError(NVML_SUCCESS), and NVML_ERROR_NOT_FOUND
         gpu = ampere(processes=[FakeProcess(7, GIB)],
                      errors={"nvmlDeviceGetProcessUtilization": quirk})
-        snap = NvmlBackend("n", lib=FakeNvml([gpu]), clock=ManualClock(AT)).collect()
+        snap = NvmlBackend("n", lib=FakeNvml([gpu]), clock=ManualClock(AT),
+                           attributor=no_host_processes()).collect()
         (process,) = snap.unit("GPU-a0").processes
         assert process.values["process.sm_utilization"] is None
         assert snap.problems == ()
