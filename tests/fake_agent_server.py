@@ -42,6 +42,9 @@ class FakeServer:
     telemetry_fail_next: int = 0  # answer this many telemetry posts with 503 first
     refused_batches: dict[str, tuple[int, str]] = field(default_factory=dict)  # id -> status, code
     telemetry_status: int | None = None  # answer every telemetry post with this error
+    # Answer telemetry with 409 foreign_gpus until the node has registered this many more
+    # times: its registration lacks GPUs its batches name (a MIG layout changed since).
+    stale_registrations: int = 0
     _ids: itertools.count = field(default_factory=itertools.count)
 
     def transport(self) -> httpx.MockTransport:
@@ -90,6 +93,7 @@ class FakeServer:
 
     def _register(self, bearer: str, body: dict) -> httpx.Response:
         registration = NodeRegistration.model_validate(body)
+        self.stale_registrations = max(0, self.stale_registrations - 1)
         credential = None
         if bearer in self.join_tokens:
             environment = self.join_tokens.pop(bearer)
@@ -121,6 +125,8 @@ class FakeServer:
             return _error(503, "unavailable", "telemetry store busy")
         if self.telemetry_status is not None:
             return _error(self.telemetry_status, "refused", "telemetry refused")
+        if self.stale_registrations:
+            return _error(409, "foreign_gpus", "the node does not hold GPU(s) MIG-new")
         machine_id = self.credentials.get(bearer)
         if machine_id is None:
             return _error(401, "unauthenticated", "revoked")

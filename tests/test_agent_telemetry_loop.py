@@ -169,6 +169,22 @@ def test_once_uploads_one_tick_and_what_the_spool_kept(tmp_path):
     assert server.batches[0].times_ms < server.batches[1].times_ms
 
 
+def test_once_registers_again_when_its_batch_names_gpus_the_registration_lacks(tmp_path):
+    server = joined_server()
+    server.stale_registrations = 2  # the first registration is already stale (MIG changed)
+
+    async def once():
+        async with httpx.AsyncClient(transport=server.transport()) as http:
+            runner = AgentRunner(SERVER, standalone_backend("l40s-8", "node-1", seed=1),
+                                 tmp_path, "join-x", http=http, telemetry=OPTIONS)
+            return await runner.run_once()
+
+    result = asyncio.run(once())
+    assert result.ok, result.message
+    assert server.requests.count("/api/v1/agent/register") == 2
+    assert len(server.batches) == 1
+
+
 def test_once_without_a_join_token_says_so(tmp_path):
     async def once():
         async with httpx.AsyncClient(transport=FakeServer().transport()) as http:

@@ -109,6 +109,57 @@ def test_a_refused_batch_is_dropped_logged_and_does_not_block_the_rest(tmp_path,
     assert "b001 refused by the server" in caplog.text and "invalid_batch" in caplog.text
 
 
+def stale_inventory_uploads(server, spool, seal_at, register_after):
+    """Seal 2 batches at registration `seal_at`, upload, then upload twice more, the node
+    registering again after upload number `register_after` (a MIG layout changed)."""
+    registrations = [seal_at]
+    stale: list[str] = []
+
+    def make(client):
+        make_seeded = seeded_uploader(spool, snapshots(4), registrations=lambda: registrations[0],
+                                      on_inventory_stale=stale.append)
+        return make_seeded(client)
+
+    async def go():
+        async with httpx.AsyncClient(transport=server.transport()) as http:
+            uploader = make(AgentClient(SERVER, http))
+            outcomes = []
+            for round_ in range(3):
+                outcomes.append(await uploader.upload("cred-1"))
+                if round_ + 1 == register_after:
+                    server.stale_registrations -= 1  # what registering tells the server
+                    registrations[0] += 1
+            return uploader, outcomes
+    uploader, outcomes = asyncio.run(go())
+    return uploader, outcomes, stale
+
+
+def test_a_batch_naming_unregistered_gpus_waits_for_the_node_to_register_again(tmp_path):
+    server, _ = registered_server()
+    server.stale_registrations = 1
+    spool = Spool(tmp_path)
+    uploader, outcomes, stale = stale_inventory_uploads(server, spool, seal_at=1,
+                                                        register_after=2)
+    assert outcomes == [UploadOutcome.REGISTERING, UploadOutcome.REGISTERING,
+                        UploadOutcome.DONE]
+    assert server.requests.count("/api/v1/telemetry/batches") == 1 + 2  # no retry before
+    assert [b.batch_id for b in server.batches] == ["b001", "b002"]  # nothing lost, in order
+    assert stale and uploader.counters.batches_refused == 0 and spool.pending() == []
+
+
+def test_a_batch_sealed_before_the_latest_registration_is_dropped_when_refused(tmp_path):
+    server, _ = registered_server()
+    server.stale_registrations = 10  # the GPUs it names are gone for good
+    spool = MemorySpool()
+    uploader, outcomes, stale = stale_inventory_uploads(server, spool, seal_at=1,
+                                                        register_after=1)
+    # Held once, refused again after the node registered, then the second batch (also
+    # sealed before that registration) at once: neither can block the spool.
+    assert outcomes == [UploadOutcome.REGISTERING, UploadOutcome.DONE, UploadOutcome.DONE]
+    assert uploader.counters.batches_refused == 2 and spool.pending() == []
+    assert server.batches == [] and stale
+
+
 def test_a_corrupt_spooled_batch_is_refused_and_dropped(tmp_path):
     server, credential = registered_server()
     spool = Spool(tmp_path)

@@ -145,7 +145,7 @@ def test_a_node_writes_only_its_own_gpus_and_its_own_name(node, api, gf):
     register(api, 2, gpus=1)
     foreign = post(node, body(snapshot(0, unit(gpu__sm_active=1.0),
                                        unit(gpu_uuid(2, 0), gpu__sm_active=1.0))))
-    assert foreign.status_code == 403
+    assert foreign.status_code == 409  # the registration's inventory, not a permission
     assert foreign.json()["error"]["code"] == "foreign_gpus"
     assert foreign.json()["error"]["details"]["gpus"] == [gpu_uuid(2, 0)]
     other_name = post(node, body(snapshot(0, unit(gpu_uuid(2, 0), gpu__sm_active=1.0),

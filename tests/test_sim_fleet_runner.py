@@ -99,7 +99,7 @@ def test_an_unavailable_server_is_waited_for(tmp_path):
 
 def test_telemetry_refused_with_403_makes_the_nodes_register_again(tmp_path, caplog):
     server = FakeServer()
-    server.telemetry_status = 403  # e.g. a MIG layout changed since the registration
+    server.telemetry_status = 403  # e.g. the server renamed the node
 
     def registrations() -> int:
         return server.requests.count("/api/v1/agent/register")

@@ -93,7 +93,8 @@ class AgentRunner:
             uploader = TelemetryUploader(client, spool, ticks_per_batch=telemetry.ticks_per_batch,
                                          max_batch_bytes=telemetry.max_batch_bytes,
                                          node_name=lambda: self.session.node,
-                                         on_inventory_stale=self.session.register_again)
+                                         on_inventory_stale=self.session.register_again,
+                                         registrations=lambda: self.session.registrations)
             self.telemetry = TelemetryLoop(
                 backend, uploader, lambda: self.session.credential, telemetry,
                 wait=telemetry_wait, on_snapshot=on_snapshot)
@@ -107,6 +108,19 @@ class AgentRunner:
     async def aclose(self) -> None:
         if self._owns_http:
             await self._http.aclose()
+
+    async def _register_again_once(self) -> bool:
+        """For `run_once`: the server refused a batch naming GPUs the registration lacks (a
+        MIG layout changed since); register once more so the batch can go. Raises
+        TokenRejected; other failures are logged and leave the batch in the spool."""
+        try:
+            await self.register()
+        except TokenRejected:
+            raise
+        except (AgentError, SourceUnavailable) as exc:
+            log.warning("registering again failed: %s", exc)
+            return False
+        return True
 
     def _store_credential(self, credential: str) -> None:
         try:
@@ -236,6 +250,8 @@ class AgentRunner:
         pending_before = loop.uploader.pending()
         try:
             outcome = await loop.uploader.upload(self.session.credential or "")
+            if outcome is UploadOutcome.REGISTERING and await self._register_again_once():
+                outcome = await loop.uploader.upload(self.session.credential or "")
         except TokenRejected as exc:
             reason = self._token_rejected(exc, with_credential=True)
             return OnceResult(False, "the server rejected this node's credential", reason)

@@ -45,6 +45,7 @@ class AgentSession:
         self.on_credential = on_credential
         self.agent_version = agent_version
         self.registered = False
+        self.registrations = 0  # successful registrations by this process
         self.node: str | None = None  # the server's name for this node
         self.interval_s: float | None = None
         self.applied_version: int | None = None
@@ -74,6 +75,7 @@ class AgentSession:
             raise ApiError(200, "no_credential", "the server accepted the join token but "
                            "issued no node credential")
         self.registered = True
+        self.registrations += 1
         self.node = reply.node
         self.interval_s = reply.heartbeat_interval_s
         self.converge(reply.desired_state)

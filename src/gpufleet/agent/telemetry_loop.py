@@ -98,8 +98,8 @@ class TelemetryLoop:
         if outcome is UploadOutcome.DONE:
             self.backoff.reset()
             self._retry_at_s = None
-        elif outcome is UploadOutcome.MORE:
-            self._retry_at_s = self._elapsed_s
+        elif outcome in (UploadOutcome.MORE, UploadOutcome.REGISTERING):
+            self._retry_at_s = self._elapsed_s  # the next tick (the heartbeats register)
         else:
             self._retry_at_s = self._elapsed_s + self.backoff.next_delay_s()
         return outcome

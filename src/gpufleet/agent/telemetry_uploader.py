@@ -13,11 +13,17 @@ What the server answers decides each batch's fate:
   e.g. older than the agent): keep everything, the caller backs off and tries again;
 - another 4xx (a malformed or refused batch): it can never be accepted — it is dropped,
   counted and logged with the server's message, so it cannot block the spool forever;
-- 403 (`Forbidden`): the server will not take this batch from this node — it names GPUs the
-  node's registration does not hold (a MIG layout changed since), or another node. The
-  batch is dropped like any refused one, and `on_inventory_stale` (once per upload) asks the
-  agent to register again, which heals the first case; a credential that is really wrong is
-  refused on the heartbeat too, and the runner reports it there;
+- 409 `foreign_gpus`: the batch names GPUs (MIG instances) the node's registration does not
+  hold — the MIG layout changed after the node last registered. `on_inventory_stale` (once
+  per upload) asks the agent to register again, and the batch waits at the head of the
+  spool until it has (`UploadOutcome.REGISTERING`), then goes once more. A batch sealed
+  before the node's latest registration cannot be healed that way (the registration
+  already told the server what the node holds, so those units are gone): it is dropped as
+  refused, as is one refused again after the new registration;
+- 403 (`Forbidden`): the server will not take this batch from this credential (another
+  node's name, a role that may not write). The batch is dropped like any refused one and
+  the agent registers again, which heals a node renamed by the server; a credential that is
+  really wrong is refused on the heartbeat too, and the runner reports it there;
 - 401 (`Unauthorized`): the credential is revoked: raised to the caller, which stops.
 
 Snapshots are buffered under the node name the server gave at registration (`node_name`),
@@ -46,6 +52,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCH_BYTES = TelemetryOptions.max_batch_bytes
 ENDPOINT_MISSING = (404, 405)
+UNREGISTERED_GPUS = (409, "foreign_gpus")  # status and code of the server's refusal
 INVENTORY_STALE = ("the server refused telemetry naming GPUs this node's registration does "
                    "not hold")
 
@@ -77,6 +84,7 @@ class UploadOutcome(StrEnum):
     DONE = "done"  # nothing left in the spool
     MORE = "more"  # the server takes batches; the slice ended with some left
     UNAVAILABLE = "unavailable"  # the server cannot take them now: back off
+    REGISTERING = "registering"  # the head batch waits for the node to register again
 
 
 @dataclass
@@ -107,7 +115,8 @@ class TelemetryUploader:
                  batch_id: Callable[[], str] = new_batch_id,
                  counters: TelemetryCounters | None = None,
                  node_name: Callable[[], str | None] = lambda: None,
-                 on_inventory_stale: Callable[[str], None] = lambda why: None):
+                 on_inventory_stale: Callable[[str], None] = lambda why: None,
+                 registrations: Callable[[], int] | None = None):
         if ticks_per_batch < 1:
             raise ValueError("a batch holds at least one tick")
         self.client = client
@@ -121,7 +130,12 @@ class TelemetryUploader:
         self._buffered_samples = 0
         self.node_name = node_name
         self.on_inventory_stale = on_inventory_stale  # gets why: register again
-        self._inventory_stale = False  # a 403 during this upload
+        self._inventory_stale = False  # a 403 / 409 during this upload
+        # How many times the node has registered (AgentSession.registrations). Without it a
+        # batch naming unregistered GPUs is dropped at once instead of waiting for one.
+        self.registrations = registrations
+        self._sealed_at: dict[str, int] = {}  # batch id -> registrations when sealed
+        self._held: tuple[str, int] | None = None  # (batch id, registrations when refused)
 
     @property
     def buffered(self) -> int:
@@ -190,16 +204,25 @@ class TelemetryUploader:
             log.error("telemetry batch %s (%d bytes) could not be spooled and is lost: %s",
                       batch_id, len(payload), exc)
             return 0
+        self._remember_seal(batch_id)
         self.counters.batches_spooled += 1
         return 1
+
+    def _remember_seal(self, batch_id: str) -> None:
+        if self.registrations is None:
+            return
+        self._sealed_at[batch_id] = self.registrations()
+        if len(self._sealed_at) > 64 + 2 * self.pending():  # the spool dropped some
+            spooled = {batch.batch_id for batch in self.spool.pending()}
+            self._sealed_at = {k: v for k, v in self._sealed_at.items() if k in spooled}
 
     def pending(self) -> int:
         return len(self.spool.pending())
 
     async def upload(self, credential: str, max_batches: int | None = None) -> UploadOutcome:
         """Send pending batches oldest first, at most `max_batches` of them;
-        `on_inventory_stale` once when a batch was refused with 403. Raises Unauthorized
-        (401)."""
+        `on_inventory_stale` once when a batch was refused with 403 or 409 `foreign_gpus`.
+        Raises Unauthorized (401)."""
         outcome = await self._upload(credential, max_batches)
         if self._inventory_stale:
             self._inventory_stale = False
@@ -210,21 +233,26 @@ class TelemetryUploader:
         for sent, batch in enumerate(self.spool.pending()):
             if max_batches is not None and sent >= max_batches:
                 return UploadOutcome.MORE
-            if not await self._send(credential, batch):
+            if self._waits_for_registration(batch):
+                return UploadOutcome.REGISTERING
+            stopped = await self._send(credential, batch)
+            if stopped is UploadOutcome.UNAVAILABLE:
                 self.counters.uploads_failed += 1
-                return UploadOutcome.UNAVAILABLE
+            if stopped is not None:
+                return stopped
         return UploadOutcome.DONE
 
-    async def _send(self, credential: str, batch: PendingBatch) -> bool:
-        """One batch; True when it is off the spool (acknowledged or refused for good)."""
+    async def _send(self, credential: str, batch: PendingBatch) -> UploadOutcome | None:
+        """One batch; None when it is off the spool (acknowledged or refused for good),
+        else why the upload stops with it at the head of the spool."""
         try:
             payload = batch.read()
         except OSError as exc:
             log.error("spooled telemetry batch %s cannot be read and is dropped: %s",
                       batch.batch_id, exc)
-            self.spool.ack(batch)
+            self._forget(batch)
             self.counters.batches_refused += 1
-            return True
+            return None
         try:
             ack = await self.client.upload_telemetry(credential, payload)
         except Unauthorized:
@@ -232,19 +260,26 @@ class TelemetryUploader:
         except Forbidden as exc:
             self._inventory_stale = True
             self._refused(batch, exc)
-            return True
+            return None
         except ServerUnavailable as exc:
             log.warning("telemetry upload: server unavailable (%s); %d batch(es) kept in the "
                         "spool", exc, self.pending())
-            return False
+            return UploadOutcome.UNAVAILABLE
         except ApiError as exc:
             if exc.status_code in ENDPOINT_MISSING:
                 log.warning("telemetry upload: the server has no telemetry endpoint (%s); "
                             "batches are kept in the spool until it does", exc)
-                return False
+                return UploadOutcome.UNAVAILABLE
+            if (exc.status_code, exc.code) == UNREGISTERED_GPUS:
+                self._inventory_stale = True
+                if self._may_wait_for_registration(batch):
+                    log.warning("telemetry batch %s names GPUs the node's registration does "
+                                "not hold (%s); it is kept until the node has registered "
+                                "again", batch.batch_id, exc)
+                    return UploadOutcome.REGISTERING
             self._refused(batch, exc)
-            return True
-        self.spool.ack(batch)
+            return None
+        self._forget(batch)
         self.counters.batches_acknowledged += 1
         self.counters.batches_duplicate += ack.duplicate
         self.counters.samples_stored += ack.samples_stored
@@ -252,10 +287,32 @@ class TelemetryUploader:
         if ack.dropped:
             log.info("telemetry batch %s: the server left out samples %s", ack.batch_id,
                      ack.dropped)
+        return None
+
+    def _may_wait_for_registration(self, batch: PendingBatch) -> bool:
+        """Hold `batch` for a registration when none has happened since it was sealed (one
+        since then already told the server what the node holds); remembers the hold."""
+        if self.registrations is None:
+            return False
+        now = self.registrations()
+        if self._sealed_at.get(batch.batch_id) != now:
+            return False  # sealed before the latest registration, or by an earlier process
+        self._held = (batch.batch_id, now)
         return True
 
-    def _refused(self, batch: PendingBatch, exc: ApiError) -> None:
+    def _waits_for_registration(self, batch: PendingBatch) -> bool:
+        return (self._held is not None and self.registrations is not None
+                and self._held == (batch.batch_id, self.registrations()))
+
+    def _forget(self, batch: PendingBatch) -> None:
+        """Take `batch` off the spool, acknowledged or refused for good."""
         self.spool.ack(batch)
+        self._sealed_at.pop(batch.batch_id, None)
+        if self._held is not None and self._held[0] == batch.batch_id:
+            self._held = None
+
+    def _refused(self, batch: PendingBatch, exc: ApiError) -> None:
+        self._forget(batch)
         self.counters.batches_refused += 1
         log.error("telemetry batch %s refused by the server and dropped (it can never be "
                   "accepted): %s", batch.batch_id, exc)

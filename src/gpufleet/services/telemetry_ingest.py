@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from gpufleet.clock import Clock
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import (
+    Conflict,
     Forbidden,
     GpufleetError,
     InvalidInput,
@@ -150,7 +151,7 @@ class TelemetryIngest:
         foreign = named - units.gpus.keys()
         if foreign:
             named = sorted(foreign)
-            raise Forbidden(f"node {batch.node!r} does not hold GPU(s) "
+            raise Conflict(f"node {batch.node!r} does not hold GPU(s) "
                             f"{', '.join(named[:5])}{' …' if len(named) > 5 else ''}: a node "
                             "writes telemetry only for its own GPUs (if its GPUs changed, "
                             "the agent registers again first)", code="foreign_gpus",

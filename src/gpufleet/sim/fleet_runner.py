@@ -133,7 +133,8 @@ class _FleetRun:
                 client, MemorySpool(self.telemetry.spool_max_bytes),
                 ticks_per_batch=self.telemetry.ticks_per_batch,
                 counters=self.telemetry_counters, node_name=lambda: session.node,
-                on_inventory_stale=session.register_again)  # the heartbeat loop registers
+                on_inventory_stale=session.register_again,  # the heartbeat loop registers
+                registrations=lambda: session.registrations)
         return _Agent(backend, session, Backoff(rng=self.rng), uploader)
 
     def report(self, phase: str | None = None) -> None:
