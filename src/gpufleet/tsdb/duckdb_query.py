@@ -12,6 +12,7 @@ answer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -20,8 +21,11 @@ from gpufleet.tsdb.mixed_tiers import MixedTiers, aliased_row
 from gpufleet.tsdb.protocol import (
     HOUR_MS,
     MINUTE_MS,
+    OWNER_LABELS,
     Binding,
+    Bindings,
     Retention,
+    SeriesLabels,
     Tier,
     aggregation_of,
     choose_tier,
@@ -41,24 +45,63 @@ _TIER_WIDTH_MS = {Tier.RAW: 1, Tier.MINUTE: MINUTE_MS, Tier.HOUR: HOUR_MS}
 
 
 class Slots:
-    """The query's selection: series, each over one binding interval or all time."""
+    """The query's selection: series, each over one binding interval or all time, and the
+    group each slot counts towards (`groups`: group key → its number)."""
 
     def __init__(self) -> None:
         self.ids: list[int] = []
         self.groups: list[int] = []
         self.froms: list[int] = []
         self.tos: list[int] = []
+        self.keys: dict[tuple, int] = {}
 
     def add(self, sid: int, group: int, binding: Binding | None) -> None:
         self.ids.append(sid)
         self.groups.append(group)
-        self.froms.append(-_FOREVER_MS if binding is None else to_ms(binding.start))
-        self.tos.append(_FOREVER_MS if binding is None or binding.end is None
-                        else to_ms(binding.end))
+        self.froms.append(-_FOREVER_MS if binding is None else binding.start_ms)
+        self.tos.append(_FOREVER_MS if binding is None or binding.end_ms is None
+                        else binding.end_ms)
 
     def parameters(self) -> dict[str, list[int]]:
         return {"slots": list(range(len(self.ids))), "ids": self.ids, "groups": self.groups,
                 "froms": self.froms, "tos": self.tos}
+
+
+def select_slots(selected: Sequence[tuple[int, SeriesLabels]], group_by: Sequence[str],
+                 bindings: Bindings | None,
+                 owner_filters: Mapping[str, set[str]]) -> Slots:
+    """The slots of the selected series: one per series (no bindings), else one per binding
+    of the series' unit that passes the owner filters, grouped by `group_by` (owner labels
+    from the binding, the others from the series). One pass; at 100,000 GPUs a project
+    average walks 75,000 bindings, so the loop does no more than it must."""
+    slots = Slots()
+    keys = slots.keys
+    if bindings is None:
+        for sid, labels in selected:
+            key = tuple(labels.label(name) for name in group_by)
+            slots.add(sid, keys.setdefault(key, len(keys)), None)
+        return slots
+    # Where each part of the key comes from: 0 / 1 the binding's allocation / project
+    # (OWNER_LABELS' order), -1 the series.
+    owner_at = [OWNER_LABELS.index(n) if n in OWNER_LABELS else -1 for n in group_by]
+    allowed = [(OWNER_LABELS.index(k), v) for k, v in owner_filters.items()]
+    ids, groups, froms, tos = slots.ids, slots.groups, slots.froms, slots.tos
+    for sid, labels in selected:
+        held = bindings.get((labels.gpu_uuid, labels.mig_uuid))
+        if not held:
+            continue
+        parts = [(at, None if at >= 0 else labels.label(name))
+                 for at, name in zip(owner_at, group_by, strict=True)]
+        for binding in held:
+            owner = (binding.allocation, binding.project)
+            if allowed and not all(owner[at] in values for at, values in allowed):
+                continue
+            key = tuple([owner[at] if at >= 0 else value for at, value in parts])
+            ids.append(sid)
+            groups.append(keys.setdefault(key, len(keys)))
+            froms.append(binding.start_ms)
+            tos.append(_FOREVER_MS if binding.end_ms is None else binding.end_ms)
+    return slots
 
 
 @dataclass(frozen=True)
