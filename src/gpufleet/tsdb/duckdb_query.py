@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.tsdb.edge_pieces import EdgePieces
 from gpufleet.tsdb.mixed_tiers import MixedTiers, aliased_row
 from gpufleet.tsdb.protocol import (
     HOUR_MS,
@@ -33,9 +34,14 @@ from gpufleet.tsdb.protocol import (
 )
 from gpufleet.tsdb.rollups import TierSources, fold
 
-_SLOTS = ("WITH sel AS (SELECT unnest($slots::INTEGER[]) AS slot, unnest($ids::INTEGER[]) AS sid,"
-          " unnest($groups::INTEGER[]) AS grp, unnest($froms::BIGINT[]) AS from_ms,"
-          " unnest($tos::BIGINT[]) AS to_ms)")
+_SELECTION = ("SELECT unnest($slots::INTEGER[]) AS slot, unnest($ids::INTEGER[]) AS sid,"
+              " unnest($groups::INTEGER[]) AS grp, unnest($froms::BIGINT[]) AS from_ms,"
+              " unnest($tos::BIGINT[]) AS to_ms")
+_SLOTS = f"WITH sel AS ({_SELECTION})"
+# The query's selection as a temporary table of its read cursor, filled in one statement:
+# as a CTE over parameter lists, every reference to it copies the lists into the plan (at
+# 10,000 GPUs the planner spent more time on that than the query ran).
+SLOTS_TABLE = f"CREATE TEMP TABLE sel AS {_SELECTION}"
 _IN_SLOTS = "series_id IN (SELECT sid FROM sel)"
 _FOREVER_MS = 2**62
 _OVER_TIME = {OverTime.MEAN: "v_mean", OverTime.LAST: "v_last", OverTime.INCREASE: "inc"}
@@ -119,12 +125,15 @@ class RangePlan:
     across: AcrossSeries
     whole_hours: bool = False
 
-    def sql(self, minute_done_ms: int, hour_done_ms: int) -> str:
-        """The statement (parameters: `Slots.parameters()`) answering (group, step start,
-        value) rows, given how far the rollups have been folded."""
+    def sql(self, minute_done_ms: int, hour_done_ms: int,
+            pieces: tuple[int, int] = (0, 0)) -> str:
+        """The statement (over the table `SLOTS_TABLE` makes of `Slots.parameters()`)
+        answering (group, step start, value) rows, given how far the rollups have been
+        folded, and the hours [from, to) whose edge pieces are kept for this query's slots
+        (`fill_pieces`)."""
         if self.whole_hours:
             tagged = MixedTiers(self.lo_ms, self.hi_ms, self.step_ms, minute_done_ms,
-                                hour_done_ms).rows()
+                                hour_done_ms, *pieces).rows()
         else:
             sources = TierSources(minute_done_ms, hour_done_ms, _IN_SLOTS)
             tagged = f"""SELECT sel.slot AS series_id, {aliased_row('r')}
@@ -133,11 +142,20 @@ class RangePlan:
                           AND r.bucket_ms >= sel.from_ms AND r.bucket_ms < sel.to_ms"""
         # Each slot's rows are folded into steps on their own (carry: the step between two
         # rows of a slot goes to the later row's step), then combined per group.
-        return f"""{_SLOTS},
-            per_slot AS (SELECT series_id AS slot, bucket_ms, {self.column} AS v
+        return f"""WITH per_slot AS (SELECT series_id AS slot, bucket_ms, {self.column} AS v
                          FROM ({fold(tagged, self.step_ms, self.lo_ms, carry=True)}))
             SELECT grp, bucket_ms, {_ACROSS[self.across]} FROM per_slot JOIN sel USING (slot)
             GROUP BY grp, bucket_ms ORDER BY grp, bucket_ms"""
+
+
+def fill_pieces(plan: RangePlan, pieces: EdgePieces, slots: Slots) -> tuple[int, int]:
+    """Keep the edge pieces this query's slots need (edge_pieces.py); returns the hours
+    [from, to) the query may read them for ((0, 0): none; the plan reads minutes)."""
+    if not plan.whole_hours:
+        return (0, 0)
+    tiers = MixedTiers(plan.lo_ms, plan.hi_ms, plan.step_ms, 0, _FOREVER_MS)
+    return pieces.fill(f"{_SLOTS}, {tiers.spans()}", slots.parameters(), plan.lo_ms,
+                       plan.hi_ms, tiers.in_one_step)
 
 
 def plan_range(metric: str, start: datetime, end: datetime, step: timedelta, *,

@@ -43,7 +43,8 @@ import duckdb
 from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.tsdb.duckdb_masks import DuckDBMinuteMasks, series_minutes
-from gpufleet.tsdb.duckdb_query import plan_range, select_slots
+from gpufleet.tsdb.duckdb_query import SLOTS_TABLE, fill_pieces, plan_range, select_slots
+from gpufleet.tsdb.edge_pieces import EdgePieces
 from gpufleet.tsdb.journal import Journal, JournalRecord, packed
 from gpufleet.tsdb.journal_applier import JournalApplier
 from gpufleet.tsdb.parquet_columns import PackedColumn, PhysicalType, write_parquet
@@ -127,6 +128,7 @@ class DuckDBTelemetryStore:
             if self._journal is None else None
         if self._journal is not None:
             self._replay(self._journal.recover())
+        self._pieces = EdgePieces(self._new_cursor, lambda con: self._state(con)[1])
         self._applier = None if apply_interval_s is None else JournalApplier(
             self._catch_up, apply_interval_s)
 
@@ -281,9 +283,11 @@ class DuckDBTelemetryStore:
         if not slots.ids:
             return []
         self._catch_up()
+        pieces = fill_pieces(plan, self._pieces, slots)
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
-            return cur.execute(plan.sql(*self._state(cur)), slots.parameters()).fetchall()
+            cur.execute(SLOTS_TABLE, slots.parameters())  # gone with the read's rollback
+            return cur.execute(plan.sql(*self._state(cur), pieces)).fetchall()
 
         results = [SeriesResult(dict(zip(group_by, key, strict=True))) for key in slots.keys]
         for grp, bucket_ms, value in self._read(run):
@@ -322,11 +326,12 @@ class DuckDBTelemetryStore:
     def minute_masks(self, thresholds: Thresholds) -> DuckDBMinuteMasks:
         """Per-unit minute masks over this store's 1-minute rollups (masks.MinuteMasks); the
         caller keeps the object, whose cache of closed hours lives in this DuckDB instance."""
-        def cursor() -> duckdb.DuckDBPyConnection:
-            with self._cursor_lock:
-                return self._cursor_root.cursor()
-        return DuckDBMinuteMasks(self._read, cursor, lambda con: self._state(con)[0],
-                                 thresholds)
+        return DuckDBMinuteMasks(self._read, self._new_cursor,
+                                 lambda con: self._state(con)[0], thresholds)
+
+    def _new_cursor(self) -> duckdb.DuckDBPyConnection:
+        with self._cursor_lock:
+            return self._cursor_root.cursor()
 
     def series_minutes(self, chosen: Sequence[SeriesLabels], lo_ms: int, hi_ms: int,
                        above: float) -> dict[SeriesLabels, tuple[int, int, int | None]]:
