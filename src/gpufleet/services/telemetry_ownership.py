@@ -12,8 +12,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from operator import attrgetter
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
@@ -59,10 +61,14 @@ class Slot:
         object.__setattr__(self, "end_ms", binding.end_ms)
 
     def label(self, name: str) -> str | None:
-        return {"gpu_uuid": self.unit[0], "mig_uuid": self.unit[1], "node": self.node,
-                "environment": self.environment, "model": self.model,
-                "mig_profile": self.mig_profile, "allocation": self.allocation,
-                "project": self.project}.get(name)
+        get = _SLOT_LABELS.get(name)  # a question at 100,000 GPUs asks 75,000 slots
+        return None if get is None else get(self)
+
+
+_SLOT_LABELS: dict[str, Callable[[Slot], str | None]] = {
+    "gpu_uuid": lambda s: s.unit[0], "mig_uuid": lambda s: s.unit[1],
+    **{name: attrgetter(name) for name in ("node", "environment", "model", "mig_profile",
+                                           "allocation", "project")}}
 
 
 class SlotCache:

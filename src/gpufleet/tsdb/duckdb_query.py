@@ -92,19 +92,31 @@ def select_slots(selected: Sequence[tuple[int, SeriesLabels]], group_by: Sequenc
     owner_at = [OWNER_LABELS.index(n) if n in OWNER_LABELS else -1 for n in group_by]
     allowed = [(OWNER_LABELS.index(k), v) for k, v in owner_filters.items()]
     ids, groups, froms, tos = slots.ids, slots.groups, slots.froms, slots.tos
+    # Grouped by owner labels alone (by project: the common question), a binding's group
+    # is one look-up by its owner pair.
+    by_owner: dict[tuple[str, str], int] | None = \
+        {} if all(at >= 0 for at in owner_at) else None
     for sid, labels in selected:
         held = bindings.get((labels.gpu_uuid, labels.mig_uuid))
         if not held:
             continue
-        parts = [(at, None if at >= 0 else labels.label(name))
-                 for at, name in zip(owner_at, group_by, strict=True)]
+        parts = None if by_owner is not None else \
+            [(at, None if at >= 0 else labels.label(name))
+             for at, name in zip(owner_at, group_by, strict=True)]
         for binding in held:
-            owner = (binding.allocation, binding.project)
+            owner = binding.owner
             if allowed and not all(owner[at] in values for at, values in allowed):
                 continue
-            key = tuple([owner[at] if at >= 0 else value for at, value in parts])
+            if by_owner is not None:
+                group = by_owner.get(owner)
+                if group is None:
+                    key = tuple([owner[at] for at in owner_at])
+                    group = by_owner[owner] = keys.setdefault(key, len(keys))
+            else:
+                key = tuple([owner[at] if at >= 0 else value for at, value in parts])
+                group = keys.setdefault(key, len(keys))
             ids.append(sid)
-            groups.append(keys.setdefault(key, len(keys)))
+            groups.append(group)
             froms.append(binding.start_ms)
             tos.append(_FOREVER_MS if binding.end_ms is None else binding.end_ms)
     return slots

@@ -557,9 +557,10 @@ class DuckDBTelemetryStore:
             known = [(sid, s) for gpu in set(gpu_uuids)
                      for sid, s in self._by_gpu.get(gpu, {}).items()
                      if metric is None or s.metric == metric]
-        if not filters:
+        rest = {k: v for k, v in (filters or {}).items() if k != "gpu_uuid"}
+        if not rest:  # the index has applied the gpu_uuid filter ("" and None alike)
             return known
-        passes = filter_matcher(filters)
+        passes = filter_matcher(rest)
         return [(sid, s) for sid, s in known if passes(s)]
 
 
