@@ -32,6 +32,7 @@ role). A GPU counts towards the environment it first reported from.
 from __future__ import annotations
 
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from gpufleet.domain.telemetry.funnel import (
@@ -90,6 +91,8 @@ class DuckDBMinuteMasks:
         self._gpus: dict[str, int] = {}
         self._filled_ms = 0  # unit_hour holds every rolled-up minute before this
         self._compacted_ms = 0  # hours before this have one row per unit
+        # (grouping, closed hour) → GPU-minutes reporting per group: reporting_minutes
+        self._reported: dict[tuple[tuple[str, ...], int], dict[tuple, int]] = {}
 
     # -- the cache ------------------------------------------------------------------------
 
@@ -254,21 +257,55 @@ class DuckDBMinuteMasks:
 
     def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int,
                           done_ms: int) -> dict[tuple, int]:
-        """See masks.MinuteMasks."""
+        """See masks.MinuteMasks. The cached closed hours inside the window are counted once
+        per grouping and kept (their masks never change: `_compact`), so a question counts
+        only the partial hours at the window's edges and the hour still open."""
         hi_ms = min(hi_ms, done_ms)
         if lo_ms >= hi_ms or not self._gpus:
             return {}
-        columns = [c for c in by if c in ("environment", "model", "node")]
+        columns = tuple(c for c in by if c in ("environment", "model", "node"))
+        oldest = (self._filled_ms // HOUR_MS - self.cache_hours) * HOUR_MS
+        first = max(-(-lo_ms // HOUR_MS) * HOUR_MS, oldest)
+        last = min(hi_ms // HOUR_MS * HOUR_MS, self._compacted_ms)
+        if first >= last:
+            return self._reporting(columns, lo_ms, hi_ms)
+        missing = [h for h in range(first, last, HOUR_MS) if (columns, h) not in self._reported]
+        if missing:
+            per_hour = self._reporting(columns, missing[0], missing[-1] + HOUR_MS,
+                                       per_hour=True)
+            for h in missing:
+                self._reported[(columns, h)] = per_hour.get(h, {})
+            for key in [k for k in self._reported if k[1] < oldest]:
+                self._reported.pop(key, None)
+        totals: dict[tuple, int] = defaultdict(int)
+        for part in [self._reported[(columns, h)] for h in range(first, last, HOUR_MS)] + [
+                self._reporting(columns, lo_ms, first) if lo_ms < first else {},
+                self._reporting(columns, last, hi_ms) if last < hi_ms else {}]:
+            for key, minutes in part.items():
+                totals[key] += minutes
+        return dict(totals)
+
+    def _reporting(self, columns: tuple[str, ...], lo_ms: int, hi_ms: int, *,
+                   per_hour: bool = False) -> dict:
+        """GPU-minutes with any signal in [lo, hi) per group (`per_hour`: per hour, then
+        per group)."""
         keys = ", ".join(f"g.{c}" for c in columns) or "NULL"
-        group = f"GROUP BY {keys}" if columns else ""
+        hour = "p.hour_ms, " if per_hour else ""
+        grouping = (["p.hour_ms"] if per_hour else []) + [f"g.{c}" for c in columns]
+        group = f"GROUP BY {', '.join(grouping)}" if grouping else ""
         rm = _range_mask(str(lo_ms), str(hi_ms))
         sql = f"""WITH per_gpu AS (SELECT gpu_id, hour_ms, bit_or(gr_known | util_known
                                   | sm_known | pmem_known) AS known
                                   FROM ({self._rows(lo_ms, hi_ms)}) GROUP BY gpu_id, hour_ms)
-            SELECT {keys}, sum(bit_count(known & {rm}))::BIGINT
+            SELECT {hour}{keys}, sum(bit_count(known & {rm}))::BIGINT
             FROM per_gpu p JOIN {CACHE}.gpus g USING (gpu_id) {group}"""
         rows = self._read(lambda cur: cur.execute(sql).fetchall())
-        return {tuple(row[:-1]) if columns else (): int(row[-1] or 0) for row in rows}
+        if not per_hour:
+            return {tuple(row[:-1]) if columns else (): int(row[-1] or 0) for row in rows}
+        found: dict[int, dict[tuple, int]] = defaultdict(dict)
+        for row in rows:
+            found[row[0]][tuple(row[1:-1]) if columns else ()] = int(row[-1] or 0)
+        return found
 
 
 def series_minutes(read: Callable, ids: dict[int, SeriesLabels], lo_ms: int, hi_ms: int,
