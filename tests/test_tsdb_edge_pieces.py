@@ -11,7 +11,7 @@ import pytest
 from gpufleet.tsdb import Binding, Sample, Tier, series
 from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
 from gpufleet.tsdb.edge_pieces import CACHE
-from gpufleet.tsdb.protocol import to_ms
+from gpufleet.tsdb.protocol import Retention, to_ms
 from tests.test_tsdb_tiers import answer, assert_same
 from tests.tsdb_behaviour import HOUR, T0, at
 
@@ -94,3 +94,22 @@ def test_the_hours_at_the_window_edges_are_not_kept(store):
     assert_same(mixed, answer(store, "gpu.sm_active", None, None, window, bindings,
                               tier=Tier.MINUTE))
     assert kept(store) == []
+
+
+def test_pieces_are_not_kept_longer_than_the_minutes_they_fold(tmp_path):
+    """With a minute retention of 2 h, only the last 2 rolled-up hours keep pieces."""
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1,
+                                 retention=Retention(minute=2 * HOUR))
+    store.write([Sample(series("gpu.sm_active", "GPU-a"), at(i * 10), 40.0)
+                 for i in range(4 * 360)])
+    store.rollup(T0 + 3 * HOUR)
+    bindings = {("GPU-a", None): [Binding(T0 + timedelta(minutes=30),
+                                          T0 + HOUR + timedelta(minutes=10), "a", "p1")]}
+    window = (timedelta(0), 2 * HOUR, 2 * HOUR)  # within the minute retention: minutes
+    mixed = answer(store, "gpu.sm_active", None, None, window, bindings)
+    assert_same(mixed, answer(store, "gpu.sm_active", None, None, window, bindings,
+                              tier=Tier.MINUTE))
+    # Hour 0 is more than 2 h behind the rolled-up hours: read as minutes, not kept.
+    assert [(lo, hi) for _, lo, hi, _ in kept(store)] == \
+        [(to_ms(T0 + HOUR), to_ms(T0 + HOUR + timedelta(minutes=10)))]
+    store.close()

@@ -128,7 +128,10 @@ class DuckDBTelemetryStore:
             if self._journal is None else None
         if self._journal is not None:
             self._replay(self._journal.recover())
-        self._pieces = EdgePieces(self._new_cursor, lambda con: self._state(con)[1])
+        # Pieces are kept no longer than the minutes they fold (a shorter minute retention).
+        self._pieces = EdgePieces(self._new_cursor, lambda con: self._state(con)[1],
+                                  horizon_hours=min(48, int(retention.minute
+                                                            / timedelta(hours=1))))
         self._applier = None if apply_interval_s is None else JournalApplier(
             self._catch_up, apply_interval_s)
 
