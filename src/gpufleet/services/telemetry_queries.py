@@ -24,6 +24,7 @@ from gpufleet.domain.telemetry.durations import parse_duration
 from gpufleet.domain.telemetry.funnel import MINUTES_PER_HOUR, Funnel, Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Scope
 from gpufleet.services import telemetry_live
+from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.principal import Principal
 from gpufleet.services.telemetry_ownership import (
     INVENTORY_LABELS,
@@ -256,11 +257,17 @@ class TelemetryQueries:
     # --- idleness ------------------------------------------------------------------------
 
     def idle(self, principal: Principal, *, held_only: bool = False,
-             project: str | None = None) -> wt.IdleList:
+             project: str | None = None, cursor: str | None = None,
+             limit: int | None = None) -> wt.IdleList:
         """Allocations whose units stayed below the activity threshold for the whole idle
-        window, judged on the rolled-up minutes up to now; idle-held ones hold memory."""
+        window, judged on the rolled-up minutes up to now; idle-held ones hold memory.
+
+        Ordered by (idle since, allocation, GPU, MIG instance) and paged by that key
+        (`limit` None: every item): the verdicts are worked out for every candidate (they
+        are counted in aggregate), but only a page's items are built and sent."""
         principal.require(Action.READ_INVENTORY)
         masks = self.masks  # a store without them: 503 before any work
+        after = idle_cursor(cursor) if cursor is not None else None
         now = self.clock.now()
         t = self.thresholds
         window = timedelta(minutes=t.idle_window_minutes)
@@ -271,16 +278,16 @@ class TelemetryQueries:
                      if s.end is None or s.end > now]
         done = min(masks.refresh(), to_ms(now))
         lo = done - int(window.total_seconds() * 1000)
-        spans = [_span(s, n, lo, done) for n, s in enumerate(slots)]
+        spans = [_span(s, n, lo, done) for n, s in enumerate(slots) if s.start_ms <= lo]
         counts = masks.tallies(spans, lo, done, done) if spans else {}
-        candidates = [n for n, s in enumerate(slots)
-                      if not (counts.get(n) and counts[n].active) and s.start_ms <= lo]
+        candidates = [span.group for span in spans
+                      if not (counts.get(span.group) and counts[span.group].active)]
         look_lo = done - int(IDLE_LOOKBACK.total_seconds() * 1000)
         last = masks.tallies([_span(slots[n], n, look_lo, done) for n in candidates],
                              look_lo, done, done, last_active=True) if candidates else {}
         memory = telemetry_live.latest_memory(self.telemetry, [slots[n].unit for n in candidates],
                                               now)
-        items, unknown = [], 0
+        found, unknown = [], 0
         for n in candidates:
             slot, count = slots[n], counts.get(n)
             known = (count.known / slot.weight) if count and slot.weight else 0.0
@@ -294,16 +301,28 @@ class TelemetryQueries:
             last_ms = last[n].last_active_ms if n in last else None
             since = max(slot.start, now - IDLE_LOOKBACK) if last_ms is None else \
                 from_ms(last_ms + MINUTE_MS)
+            found.append(((since, slot.allocation, slot.unit[0], slot.unit[1] or ""), n,
+                          state))
+        found.sort(key=lambda f: f[0])
+        if after is not None:
+            found = [f for f in found if f[0] > after]
+        page = found if limit is None else found[:limit]
+        next_cursor = None
+        if len(page) < len(found):
+            since, *rest = page[-1][0]
+            next_cursor = encode_cursor([since.isoformat(), *rest])
+        items = []
+        for (since, *_), n, state in page:
+            slot = slots[n]
             items.append(wt.IdleAllocation(
                 allocation=slot.allocation, project=slot.project, gpu_uuid=slot.unit[0],
                 mig_uuid=slot.unit[1], mig_profile=slot.mig_profile, node=slot.node,
                 environment=slot.environment, model=slot.model, weight=slot.weight,
                 state=state, idle_since=since, memory_held_bytes=memory.get(slot.unit)))
-        items.sort(key=lambda i: (i.idle_since, i.allocation, i.gpu_uuid, i.mig_uuid or ""))
         return wt.IdleList(at=now, window_hours=window.total_seconds() / 3600,
                            activity_threshold_percent=t.activity_percent,
                            idle_held_memory_bytes=t.idle_held_memory_bytes, items=items,
-                           unknown=unknown)
+                           unknown=unknown, next_cursor=next_cursor)
 
     # --- live views (latest values, processes) ---------------------------------------------
 
@@ -341,6 +360,24 @@ class TelemetryQueries:
         view = self.funnel(principal, ["environment"])
         self._gauges[scope] = (time.monotonic(), view)
         return view
+
+
+def idle_cursor(cursor: str) -> tuple[datetime, str, str, str]:
+    """The idle list's sort key from a cursor it issued (idle since, allocation, GPU, MIG
+    instance or ""); anything else is a 400 `invalid_cursor`."""
+    since, *rest = decode_cursor(cursor, 4)
+    if not isinstance(since, str) or not all(isinstance(v, str) for v in rest):
+        raise InvalidInput("the cursor does not match this listing's sort",
+                           code="invalid_cursor", details={"cursor": cursor})
+    try:
+        at = datetime.fromisoformat(since)
+    except ValueError as exc:
+        raise InvalidInput("the cursor does not match this listing's sort",
+                           code="invalid_cursor", details={"cursor": cursor}) from exc
+    if at.tzinfo is None:
+        raise InvalidInput("the cursor does not match this listing's sort",
+                           code="invalid_cursor", details={"cursor": cursor})
+    return (at, *rest)
 
 
 def _span(slot: Slot, group: int, lo: int, hi: int) -> SlotSpan:

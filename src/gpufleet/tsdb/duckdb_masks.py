@@ -32,6 +32,7 @@ role). A GPU counts towards the environment it first reported from.
 from __future__ import annotations
 
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from gpufleet.domain.telemetry.funnel import (
@@ -90,6 +91,8 @@ class DuckDBMinuteMasks:
         self._gpus: dict[str, int] = {}
         self._filled_ms = 0  # unit_hour holds every rolled-up minute before this
         self._compacted_ms = 0  # hours before this have one row per unit
+        # (grouping, closed hour) → GPU-minutes reporting per group: reporting_minutes
+        self._reported: dict[tuple[tuple[str, ...], int], dict[tuple, int]] = {}
 
     # -- the cache ------------------------------------------------------------------------
 
@@ -217,51 +220,92 @@ class DuckDBMinuteMasks:
                 *, last_active: bool = False) -> dict[int, Tally]:
         """See masks.MinuteMasks."""
         hi_ms = min(hi_ms, done_ms)
-        wanted = [(self._units[s.unit], max(s.lo_ms, lo_ms), min(s.hi_ms, hi_ms), s.group,
-                   s.weight) for s in spans if s.unit in self._units]
-        wanted = [w for w in wanted if w[1] < w[2]]
-        if not wanted:
+        if not spans or lo_ms >= hi_ms:
             return {}
+        # Columns straight from the named tuples; clipping to the question's window and
+        # dropping units the store never heard of happen in the engine (a question at
+        # 100,000 GPUs passes 75,000 spans).
+        units, los, his, groups, weights = zip(*spans, strict=True)
+        index = self._units
+        params = [[index.get(u) for u in units], list(los), list(his), list(groups),
+                  list(weights)]
         rm = _range_mask("s.lo_ms", "s.hi_ms")
-        last = (f", max({_highest_minute('(rm & hot)')}) FILTER (WHERE (rm & hot) <> 0)"
-                if last_active else ", NULL")
-        sql = f"""WITH s AS (SELECT unnest($1::INTEGER[]) AS unit_id, unnest($2::BIGINT[]) AS lo_ms,
-                      unnest($3::BIGINT[]) AS hi_ms, unnest($4::INTEGER[]) AS grp,
-                      unnest($5::DOUBLE[]) AS w),
+        last = (f", (max({_highest_minute('(rm & hot)')}) "
+                "FILTER (WHERE (rm & hot) <> 0))::BIGINT" if last_active else ", NULL")
+        sql = f"""WITH s AS (SELECT * FROM (
+                      SELECT unnest($1::INTEGER[]) AS unit_id,
+                             greatest(unnest($2::BIGINT[]), {int(lo_ms)}) AS lo_ms,
+                             least(unnest($3::BIGINT[]), {int(hi_ms)}) AS hi_ms,
+                             unnest($4::INTEGER[]) AS grp, unnest($5::DOUBLE[]) AS w)
+                      WHERE unit_id IS NOT NULL AND lo_ms < hi_ms),
             a AS (SELECT unit_id, hour_ms, {_ACT_KNOWN} AS known, {_ACT_HOT} AS hot,
                          sm_known, sm_hot, sm_sum FROM ({self._rows(lo_ms, hi_ms)})),
             j AS (SELECT s.grp, s.w, a.hour_ms, a.known, a.hot, a.sm_known, a.sm_hot, a.sm_sum,
                          {rm.replace("hour_ms", "a.hour_ms")} AS rm
                   FROM s JOIN a ON a.unit_id = s.unit_id
                    AND a.hour_ms > s.lo_ms - {HOUR_MS} AND a.hour_ms < s.hi_ms)
-            SELECT grp, sum(w * bit_count(rm & hot)), sum(w * bit_count(rm & hot & sm_hot)),
-                   sum(w * bit_count(rm & known)),
-                   sum(w * CASE WHEN sm_known <> 0 THEN sm_sum * bit_count(rm & sm_known)
-                                / bit_count(sm_known) ELSE 0 END) {last}
+            SELECT grp, coalesce(sum(w * bit_count(rm & hot)), 0)::DOUBLE,
+                   coalesce(sum(w * bit_count(rm & hot & sm_hot)), 0)::DOUBLE,
+                   coalesce(sum(w * bit_count(rm & known)), 0)::DOUBLE,
+                   coalesce(sum(w * CASE WHEN sm_known <> 0 THEN sm_sum
+                                * bit_count(rm & sm_known) / bit_count(sm_known)
+                                ELSE 0 END), 0)::DOUBLE {last}
             FROM j GROUP BY grp"""
-        params = [list(c) for c in zip(*wanted, strict=True)]
         rows = self._read(lambda cur: cur.execute(sql, params).fetchall())
-        return {grp: Tally(active or 0.0, effective or 0.0, known or 0.0, sm or 0.0,
-                           int(last_ms) if last_ms is not None else None)
-                for grp, active, effective, known, sm, last_ms in rows}
+        make = Tally._make
+        return {row[0]: make(row[1:]) for row in rows}
 
     def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int,
                           done_ms: int) -> dict[tuple, int]:
-        """See masks.MinuteMasks."""
+        """See masks.MinuteMasks. The cached closed hours inside the window are counted once
+        per grouping and kept (their masks never change: `_compact`), so a question counts
+        only the partial hours at the window's edges and the hour still open."""
         hi_ms = min(hi_ms, done_ms)
         if lo_ms >= hi_ms or not self._gpus:
             return {}
-        columns = [c for c in by if c in ("environment", "model", "node")]
+        columns = tuple(c for c in by if c in ("environment", "model", "node"))
+        oldest = (self._filled_ms // HOUR_MS - self.cache_hours) * HOUR_MS
+        first = max(-(-lo_ms // HOUR_MS) * HOUR_MS, oldest)
+        last = min(hi_ms // HOUR_MS * HOUR_MS, self._compacted_ms)
+        if first >= last:
+            return self._reporting(columns, lo_ms, hi_ms)
+        missing = [h for h in range(first, last, HOUR_MS) if (columns, h) not in self._reported]
+        if missing:
+            per_hour = self._reporting(columns, missing[0], missing[-1] + HOUR_MS,
+                                       per_hour=True)
+            for h in missing:
+                self._reported[(columns, h)] = per_hour.get(h, {})
+            for key in [k for k in self._reported if k[1] < oldest]:
+                self._reported.pop(key, None)
+        totals: dict[tuple, int] = defaultdict(int)
+        for part in [self._reported[(columns, h)] for h in range(first, last, HOUR_MS)] + [
+                self._reporting(columns, lo_ms, first) if lo_ms < first else {},
+                self._reporting(columns, last, hi_ms) if last < hi_ms else {}]:
+            for key, minutes in part.items():
+                totals[key] += minutes
+        return dict(totals)
+
+    def _reporting(self, columns: tuple[str, ...], lo_ms: int, hi_ms: int, *,
+                   per_hour: bool = False) -> dict:
+        """GPU-minutes with any signal in [lo, hi) per group (`per_hour`: per hour, then
+        per group)."""
         keys = ", ".join(f"g.{c}" for c in columns) or "NULL"
-        group = f"GROUP BY {keys}" if columns else ""
+        hour = "p.hour_ms, " if per_hour else ""
+        grouping = (["p.hour_ms"] if per_hour else []) + [f"g.{c}" for c in columns]
+        group = f"GROUP BY {', '.join(grouping)}" if grouping else ""
         rm = _range_mask(str(lo_ms), str(hi_ms))
         sql = f"""WITH per_gpu AS (SELECT gpu_id, hour_ms, bit_or(gr_known | util_known
                                   | sm_known | pmem_known) AS known
                                   FROM ({self._rows(lo_ms, hi_ms)}) GROUP BY gpu_id, hour_ms)
-            SELECT {keys}, sum(bit_count(known & {rm}))::BIGINT
+            SELECT {hour}{keys}, sum(bit_count(known & {rm}))::BIGINT
             FROM per_gpu p JOIN {CACHE}.gpus g USING (gpu_id) {group}"""
         rows = self._read(lambda cur: cur.execute(sql).fetchall())
-        return {tuple(row[:-1]) if columns else (): int(row[-1] or 0) for row in rows}
+        if not per_hour:
+            return {tuple(row[:-1]) if columns else (): int(row[-1] or 0) for row in rows}
+        found: dict[int, dict[tuple, int]] = defaultdict(dict)
+        for row in rows:
+            found[row[0]][tuple(row[1:-1]) if columns else ()] = int(row[-1] or 0)
+        return found
 
 
 def series_minutes(read: Callable, ids: dict[int, SeriesLabels], lo_ms: int, hi_ms: int,

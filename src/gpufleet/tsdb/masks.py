@@ -9,8 +9,7 @@ is not a `MaskStore`, and the services answer 503 `telemetry_query_unsupported`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.tsdb.protocol import SeriesLabels
@@ -18,9 +17,9 @@ from gpufleet.tsdb.protocol import SeriesLabels
 UnitKey = tuple[str, str | None]  # (gpu_uuid, mig_uuid)
 
 
-@dataclass(frozen=True)
-class Tally:
-    """Weighted minute counts of one group (weight × minutes)."""
+class Tally(NamedTuple):
+    """Weighted minute counts of one group (weight × minutes). A named tuple, not a
+    dataclass: a question at 100,000 GPUs makes one per binding."""
 
     active: float = 0.0
     effective: float = 0.0
@@ -29,8 +28,7 @@ class Tally:
     last_active_ms: int | None = None
 
 
-@dataclass(frozen=True)
-class SlotSpan:
+class SlotSpan(NamedTuple):
     """One binding's part of the question: a unit over [lo_ms, hi_ms), in group `group`."""
 
     unit: UnitKey

@@ -152,6 +152,15 @@ class Binding:
     end: datetime | None
     allocation: str
     project: str
+    # The interval in epoch ms, worked out once: a query at 100,000 GPUs reads 75,000.
+    start_ms: int = field(init=False, compare=False, repr=False)
+    end_ms: int | None = field(init=False, compare=False, repr=False)
+    owner: tuple[str, str] = field(init=False, compare=False, repr=False)  # OWNER_LABELS'
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start_ms", to_ms(self.start))
+        object.__setattr__(self, "end_ms", None if self.end is None else to_ms(self.end))
+        object.__setattr__(self, "owner", (self.allocation, self.project))
 
 
 # (gpu_uuid, mig_uuid) → the unit's bindings over the query window.

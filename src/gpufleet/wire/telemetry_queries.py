@@ -110,6 +110,7 @@ class IdleList(View):
     idle_held_memory_bytes: int
     items: list[IdleAllocation]
     unknown: int  # allocated units whose activity is unknown for too much of the window
+    next_cursor: str | None = None  # the next page (`cursor=`); None on the last page
 
 
 class ZombieProcess(View):

@@ -78,10 +78,14 @@ def funnel(
 
 
 @router.get("/idle", response_model=wt.IdleList)
-def idle(held_only: bool = False, project: str | None = None,
-         p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
-    """Allocated units idle for the whole idle window; `held_only`: those holding memory."""
-    return gf.queries.idle(p, held_only=held_only, project=project)
+def idle(held_only: bool = False, project: str | None = None, cursor: str | None = None,
+         limit: int | None = None, p: Principal = Depends(principal),
+         gf: Gpufleet = Depends(services)):
+    """Allocated units idle for the whole idle window; `held_only`: those holding memory.
+    Paged like the other listings (`limit`, then `cursor=next_cursor`), longest idle first;
+    `unknown` counts the whole list's units whose activity is unknown."""
+    return gf.queries.idle(p, held_only=held_only, project=project, cursor=cursor,
+                           limit=page_limit(limit, gf))
 
 
 @router.get("/zombies", response_model=list[wt.ZombieProcess])

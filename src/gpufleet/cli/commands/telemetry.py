@@ -106,8 +106,8 @@ def idle_command(
 ) -> None:
     """Allocations idle for the whole idle window, and since when."""
     with connect() as api:
-        view = api.get(api_path("telemetry", "idle"),
-                       query(held_only=held_only or None, project=project))
+        view = api.pages(api_path("telemetry", "idle"),
+                         query(held_only=held_only or None, project=project), follow=True)
     emit(view, as_json, lambda v: table(
         ["allocation", "project", "gpu", "mig", "node", "state", "idle since", "memory GiB"],
         [[i["allocation"], i["project"], i["gpu_uuid"], i["mig_profile"] or i["mig_uuid"],
