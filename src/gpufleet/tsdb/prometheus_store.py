@@ -27,8 +27,10 @@ How a query keeps the DuckDB store's answers:
   aggregated here — the DuckDB store's rule.
 
 `tier` only aligns the first bucket as the DuckDB store does; the engine reads whatever
-resolution it keeps (its own downsampling). `rollup()` and `apply_retention()` do nothing:
-the engine's retention flags rule (VictoriaMetrics `-retentionPeriod`).
+resolution it keeps (its own downsampling). `apply_retention()` does nothing: the engine's
+retention flags rule (VictoriaMetrics `-retentionPeriod`). `rollup(until)` folds nothing
+either; it records until when minutes are final, which is what the funnel's minute masks
+judge (`minute_masks`, prometheus_masks.py).
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cache
+from typing import TYPE_CHECKING
 
 import httpx
 
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.telemetry.catalogue import CATALOGUE
+from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.tsdb.protocol import (
     HOUR_MS,
@@ -70,6 +74,9 @@ from gpufleet.tsdb.protocol import (
 )
 from gpufleet.tsdb.rollups import combine_across
 from gpufleet.wire.remote_write import METRIC_NAME_LABEL, REQUEST_HEADERS, encode_write_request
+
+if TYPE_CHECKING:
+    from gpufleet.tsdb.prometheus_masks import PrometheusMinuteMasks
 
 EXPOSITION_PREFIX = "gpufleet_"
 # Labels a query adds to tell the parts of one answer apart; never written.
@@ -167,6 +174,7 @@ class PrometheusTelemetryStore:
         # so a replay this process does not remember is harmless too.
         self._batch_keys: OrderedDict[str, None] = OrderedDict()
         self._keys_lock = threading.Lock()
+        self._rolled_up_ms = 0  # minutes before this are final (`rollup`)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -204,7 +212,13 @@ class PrometheusTelemetryStore:
         return answers
 
     def rollup(self, until: datetime) -> None:
-        """Nothing to do: the engine downsamples by its own settings."""
+        """The engine keeps no rollups (it downsamples by its own settings), so this only
+        records that minutes ending before `until` are final: the funnel, idle list and
+        zombies judge those (the server calls it with now − `telemetry_rollup_grace_s`,
+        which must cover the engine's `-search.latencyOffset`)."""
+        until_ms = to_ms(until) // MINUTE_MS * MINUTE_MS
+        with self._keys_lock:
+            self._rolled_up_ms = max(self._rolled_up_ms, until_ms)
 
     def apply_retention(self, now: datetime) -> None:
         """Nothing to do: the engine expires samples by its own retention flag
@@ -277,6 +291,32 @@ class PrometheusTelemetryStore:
                 latest.append(LatestValue(described, from_ms(round(got["at"] * 1000)),
                                           got["value"]))
         return sorted(latest, key=lambda v: (v.series.metric, v.series.key))
+
+    # -- the funnel's minute masks (prometheus_masks.py) -----------------------------------
+
+    def minute_masks(self, thresholds: Thresholds) -> PrometheusMinuteMasks:
+        """Per-unit minute masks over the engine's 1-minute means (masks.MinuteMasks); the
+        caller keeps the object, whose cache of closed hours lives in it."""
+        from gpufleet.tsdb.prometheus_masks import PrometheusMinuteMasks
+
+        return PrometheusMinuteMasks(self._minute_rows, lambda: self._rolled_up_ms,
+                                     thresholds)
+
+    def series_minutes(self, chosen: Sequence[SeriesLabels], lo_ms: int, hi_ms: int,
+                       above: float) -> dict[SeriesLabels, tuple[int, int, int | None]]:
+        """See masks.MaskStore."""
+        from gpufleet.tsdb.prometheus_masks import series_minutes
+
+        return series_minutes(self._minute_rows,
+                              lambda metric, f: _selection(exposition_name(metric), f)[0],
+                              chosen, lo_ms, hi_ms, above)
+
+    def _minute_rows(self, lo_ms: int, hi_ms: int,
+                     parts: Mapping[str, Callable[[int], str]]
+                     ) -> dict[tuple, dict[int, dict[str | None, float]]]:
+        """Each answer series' minute rows in [lo, hi) (minute-aligned), one part each."""
+        return self._rows(_Window(lo_ms, hi_ms, MINUTE_MS),
+                          lambda w: _union({part: make(w) for part, make in parts.items()}))
 
     # -- internals ------------------------------------------------------------------------
 
