@@ -347,33 +347,36 @@ class PrometheusTelemetryStore:
         rows: dict[tuple, dict[int, dict[str | None, float]]] = defaultdict(
             lambda: defaultdict(dict))
 
-        def keep(labels: dict[str, str], start_ms: int, value: float) -> None:
+        def series_rows(labels: dict[str, str]) -> tuple[dict[int, dict], str | None]:
             part = labels.pop(PART_LABEL, None)
             labels.pop(METRIC_NAME_LABEL, None)
-            rows[_key(labels)][start_ms][part] = value
+            return rows[_key(labels)], part
 
         row_ms = window.row_ms
         for first, count in window.full_row_chunks():
-            for labels, at_ms, value in self._range(expression(row_ms), first + row_ms - 1,
-                                                    count, row_ms):
-                keep(labels, at_ms - row_ms + 1, value)
+            for labels, points in self._range(expression(row_ms), first + row_ms - 1, count,
+                                              row_ms):
+                by_start, part = series_rows(labels)  # once per series, not per point
+                for at_ms, value in points:
+                    by_start[at_ms - row_ms + 1][part] = value
         cut = window.cut_row()
         if cut is not None:
             cut_start, cut_ms = cut
             for labels, value in self._instant(expression(cut_ms), window.hi - 1):
-                keep(labels, cut_start, value)
+                by_start, part = series_rows(labels)
+                by_start[cut_start][part] = value
         return rows
 
     def _range(self, query: str, first_ms: int, count: int, step_ms: int
-               ) -> Iterable[tuple[dict[str, str], int, float]]:
+               ) -> Iterable[tuple[dict[str, str], list[tuple[int, float]]]]:
+        """Each answer series' labels and its points (time in ms, value; NaN left out)."""
         data = self._get("query_range", {
             "query": query, "start": _seconds(first_ms),
             "end": _seconds(first_ms + (count - 1) * step_ms), "step": _seconds(step_ms)})
         for found in data["result"]:
-            for at_s, text in found["values"]:
-                value = float(text)
-                if not math.isnan(value):
-                    yield dict(found["metric"]), round(float(at_s) * 1000), value
+            points = [(round(float(at_s) * 1000), value) for at_s, text in found["values"]
+                      if not math.isnan(value := float(text))]
+            yield dict(found["metric"]), points
 
     def _instant(self, query: str, at_ms: int) -> Iterable[tuple[dict[str, str], float]]:
         data = self._get("query", {"query": query, "time": _seconds(at_ms)})
