@@ -119,3 +119,22 @@ def test_a_failed_fetch_counts_nothing_twice(victoria_metrics, fresh_store):
     span = SlotSpan(("GPU-1", None), to_ms(HOUR0), done, 0, 1.0)
     tally = masks.tallies([span], span.lo_ms, done, done)[0]
     assert (tally.known, tally.sm_percent) == (20, pytest.approx(20 * 70.0))
+
+
+def test_a_fleet_too_large_for_one_fetch_an_hour_is_fetched_in_shorter_parts(
+        fresh_store, monkeypatch):
+    import gpufleet.tsdb.prometheus_masks as module
+
+    monkeypatch.setattr(module, "MAX_POINTS_PER_FETCH", 13)  # 6 points a minute: 2 minutes
+    store = fresh_store()
+    for gpu in ("GPU-1", "GPU-2", "GPU-3"):
+        busy_minutes(store, gpu, 0, 30)
+    masks = store.minute_masks(Thresholds())
+    store.rollup(HOUR0 + timedelta(minutes=25))
+    done = masks.refresh()
+    assert masks._chunk_minutes() == 2  # 3 GPUs × 2 signals
+    spans = [SlotSpan((gpu, None), to_ms(HOUR0), done, 0, 1.0)
+             for gpu in ("GPU-1", "GPU-2", "GPU-3")]
+    tally = masks.tallies(spans, to_ms(HOUR0), done, done)[0]
+    assert (tally.known, tally.active) == (75, 75)
+    assert masks.points_fetched == 25 * 6

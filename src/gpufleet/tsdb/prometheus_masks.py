@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufleet.domain.telemetry.funnel import (
@@ -56,6 +56,8 @@ from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SeriesLabels
 # signal known (reporting).
 ACT_KNOWN, ACT_HOT, SM_KNOWN, SM_HOT = range(4)
 DEFAULT_CACHE_HOURS = 25  # a 24-hour window ending now touches 25 hours
+# Points one fetch asks for at most: the answer's JSON (~25 bytes a point) stays ~25 MB.
+MAX_POINTS_PER_FETCH = 1_000_000
 UNIT_AXES = ("gpu_uuid", "mig_uuid", "node", "environment", "model")
 
 
@@ -142,6 +144,15 @@ class PrometheusMinuteMasks:
         self._cached_from_ms = 0  # hours from here to _filled_ms are cached
         self._filled_ms = 0
         self.points_fetched = 0  # minute points the engine returned (for benchmarks)
+        self._points_per_minute = 0.0  # what the last fetch returned: sizes the next one
+
+    def _chunk_minutes(self) -> int:
+        """Minutes one fetch may span: an hour, or fewer where the fleet answers so many
+        points a minute that an hour would pass MAX_POINTS_PER_FETCH; 10 before anything is
+        known (a 100,000-GPU fleet's first fetch stays ~3 million points)."""
+        if not self._points_per_minute:
+            return 10
+        return max(1, min(60, int(MAX_POINTS_PER_FETCH // self._points_per_minute)))
 
     # -- the cache ------------------------------------------------------------------------
 
@@ -155,7 +166,7 @@ class PrometheusMinuteMasks:
                 self._hours = {h: m for h, m in self._hours.items() if h >= oldest_ms}
                 self._cached_from_ms = oldest_ms if lo_ms == oldest_ms else \
                     max(self._cached_from_ms, oldest_ms)
-            for chunk_lo, chunk_hi in _hour_chunks(lo_ms, done_ms):
+            for chunk_lo, chunk_hi in _chunks(lo_ms, done_ms, self._chunk_minutes):
                 folded = self._fold(chunk_lo, chunk_hi)  # fetched whole, then merged
                 with self._lock:
                     for hour_ms, hour in folded.items():
@@ -171,6 +182,7 @@ class PrometheusMinuteMasks:
                                           for part, signal in SIGNALS.items()})
         # (unit id, hour) → known masks by role, hot masks by role, sm_active sum
         acc: dict[tuple[int, int], list] = {}
+        points = 0
         t = self.thresholds
         hot_at = {GR: t.activity_percent, UTIL: t.activity_percent,
                   SM: t.effective_sm_active_percent}
@@ -182,7 +194,7 @@ class PrometheusMinuteMasks:
                 mig, model = labels.get("mig_uuid") or None, labels.get("model", "")
                 roles = {part: signal_role(s.metric, mig, model) for part, s in SIGNALS.items()}
                 uid = self._unit_id(labels)
-                self.points_fetched += sum(len(v) for v in by_start.values())
+                points += sum(len(v) for v in by_start.values())
                 for start_ms, values in by_start.items():
                     hour_ms = start_ms // HOUR_MS * HOUR_MS
                     bit = 1 << (start_ms - hour_ms) // MINUTE_MS
@@ -198,6 +210,8 @@ class PrometheusMinuteMasks:
                         masks[role] |= bit
                         if role in hot_at and value >= hot_at[role]:
                             masks[5 + role] |= bit
+            self.points_fetched += points
+            self._points_per_minute = points / ((hi_ms - lo_ms) / MINUTE_MS)
             hours: dict[int, _Hour] = {}
             for (uid, hour_ms), m in acc.items():
                 gr, util, sm, pmem, proc = m[GR], m[UTIL], m[SM], m[PMEM], m[PROC]
@@ -225,8 +239,8 @@ class PrometheusMinuteMasks:
         """The masks of each hour of [lo, hi): cached, or fetched now (hours the cache does
         not keep)."""
         older: dict[int, _Hour] = {}
-        for chunk_lo, chunk_hi in _hour_chunks(lo_ms // HOUR_MS * HOUR_MS,
-                                               min(hi_ms, self._cached_from_ms)):
+        for chunk_lo, chunk_hi in _chunks(lo_ms // HOUR_MS * HOUR_MS,
+                                          min(hi_ms, self._cached_from_ms), self._chunk_minutes):
             for hour_ms, hour in self._fold(chunk_lo, chunk_hi).items():
                 older.setdefault(hour_ms, _Hour()).merge(hour, self._gpu_of_unit)
         return lambda hour_ms: older.get(hour_ms) if hour_ms < self._cached_from_ms \
@@ -296,14 +310,13 @@ def _add_hour(total: list, hour: _Hour, uid: int, rm: int, weight: float,
         total[4] = last if total[4] is None else max(total[4], last)
 
 
-def _hour_chunks(lo_ms: int, hi_ms: int) -> list[tuple[int, int]]:
-    """[lo, hi) cut at hour boundaries."""
-    chunks = []
+def _chunks(lo_ms: int, hi_ms: int, minutes: Callable[[], int]) -> Iterator[tuple[int, int]]:
+    """[lo, hi) cut at hour boundaries and into `minutes()` minutes at most (asked again
+    for each chunk: it follows what the last fetch returned)."""
     while lo_ms < hi_ms:
-        end = min((lo_ms // HOUR_MS + 1) * HOUR_MS, hi_ms)
-        chunks.append((lo_ms, end))
+        end = min((lo_ms // HOUR_MS + 1) * HOUR_MS, lo_ms + minutes() * MINUTE_MS, hi_ms)
+        yield lo_ms, end
         lo_ms = end
-    return chunks
 
 
 def _expression(signal: Signal) -> Callable[[int], str]:
