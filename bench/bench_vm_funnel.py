@@ -23,11 +23,11 @@ import zlib
 from datetime import timedelta
 from pathlib import Path
 
+from fastapi.testclient import TestClient
+
 from bench_ingest import cpu_seconds
 from bench_remote_write import start_victoria_metrics
 from bench_telemetry_queries import ENVIRONMENTS, METRICS, NOW, load_state
-from fastapi.testclient import TestClient
-
 from gpufleet.api.app import create_app
 from gpufleet.clock import ManualClock
 from gpufleet.server import bootstrap_admin_token
