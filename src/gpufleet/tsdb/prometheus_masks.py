@@ -35,9 +35,10 @@ and the sm_active sum takes the first series' mean.
 
 from __future__ import annotations
 
+import math
 import threading
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufleet.domain.telemetry.funnel import (
@@ -78,10 +79,11 @@ SIGNALS = {"gr": Signal(GR_ENGINE_ACTIVE, "avg_over_time"),
            "pmem": Signal(MEMORY_USED, "count_over_time", 'mig_uuid!=""'),
            "proc": Signal(PROCESS_MEMORY, "count_over_time", 'mig_uuid!=""', per_unit=True)}
 
-# rows(lo_ms, hi_ms, parts): the engine's minute rows of [lo, hi) for `parts` (part →
-# expression of the window in ms): labels → minute start → {part: value}.
-Rows = Callable[[int, int, Mapping[str, Callable[[int], str]]],
-                Mapping[tuple, Mapping[int, Mapping[str, float]]]]
+# fetch(lo_ms, hi_ms, parts): the engine's minutes of [lo, hi) for `parts` (part →
+# expression of the window in ms), per answer series: its labels, its part, and its
+# (minute's last ms, value) points — each minute [b, b + 60 s) is answered at b + 60 s − 1 ms.
+Fetch = Callable[[int, int, Mapping[str, Callable[[int], str]]],
+                 Iterable[tuple[dict[str, str], str, list[tuple[int, float]]]]]
 
 
 class _Hour:
@@ -125,12 +127,12 @@ def range_mask(hour_ms: int, lo_ms: int, hi_ms: int) -> int:
 
 
 class PrometheusMinuteMasks:
-    """Made by `PrometheusTelemetryStore.minute_masks`: `rows` asks the engine for minute
-    rows (`Rows`), `rolled_up()` says until when (ms) minutes are judged."""
+    """Made by `PrometheusTelemetryStore.minute_masks`: `fetch` asks the engine for minutes
+    (`Fetch`), `rolled_up()` says until when (ms) minutes are judged."""
 
-    def __init__(self, rows: Rows, rolled_up: Callable[[], int], thresholds: Thresholds, *,
+    def __init__(self, fetch: Fetch, rolled_up: Callable[[], int], thresholds: Thresholds, *,
                  cache_hours: int = DEFAULT_CACHE_HOURS):
-        self._fetch = rows
+        self._fetch = fetch
         self._rolled_up = rolled_up
         self.thresholds = thresholds
         self.cache_hours = cache_hours
@@ -177,50 +179,51 @@ class PrometheusMinuteMasks:
             return done_ms
 
     def _fold(self, lo_ms: int, hi_ms: int) -> dict[int, _Hour]:
-        """The masks of the minutes in [lo, hi) (one hour at most), as the engine has them."""
-        rows = self._fetch(lo_ms, hi_ms, {part: _expression(signal)
-                                          for part, signal in SIGNALS.items()})
-        # (unit id, hour) → known masks by role, hot masks by role, sm_active sum
-        acc: dict[tuple[int, int], list] = {}
+        """The masks of the minutes in [lo, hi) (within one hour), as the engine has them."""
+        answer = self._fetch(lo_ms, hi_ms, {part: _expression(signal)
+                                            for part, signal in SIGNALS.items()})
+        hour_ms = lo_ms // HOUR_MS * HOUR_MS
+        first_end_ms = hour_ms + MINUTE_MS - 1  # the end (its last ms) of the hour's minute 0
+        # unit id → known masks by role, hot masks by role, sm_active sum
+        acc: dict[int, list] = {}
         points = 0
         t = self.thresholds
         hot_at = {GR: t.activity_percent, UTIL: t.activity_percent,
                   SM: t.effective_sm_active_percent}
         with self._lock:
-            for key, by_start in rows.items():
-                labels = dict(key)
+            for labels, part, ends in answer:
                 if "gpu_uuid" not in labels:
                     continue
-                mig, model = labels.get("mig_uuid") or None, labels.get("model", "")
-                roles = {part: signal_role(s.metric, mig, model) for part, s in SIGNALS.items()}
+                role = signal_role(SIGNALS[part].metric, labels.get("mig_uuid") or None,
+                                   labels.get("model", ""))
+                if role is None:
+                    continue
                 uid = self._unit_id(labels)
-                points += sum(len(v) for v in by_start.values())
-                for start_ms, values in by_start.items():
-                    hour_ms = start_ms // HOUR_MS * HOUR_MS
-                    bit = 1 << (start_ms - hour_ms) // MINUTE_MS
-                    masks = acc.get((uid, hour_ms))
-                    if masks is None:
-                        masks = acc[(uid, hour_ms)] = [0] * 10 + [0.0]
-                    for part, value in values.items():
-                        role = roles[part]
-                        if role is None:
-                            continue
-                        if role == SM and not masks[SM] & bit:
-                            masks[10] += min(max(value, 0.0), 100.0)
-                        masks[role] |= bit
-                        if role in hot_at and value >= hot_at[role]:
-                            masks[5 + role] |= bit
+                masks = acc.get(uid)
+                if masks is None:
+                    masks = acc[uid] = [0] * 10 + [0.0]
+                points += len(ends)
+                hot_from = hot_at.get(role, math.inf)
+                known = hot = 0
+                for end_ms, value in ends:  # the loop every point goes through: kept bare
+                    bit = 1 << (end_ms - first_end_ms) // MINUTE_MS
+                    if role == SM and not (masks[SM] | known) & bit:
+                        masks[10] += min(max(value, 0.0), 100.0)
+                    known |= bit
+                    if value >= hot_from:
+                        hot |= bit
+                masks[role] |= known
+                masks[5 + role] |= hot
             self.points_fetched += points
             self._points_per_minute = points / ((hi_ms - lo_ms) / MINUTE_MS)
-            hours: dict[int, _Hour] = {}
-            for (uid, hour_ms), m in acc.items():
+            hour = _Hour()
+            for uid, m in acc.items():
                 gr, util, sm, pmem, proc = m[GR], m[UTIL], m[SM], m[PMEM], m[PROC]
                 # A minute's activity is its first signal present (`unit_activity`).
-                hot = m[5 + GR] | (m[5 + UTIL] & ~gr) | (pmem & proc & ~gr & ~util)
-                hour = hours.setdefault(hour_ms, _Hour())
-                hour.add(uid, self._gpu_of_unit[uid], (gr | util | pmem, hot, sm, m[5 + SM]),
+                active = m[5 + GR] | (m[5 + UTIL] & ~gr) | (pmem & proc & ~gr & ~util)
+                hour.add(uid, self._gpu_of_unit[uid], (gr | util | pmem, active, sm, m[5 + SM]),
                          m[10], gr | util | sm | pmem)
-        return hours
+        return {hour_ms: hour} if acc else {}
 
     def _unit_id(self, labels: Mapping[str, str]) -> int:
         unit = (labels["gpu_uuid"], labels.get("mig_uuid") or None)
@@ -329,7 +332,7 @@ def _expression(signal: Signal) -> Callable[[int], str]:
     return expression
 
 
-def series_minutes(rows: Rows, selection: Callable, chosen: Sequence[SeriesLabels],
+def series_minutes(fetch: Fetch, selection: Callable, chosen: Sequence[SeriesLabels],
                    lo_ms: int, hi_ms: int, above: float
                    ) -> dict[SeriesLabels, tuple[int, int, int | None]]:
     """See masks.MaskStore.series_minutes: per series, the minutes starting in [lo, hi)
@@ -344,11 +347,14 @@ def series_minutes(rows: Rows, selection: Callable, chosen: Sequence[SeriesLabel
         selector = selection(metric, {"gpu_uuid": sorted({s.gpu_uuid for s in wanted})})
         if selector is None or lo_ms >= hi_ms:
             continue
-        answer = rows(lo_ms, hi_ms, {"v": lambda w, s=selector: f"avg_over_time({s}[{w}ms])"})
-        for key, by_start in answer.items():
-            labels = series_of_labels(dict(key), metric)
-            means = {start: row["v"] for start, row in by_start.items() if "v" in row}
-            if labels in wanted and means:
-                found[labels] = (len(means), sum(v > above for v in means.values()),
-                                 min(means))
+        means: dict[SeriesLabels, dict[int, float]] = {}
+        for labels, _, ends in fetch(lo_ms, hi_ms, {
+                "v": lambda w, s=selector: f"avg_over_time({s}[{w}ms])"}):
+            described = series_of_labels(labels, metric)
+            if described in wanted:
+                means.setdefault(described, {}).update(ends)
+        for described, by_end in means.items():
+            if by_end:
+                found[described] = (len(by_end), sum(v > above for v in by_end.values()),
+                                     min(by_end) - (MINUTE_MS - 1))
     return found

@@ -299,7 +299,7 @@ class PrometheusTelemetryStore:
         caller keeps the object, whose cache of closed hours lives in it."""
         from gpufleet.tsdb.prometheus_masks import PrometheusMinuteMasks
 
-        return PrometheusMinuteMasks(self._minute_rows, lambda: self._rolled_up_ms,
+        return PrometheusMinuteMasks(self._minute_series, lambda: self._rolled_up_ms,
                                      thresholds)
 
     def series_minutes(self, chosen: Sequence[SeriesLabels], lo_ms: int, hi_ms: int,
@@ -307,16 +307,23 @@ class PrometheusTelemetryStore:
         """See masks.MaskStore."""
         from gpufleet.tsdb.prometheus_masks import series_minutes
 
-        return series_minutes(self._minute_rows,
+        return series_minutes(self._minute_series,
                               lambda metric, f: _selection(exposition_name(metric), f)[0],
                               chosen, lo_ms, hi_ms, above)
 
-    def _minute_rows(self, lo_ms: int, hi_ms: int,
-                     parts: Mapping[str, Callable[[int], str]]
-                     ) -> dict[tuple, dict[int, dict[str | None, float]]]:
-        """Each answer series' minute rows in [lo, hi) (minute-aligned), one part each."""
-        return self._rows(_Window(lo_ms, hi_ms, MINUTE_MS),
-                          lambda w: _union({part: make(w) for part, make in parts.items()}))
+    def _minute_series(self, lo_ms: int, hi_ms: int, parts: Mapping[str, Callable[[int], str]]
+                       ) -> Iterable[tuple[dict[str, str], str, list[tuple[int, float]]]]:
+        """The minutes of [lo, hi) (minute-aligned) per answer series: its labels, its
+        part, and its points, each minute [b, b + 60 s) answered at b + 60 s − 1 ms (range
+        windows are left-open). The masks read every point of a fleet's day: no row
+        dictionaries are built (`_rows`)."""
+        expression = _union({part: make(MINUTE_MS) for part, make in parts.items()})
+        for first, count in _Window(lo_ms, hi_ms, MINUTE_MS).full_row_chunks():
+            for labels, points in self._range(expression, first + MINUTE_MS - 1, count,
+                                              MINUTE_MS):
+                part = labels.pop(PART_LABEL)
+                labels.pop(METRIC_NAME_LABEL, None)
+                yield labels, part, points
 
     # -- internals ------------------------------------------------------------------------
 
