@@ -1,5 +1,7 @@
 """Telemetry queries through the API: the funnel, idle lists, range queries, latest
-snapshots, zombies and unattributed usage, on samples written straight into the store."""
+snapshots, zombies and unattributed usage, on samples written straight into the store
+(the embedded one here; tests/test_telemetry_queries_vm.py runs the same tests on
+VictoriaMetrics)."""
 
 from __future__ import annotations
 
@@ -285,12 +287,17 @@ def test_a_member_without_projects_pages_over_nothing(api, fleet, gf):
     assert get(api, "latest", 400, cursor="bm9wZQ")["error"]["code"] == "invalid_cursor"
 
 
-def test_every_mask_backed_route_is_the_same_503_on_the_prometheus_store(api, fleet, gf,
-                                                                           monkeypatch):
-    store = PrometheusTelemetryStore("http://127.0.0.1:9")  # never reached
+def test_mask_backed_routes_say_503_when_the_engine_is_down(api, fleet, gf, monkeypatch):
+    """On the Prometheus-compatible store the funnel, idle list and zombies ask the engine
+    (tests/test_telemetry_queries_vm.py runs them on a real one); an engine that cannot be
+    reached is a 503 naming it, never a 500."""
+    store = PrometheusTelemetryStore("http://127.0.0.1:9", timeout_s=2)  # never reached
+    store.rollup(fleet["start"] + timedelta(hours=HOURS))
     monkeypatch.setattr(type(gf), "telemetry", property(lambda self: store))
     for path in ("funnel", "idle", "zombies"):
-        assert get(api, path, 503)["error"]["code"] == "telemetry_query_unsupported", path
+        error = get(api, path, 503)["error"]
+        assert error["code"] == "telemetry_store_unavailable", path
+        assert "could not be reached" in error["message"], path
 
 
 def test_a_top_group_without_memory_values_says_null_not_zero():

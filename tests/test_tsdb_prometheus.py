@@ -1,23 +1,13 @@
 """The Prometheus-compatible telemetry store on a real VictoriaMetrics: the shared behaviour
 (tests/tsdb_behaviour.py), then what only a remote engine shows (names, refusals, outages).
 
-One VictoriaMetrics process serves the module, started on a free loopback port with flags
-that make a write queryable at once (`-search.latencyOffset=0s`, `-search.disableCache`);
-each test starts from an empty engine (every gpufleet series deleted) and every write is
-followed by `/internal/force_flush`, since VictoriaMetrics otherwise makes samples
-searchable within a second or two, not at once.
-
-Without the binary the tests skip; with GPUFLEET_TEST_REQUIRE_VICTORIAMETRICS=1 (.ci/run
-sets it) they fail instead.
+One VictoriaMetrics process serves the module (tests/vm_engine.py: it skips without the
+binary, or fails under GPUFLEET_TEST_REQUIRE_VICTORIAMETRICS=1); each test starts from an
+empty engine and every write is flushed, so a read sees it at once.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import time
 from datetime import timedelta
 
 import httpx
@@ -34,82 +24,14 @@ from gpufleet.tsdb.protocol import TelemetryStoreUnavailable
 from gpufleet.wire.remote_write import REQUEST_HEADERS, encode_write_request
 from tests.tsdb_behaviour import *  # noqa: F403 - the shared behaviour tests run here
 from tests.tsdb_behaviour import T0, at, only, ticks, values_of
+from tests.vm_engine import GPUFLEET_SERIES, FlushingStore, clear, free_port, victoria_metrics
 
-# Read at import: the suite's autouse fixture clears GPUFLEET_* variables before each test.
-REQUIRED = os.environ.get("GPUFLEET_TEST_REQUIRE_VICTORIAMETRICS") == "1"
-BINARY = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
-GPUFLEET_SERIES = '{__name__=~"gpufleet_.+"}'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def victoria_metrics(tmp_path_factory):
-    """The URL of a VictoriaMetrics started for this module."""
-    if not os.access(BINARY, os.X_OK):
-        message = f"VictoriaMetrics is not installed ({BINARY}): apt-get install victoria-metrics"
-        if REQUIRED:
-            pytest.fail(message)
-        pytest.skip(message)
-    port = free_port()
-    process = subprocess.Popen(
-        [BINARY, f"-httpListenAddr=127.0.0.1:{port}",
-         f"-storageDataPath={tmp_path_factory.mktemp('victoria-metrics')}",
-         "-retentionPeriod=100y",  # the tests' samples are from 2026-11-02
-         "-search.latencyOffset=0s", "-search.disableCache", "-dedup.minScrapeInterval=1ms",
-         "-loggerLevel=ERROR"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_healthy(url, process)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def wait_until_healthy(url: str, process: subprocess.Popen, attempts: int = 600) -> None:
-    for _ in range(attempts):
-        if process.poll() is not None:
-            pytest.fail(f"VictoriaMetrics exited: {process.stderr.read().decode()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    pytest.fail("VictoriaMetrics did not answer /health")
-
-
-class FlushingStore(PrometheusTelemetryStore):
-    """The store, with every write made searchable at once (a test's read follows it)."""
-
-    def write(self, batch):
-        stored = super().write(batch)
-        self._flush()
-        return stored
-
-    def write_columns(self, batches):
-        answers = super().write_columns(batches)
-        self._flush()
-        return answers
-
-    def _flush(self) -> None:
-        self._client.get(f"{self.write_url}/internal/force_flush").raise_for_status()
+__all__ = ["victoria_metrics"]  # the fixture, for pytest
 
 
 @pytest.fixture
 def open_store(victoria_metrics):
-    httpx.post(f"{victoria_metrics}/api/v1/admin/tsdb/delete_series",
-               data={"match[]": GPUFLEET_SERIES}).raise_for_status()
+    clear(victoria_metrics)
     return lambda: FlushingStore(victoria_metrics)
 
 

@@ -148,7 +148,9 @@ class Settings(BaseSettings):
         "How long after a minute ends it is rolled up: samples that arrive later (a "
         "spool replay) still land in the raw tier, and later rollups of that minute "
         "are not redone, so this is how late a sample may be and still count in the "
-        "1-minute and 1-hour tiers."))
+        "1-minute and 1-hour tiers. On a Prometheus-compatible store: how long after a "
+        "minute ends the funnel and idle lists judge it; keep it above the engine's "
+        "`-search.latencyOffset` (30 s)."))
     telemetry_duckdb_threads: int | None = Field(default=None, ge=1, le=256, description=(
         "Threads DuckDB may use for telemetry queries. Empty: DuckDB's default (all "
         "cores)."))

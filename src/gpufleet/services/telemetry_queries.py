@@ -83,12 +83,12 @@ class TelemetryQueries:
         return self._slot_cache
 
     def mask_store(self) -> MaskStore:
-        """The telemetry store, where it answers the funnel's questions in aggregate; else
-        503 `telemetry_query_unsupported` (the Prometheus-compatible store)."""
+        """The telemetry store, where it answers the funnel's questions in aggregate (both
+        stores do: tsdb/masks.py); else 503 `telemetry_query_unsupported`."""
         store = self.telemetry
         if not isinstance(store, MaskStore):
-            raise Unavailable("the funnel, idle and zombie lists need the embedded telemetry "
-                              "store; the Prometheus-compatible store does not offer them yet",
+            raise Unavailable("the funnel, idle and zombie lists need a telemetry store with "
+                              "minute masks; this one does not offer them",
                               code="telemetry_query_unsupported")
         return store
 

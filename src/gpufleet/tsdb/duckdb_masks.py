@@ -11,11 +11,10 @@ resolution; the efficiency sum spreads each hour's sm_active sum evenly over the
 known minutes (so a binding's part of an hour gets its share of the hour's mean). A 24-hour
 funnel reads 24 rows per unit.
 
-Signals (roles) are the domain's `activity_signal`: `gr` gpu.gr_engine_active and `util`
-gpu.utilization (whole GPUs) give activity, the first one present in each minute wins; for
-MIG instances of Ampere (or unknown) models, `pmem` (gpu.memory_used_bytes of the instance:
-it reported) and `proc` (any process series) stand in for activity in minutes without either
-of the others; `sm` gpu.sm_active gives effective minutes and the efficiency sum.
+Signals have the roles of masks.py (`signal_role`, from the domain's `activity_signal`):
+`gr` and `util` give activity, the first one present in each minute wins; for MIG instances
+of Ampere (or unknown) models, `pmem` (it reported) and `proc` (any process series) stand in
+for activity in minutes without either; `sm` gives effective minutes and the efficiency sum.
 
 Only minutes the store has rolled up count ("activity is judged on 1-minute rollups"): the
 last minute or two before the rollup loop folds them are not known yet. Rolled-up minutes
@@ -35,17 +34,10 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from gpufleet.domain.telemetry.funnel import (
-    SM_ACTIVE,
-    ActivitySignal,
-    Thresholds,
-    activity_signal,
-    architecture_of_model,
-)
-from gpufleet.tsdb.masks import SlotSpan, Tally
+from gpufleet.domain.telemetry.funnel import Thresholds
+from gpufleet.tsdb.masks import GR, PMEM, PROC, SM, UTIL, SlotSpan, Tally, signal_role
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SeriesLabels
 
-GR, UTIL, SM, PMEM, PROC = range(5)
 CACHE = "gpufleet_masks"  # the attached in-memory database
 _BIT = f"(1::UBIGINT << ((bucket_ms % {HOUR_MS}) // {MINUTE_MS})::INTEGER)"
 _MASK_COLUMNS = ("gr_known", "gr_hot", "util_known", "util_hot", "sm_known", "sm_hot",
@@ -143,7 +135,7 @@ class DuckDBMinuteMasks:
             return
         rows, gpus = [], []
         for sid, metric, gpu, mig, node, environment, model in changed:
-            role = _role(metric, mig, model)
+            role = signal_role(metric, mig, model)
             if role is None:
                 continue
             if gpu not in self._gpus:
@@ -320,14 +312,3 @@ def series_minutes(read: Callable, ids: dict[int, SeriesLabels], lo_ms: int, hi_
     rows = read(lambda cur: cur.execute(sql, [list(ids)]).fetchall())
     return {ids[sid]: (known, busy, first) for sid, known, busy, first in rows}
 
-
-_ROLES = {ActivitySignal.GR_ENGINE: GR, ActivitySignal.UTILIZATION: UTIL,
-          ActivitySignal.REPORTED: PMEM, ActivitySignal.RUNNING: PROC}
-
-
-def _role(metric: str, mig_uuid: str | None, model: str) -> int | None:
-    if metric == SM_ACTIVE:
-        return SM
-    signal = activity_signal(metric, is_mig=mig_uuid is not None,
-                             architecture=architecture_of_model(model))
-    return None if signal is None else _ROLES[signal]

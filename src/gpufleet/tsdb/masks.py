@@ -1,9 +1,12 @@
 """What the funnel and the idle lists ask of a telemetry store that can answer them in
 aggregate: per-unit minute masks (DESIGN.md §3), and per-series minute counts.
 
-Only the embedded store offers these (`DuckDBTelemetryStore.minute_masks`,
-`series_minutes`; duckdb_masks.py); a store without them (the Prometheus-compatible one)
-is not a `MaskStore`, and the services answer 503 `telemetry_query_unsupported`.
+Both stores offer them: the embedded one folds its 1-minute rollups in SQL
+(duckdb_masks.py), the Prometheus-compatible one folds the engine's 1-minute means in
+Python (prometheus_masks.py). The two share the signals' roles (`signal_role`, from the
+domain's `activity_signal`) and how a minute's activity is judged from them. A store
+without them is not a `MaskStore`, and the services answer 503
+`telemetry_query_unsupported`.
 """
 
 from __future__ import annotations
@@ -11,10 +14,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from gpufleet.domain.telemetry.funnel import Thresholds
+from gpufleet.domain.telemetry.funnel import (
+    SM_ACTIVE,
+    ActivitySignal,
+    Thresholds,
+    activity_signal,
+    architecture_of_model,
+)
 from gpufleet.tsdb.protocol import SeriesLabels
 
 UnitKey = tuple[str, str | None]  # (gpu_uuid, mig_uuid)
+
+# What a series stands for in its unit's masks: `GR` gpu.gr_engine_active and `UTIL`
+# gpu.utilization (whole GPUs) give activity, the first one present in each minute wins;
+# for MIG instances of Ampere (or unknown) models, `PMEM` (the instance's own used memory:
+# it reported) and `PROC` (any process on it) stand in for activity in minutes without
+# either; `SM` gpu.sm_active gives effective minutes and the efficiency sum.
+GR, UTIL, SM, PMEM, PROC = range(5)
+_ROLES = {ActivitySignal.GR_ENGINE: GR, ActivitySignal.UTILIZATION: UTIL,
+          ActivitySignal.REPORTED: PMEM, ActivitySignal.RUNNING: PROC}
+
+
+def signal_role(metric: str, mig_uuid: str | None, model: str) -> int | None:
+    """The role of a series of `metric` on a unit of `model` in the masks; None for one
+    that plays none."""
+    if metric == SM_ACTIVE:
+        return SM
+    signal = activity_signal(metric, is_mig=mig_uuid is not None,
+                             architecture=architecture_of_model(model))
+    return None if signal is None else _ROLES[signal]
 
 
 class Tally(NamedTuple):

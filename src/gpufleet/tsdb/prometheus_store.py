@@ -27,8 +27,10 @@ How a query keeps the DuckDB store's answers:
   aggregated here — the DuckDB store's rule.
 
 `tier` only aligns the first bucket as the DuckDB store does; the engine reads whatever
-resolution it keeps (its own downsampling). `rollup()` and `apply_retention()` do nothing:
-the engine's retention flags rule (VictoriaMetrics `-retentionPeriod`).
+resolution it keeps (its own downsampling). `apply_retention()` does nothing: the engine's
+retention flags rule (VictoriaMetrics `-retentionPeriod`). `rollup(until)` folds nothing
+either; it records until when minutes are final, which is what the funnel's minute masks
+judge (`minute_masks`, prometheus_masks.py).
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cache
+from typing import TYPE_CHECKING
 
 import httpx
 
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.telemetry.catalogue import CATALOGUE
+from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.tsdb.protocol import (
     HOUR_MS,
@@ -70,6 +74,9 @@ from gpufleet.tsdb.protocol import (
 )
 from gpufleet.tsdb.rollups import combine_across
 from gpufleet.wire.remote_write import METRIC_NAME_LABEL, REQUEST_HEADERS, encode_write_request
+
+if TYPE_CHECKING:
+    from gpufleet.tsdb.prometheus_masks import PrometheusMinuteMasks
 
 EXPOSITION_PREFIX = "gpufleet_"
 # Labels a query adds to tell the parts of one answer apart; never written.
@@ -167,6 +174,7 @@ class PrometheusTelemetryStore:
         # so a replay this process does not remember is harmless too.
         self._batch_keys: OrderedDict[str, None] = OrderedDict()
         self._keys_lock = threading.Lock()
+        self._rolled_up_ms = 0  # minutes before this are final (`rollup`)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -204,7 +212,13 @@ class PrometheusTelemetryStore:
         return answers
 
     def rollup(self, until: datetime) -> None:
-        """Nothing to do: the engine downsamples by its own settings."""
+        """The engine keeps no rollups (it downsamples by its own settings), so this only
+        records that minutes ending before `until` are final: the funnel, idle list and
+        zombies judge those (the server calls it with now − `telemetry_rollup_grace_s`,
+        which must cover the engine's `-search.latencyOffset`)."""
+        until_ms = to_ms(until) // MINUTE_MS * MINUTE_MS
+        with self._keys_lock:
+            self._rolled_up_ms = max(self._rolled_up_ms, until_ms)
 
     def apply_retention(self, now: datetime) -> None:
         """Nothing to do: the engine expires samples by its own retention flag
@@ -278,6 +292,39 @@ class PrometheusTelemetryStore:
                                           got["value"]))
         return sorted(latest, key=lambda v: (v.series.metric, v.series.key))
 
+    # -- the funnel's minute masks (prometheus_masks.py) -----------------------------------
+
+    def minute_masks(self, thresholds: Thresholds) -> PrometheusMinuteMasks:
+        """Per-unit minute masks over the engine's 1-minute means (masks.MinuteMasks); the
+        caller keeps the object, whose cache of closed hours lives in it."""
+        from gpufleet.tsdb.prometheus_masks import PrometheusMinuteMasks
+
+        return PrometheusMinuteMasks(self._minute_series, lambda: self._rolled_up_ms,
+                                     thresholds)
+
+    def series_minutes(self, chosen: Sequence[SeriesLabels], lo_ms: int, hi_ms: int,
+                       above: float) -> dict[SeriesLabels, tuple[int, int, int | None]]:
+        """See masks.MaskStore."""
+        from gpufleet.tsdb.prometheus_masks import series_minutes
+
+        return series_minutes(self._minute_series,
+                              lambda metric, f: _selection(exposition_name(metric), f)[0],
+                              chosen, lo_ms, hi_ms, above)
+
+    def _minute_series(self, lo_ms: int, hi_ms: int, parts: Mapping[str, Callable[[int], str]]
+                       ) -> Iterable[tuple[dict[str, str], str, list[tuple[int, float]]]]:
+        """The minutes of [lo, hi) (minute-aligned) per answer series: its labels, its
+        part, and its points, each minute [b, b + 60 s) answered at b + 60 s − 1 ms (range
+        windows are left-open). The masks read every point of a fleet's day: no row
+        dictionaries are built (`_rows`)."""
+        expression = _union({part: make(MINUTE_MS) for part, make in parts.items()})
+        for first, count in _Window(lo_ms, hi_ms, MINUTE_MS).full_row_chunks():
+            for labels, points in self._range(expression, first + MINUTE_MS - 1, count,
+                                              MINUTE_MS):
+                part = labels.pop(PART_LABEL)
+                labels.pop(METRIC_NAME_LABEL, None)
+                yield labels, part, points
+
     # -- internals ------------------------------------------------------------------------
 
     def _aggregated_in_engine(self, selector: str, window: _Window, group_by: Sequence[str],
@@ -307,33 +354,36 @@ class PrometheusTelemetryStore:
         rows: dict[tuple, dict[int, dict[str | None, float]]] = defaultdict(
             lambda: defaultdict(dict))
 
-        def keep(labels: dict[str, str], start_ms: int, value: float) -> None:
+        def series_rows(labels: dict[str, str]) -> tuple[dict[int, dict], str | None]:
             part = labels.pop(PART_LABEL, None)
             labels.pop(METRIC_NAME_LABEL, None)
-            rows[_key(labels)][start_ms][part] = value
+            return rows[_key(labels)], part
 
         row_ms = window.row_ms
         for first, count in window.full_row_chunks():
-            for labels, at_ms, value in self._range(expression(row_ms), first + row_ms - 1,
-                                                    count, row_ms):
-                keep(labels, at_ms - row_ms + 1, value)
+            for labels, points in self._range(expression(row_ms), first + row_ms - 1, count,
+                                              row_ms):
+                by_start, part = series_rows(labels)  # once per series, not per point
+                for at_ms, value in points:
+                    by_start[at_ms - row_ms + 1][part] = value
         cut = window.cut_row()
         if cut is not None:
             cut_start, cut_ms = cut
             for labels, value in self._instant(expression(cut_ms), window.hi - 1):
-                keep(labels, cut_start, value)
+                by_start, part = series_rows(labels)
+                by_start[cut_start][part] = value
         return rows
 
     def _range(self, query: str, first_ms: int, count: int, step_ms: int
-               ) -> Iterable[tuple[dict[str, str], int, float]]:
+               ) -> Iterable[tuple[dict[str, str], list[tuple[int, float]]]]:
+        """Each answer series' labels and its points (time in ms, value; NaN left out)."""
         data = self._get("query_range", {
             "query": query, "start": _seconds(first_ms),
             "end": _seconds(first_ms + (count - 1) * step_ms), "step": _seconds(step_ms)})
         for found in data["result"]:
-            for at_s, text in found["values"]:
-                value = float(text)
-                if not math.isnan(value):
-                    yield dict(found["metric"]), round(float(at_s) * 1000), value
+            points = [(round(float(at_s) * 1000), value) for at_s, text in found["values"]
+                      if not math.isnan(value := float(text))]
+            yield dict(found["metric"]), points
 
     def _instant(self, query: str, at_ms: int) -> Iterable[tuple[dict[str, str], float]]:
         data = self._get("query", {"query": query, "time": _seconds(at_ms)})
