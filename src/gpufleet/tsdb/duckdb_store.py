@@ -36,11 +36,14 @@ import weakref
 from array import array
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import cache
 from pathlib import Path
 
 import duckdb
 
+from gpufleet.domain.telemetry.catalogue import CATALOGUE
 from gpufleet.domain.telemetry.funnel import Thresholds
+from gpufleet.domain.telemetry.metric import Metric
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.tsdb.duckdb_masks import DuckDBMinuteMasks, series_minutes
 from gpufleet.tsdb.duckdb_query import Slots, plan_range
@@ -510,7 +513,7 @@ class DuckDBTelemetryStore:
         if hour_done < hour_hi:
             con.execute(f"INSERT INTO rollup_1h SELECT {ROLLUP_COLUMNS} FROM "
                         f"({fold(sources.minute(hour_done, hour_hi), HOUR_MS)})")
-            _compact(con, "samples", "ts_ms", hour_done, hour_hi)
+            _compact_samples(con, hour_done, hour_hi)
             _compact(con, "rollup_1m", "bucket_ms", hour_done, hour_hi)
             hour_done = hour_hi
         con.execute("INSERT OR REPLACE INTO rollup_state VALUES ('1m', $1), ('1h', $2)",
@@ -558,16 +561,60 @@ def _store_series(con: duckdb.DuckDBPyConnection, by_sid: dict[int, SeriesLabels
 
 
 def _compact(con: duckdb.DuckDBPyConnection, table: str, time: str, lo: int, hi: int) -> None:
-    """Rewrite the rows of closed hours in (series, time) order: written tick by tick (or
-    minute by minute), a table interleaves every series; sorted, each series' values sit
+    """Rewrite the rollup rows of closed hours in (metric, series, time) order: written
+    minute by minute, a table interleaves every series; sorted, each series' values sit
     together, the series id becomes runs, which compress better and let a query on a few
-    series skip most row groups."""
+    series skip most row groups. Series of one metric sit side by side, so a compression
+    vector (1,024 values) mixes series of one scale, not a ratio with an energy counter."""
     where = f"{time} >= {lo} AND {time} < {hi}"
-    con.execute(f"""CREATE TEMP TABLE compacting AS SELECT * FROM {table} WHERE {where}
-                    ORDER BY series_id, {time}""")
+    con.execute(f"""CREATE TEMP TABLE compacting AS
+                    SELECT r.* FROM {table} r LEFT JOIN series s USING (series_id)
+                    WHERE {where} ORDER BY s.metric, series_id, {time}""")
     con.execute(f"DELETE FROM {table} WHERE {where}")
     con.execute(f"INSERT INTO {table} SELECT * FROM compacting")
     con.execute("DROP TABLE compacting")
+
+
+def _compact_samples(con: duckdb.DuckDBPyConnection, lo: int, hi: int) -> None:
+    """Rewrite the raw samples of closed hours for the raw tier's size (docs/telemetry-store.md,
+    "Storage layout"): in (metric, series) order as the rollups are; each series' times
+    ascending and the next series' descending, alternately, so the step between two
+    series' runs is as small as the step within one (DuckDB bit-packs the differences of
+    2,048 times at the width of the largest: one jump of an hour made every group cost
+    ~3 bytes a time); and percentages rounded to the catalogue's stored precision
+    (`Metric.stored_decimals`). Rows whose series is not in the dictionary (defined in a
+    lost journal part) are kept as they are."""
+    where = f"ts_ms >= {lo} AND ts_ms < {hi}"
+    con.execute(f"""CREATE TEMP TABLE compacting AS
+        WITH hour_rows AS (
+            SELECT r.series_id, r.ts_ms, r.value, s.metric FROM samples r
+            LEFT JOIN series s USING (series_id) WHERE {where}),
+        runs AS (
+            SELECT series_id, row_number() OVER (ORDER BY metric, series_id) AS run
+            FROM (SELECT DISTINCT series_id, metric FROM hour_rows))
+        SELECT series_id, ts_ms, {_rounded_value()} AS value
+        FROM hour_rows JOIN runs USING (series_id)
+        ORDER BY metric, series_id, CASE WHEN run % 2 = 0 THEN ts_ms ELSE -ts_ms END""")
+    con.execute(f"DELETE FROM samples WHERE {where}")
+    con.execute("INSERT INTO samples SELECT * FROM compacting")
+    con.execute("DROP TABLE compacting")
+
+
+def _rounded_value() -> str:
+    """SQL: `value` at its metric's stored precision (catalogue names are [a-z0-9_.])."""
+    cases = " ".join(
+        f"WHEN metric IN ({', '.join(repr(m.name) for m in rows)}) THEN round(value, {places})"
+        for places, rows in _stored_precision().items())
+    return f"CASE {cases} ELSE value END" if cases else "value"
+
+
+@cache
+def _stored_precision() -> dict[int, list[Metric]]:
+    by_places: dict[int, list[Metric]] = {}
+    for row in CATALOGUE:
+        if row.stored_decimals is not None:
+            by_places.setdefault(row.stored_decimals, []).append(row)
+    return by_places
 
 
 def _ms(span: timedelta) -> int:
