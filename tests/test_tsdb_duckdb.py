@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -195,9 +196,9 @@ def test_compaction_orders_runs_so_no_step_between_rows_exceeds_a_tick(store):
     rows = store._con.execute("SELECT s.metric, ts_ms FROM samples JOIN series s "
                               "USING (series_id) ORDER BY samples.rowid").fetchall()
     assert len(rows) == 12 * 360
-    assert max(abs(b[1] - a[1]) for a, b in zip(rows, rows[1:], strict=False)) <= 10_000
+    assert max(abs(b[1] - a[1]) for a, b in pairwise(rows)) <= 10_000
     metrics = [m for m, _ in rows]
-    assert sum(1 for a, b in zip(metrics, metrics[1:], strict=False) if a != b) == 2
+    assert sum(1 for a, b in pairwise(metrics) if a != b) == 2
 
 
 def test_compaction_keeps_rows_whose_series_is_not_in_the_dictionary(store):

@@ -567,12 +567,10 @@ def _compact(con: duckdb.DuckDBPyConnection, table: str, time: str, lo: int, hi:
     series skip most row groups. Series of one metric sit side by side, so a compression
     vector (1,024 values) mixes series of one scale, not a ratio with an energy counter."""
     where = f"{time} >= {lo} AND {time} < {hi}"
-    con.execute(f"""CREATE TEMP TABLE compacting AS
-                    SELECT r.* FROM {table} r LEFT JOIN series s USING (series_id)
-                    WHERE {where} ORDER BY s.metric, series_id, {time}""")
-    con.execute(f"DELETE FROM {table} WHERE {where}")
-    con.execute(f"INSERT INTO {table} SELECT * FROM compacting")
-    con.execute("DROP TABLE compacting")
+    con.execute(f"""CREATE TEMP TABLE compacting AS {_RUNS.format(table=table, where=where)}
+                    SELECT r.* FROM {table} r JOIN runs USING (series_id) WHERE {where}
+                    ORDER BY runs.run, {time}""")
+    _replace_rows(con, table, where)
 
 
 def _compact_samples(con: duckdb.DuckDBPyConnection, lo: int, hi: int) -> None:
@@ -581,31 +579,47 @@ def _compact_samples(con: duckdb.DuckDBPyConnection, lo: int, hi: int) -> None:
     ascending and the next series' descending, alternately, so the step between two
     series' runs is as small as the step within one (DuckDB bit-packs the differences of
     2,048 times at the width of the largest: one jump of an hour made every group cost
-    ~3 bytes a time); and percentages rounded to the catalogue's stored precision
+    ~3 bytes a time); and values at the catalogue's stored precision
     (`Metric.stored_decimals`). Rows whose series is not in the dictionary (defined in a
     lost journal part) are kept as they are."""
     where = f"ts_ms >= {lo} AND ts_ms < {hi}"
-    con.execute(f"""CREATE TEMP TABLE compacting AS
-        WITH hour_rows AS (
-            SELECT r.series_id, r.ts_ms, r.value, s.metric FROM samples r
-            LEFT JOIN series s USING (series_id) WHERE {where}),
-        runs AS (
-            SELECT series_id, row_number() OVER (ORDER BY metric, series_id) AS run
-            FROM (SELECT DISTINCT series_id, metric FROM hour_rows))
-        SELECT series_id, ts_ms, {_rounded_value()} AS value
-        FROM hour_rows JOIN runs USING (series_id)
-        ORDER BY metric, series_id, CASE WHEN run % 2 = 0 THEN ts_ms ELSE -ts_ms END""")
-    con.execute(f"DELETE FROM samples WHERE {where}")
-    con.execute("INSERT INTO samples SELECT * FROM compacting")
+    con.execute(f"""CREATE TEMP TABLE compacting AS {_RUNS.format(table="samples", where=where)}
+        SELECT r.series_id, r.ts_ms, {_rounded_value()} AS value
+        FROM samples r JOIN runs USING (series_id) WHERE {where}
+        ORDER BY runs.run, CASE WHEN runs.run % 2 = 0 THEN r.ts_ms ELSE -r.ts_ms END""")
+    _replace_rows(con, "samples", where)
+
+
+# The series present in the rows being compacted, numbered in (metric, series) order, with
+# the decimal places their values are stored to (NULL: as received). Sorting and rounding
+# then work on integers, not on each row's metric name.
+_RUNS = """WITH runs AS (
+    SELECT p.series_id, row_number() OVER (ORDER BY s.metric, p.series_id) AS run,
+           {places} AS places
+    FROM (SELECT DISTINCT series_id FROM {{table}} WHERE {{where}}) p
+    LEFT JOIN series s USING (series_id))"""
+
+
+def _replace_rows(con: duckdb.DuckDBPyConnection, table: str, where: str) -> None:
+    con.execute(f"DELETE FROM {table} WHERE {where}")
+    con.execute(f"INSERT INTO {table} SELECT * FROM compacting")
     con.execute("DROP TABLE compacting")
 
 
 def _rounded_value() -> str:
-    """SQL: `value` at its metric's stored precision (catalogue names are [a-z0-9_.])."""
+    """SQL: a sample's `value` at its series' stored precision (`runs.places`)."""
+    cases = " ".join(f"WHEN {places} THEN round(r.value, {places})"
+                     for places in sorted(_stored_precision()))
+    return f"CASE runs.places {cases} ELSE r.value END" if cases else "r.value"
+
+
+def _places_of_metric() -> str:
+    """SQL: the decimal places a series' metric (`s.metric`) is stored to, or NULL
+    (catalogue names are [a-z0-9_.])."""
     cases = " ".join(
-        f"WHEN metric IN ({', '.join(repr(m.name) for m in rows)}) THEN round(value, {places})"
+        f"WHEN s.metric IN ({', '.join(repr(m.name) for m in rows)}) THEN {places}"
         for places, rows in _stored_precision().items())
-    return f"CASE {cases} ELSE value END" if cases else "value"
+    return f"CASE {cases} END" if cases else "NULL"
 
 
 @cache
@@ -615,6 +629,9 @@ def _stored_precision() -> dict[int, list[Metric]]:
         if row.stored_decimals is not None:
             by_places.setdefault(row.stored_decimals, []).append(row)
     return by_places
+
+
+_RUNS = _RUNS.format(places=_places_of_metric())
 
 
 def _ms(span: timedelta) -> int:
