@@ -561,15 +561,16 @@ def _store_series(con: duckdb.DuckDBPyConnection, by_sid: dict[int, SeriesLabels
 
 
 def _compact(con: duckdb.DuckDBPyConnection, table: str, time: str, lo: int, hi: int) -> None:
-    """Rewrite the rollup rows of closed hours in (metric, series, time) order: written
-    minute by minute, a table interleaves every series; sorted, each series' values sit
-    together, the series id becomes runs, which compress better and let a query on a few
-    series skip most row groups. Series of one metric sit side by side, so a compression
-    vector (1,024 values) mixes series of one scale, not a ratio with an energy counter."""
+    """Rewrite the rollup rows of closed hours in (series, time) order: written minute by
+    minute, a table interleaves every series; sorted, each series' values sit together, the
+    series id becomes runs, which compress better and let a query on a few series skip
+    most row groups. Not in metric order as the raw samples are: series ids are allocated
+    unit by unit, so a row group of one metric's series spans every id and no query on a
+    few units could skip it (the funnel, the idle list and most range queries read these
+    rows)."""
     where = f"{time} >= {lo} AND {time} < {hi}"
-    con.execute(f"""CREATE TEMP TABLE compacting AS {_RUNS.format(table=table, where=where)}
-                    SELECT r.* FROM {table} r JOIN runs USING (series_id) WHERE {where}
-                    ORDER BY runs.run, {time}""")
+    con.execute(f"""CREATE TEMP TABLE compacting AS SELECT * FROM {table} WHERE {where}
+                    ORDER BY series_id, {time}""")
     _replace_rows(con, table, where)
 
 
