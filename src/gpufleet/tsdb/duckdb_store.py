@@ -70,6 +70,7 @@ from gpufleet.tsdb.protocol import (
 from gpufleet.tsdb.recent_keys import RecentKeys
 from gpufleet.tsdb.rollups import TierSources, fold
 from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labels
+from gpufleet.tsdb.series_ids import SeriesIds
 
 _SELECTION = ("WITH sel AS (SELECT unnest($ids::INTEGER[]) AS series_id, "
               "unnest($groups::INTEGER[]) AS grp)")
@@ -109,8 +110,8 @@ class DuckDBTelemetryStore:
         self._ids: dict[SeriesLabels, int] = {}
         self._by_key: dict[tuple, int] = {}
         self._labels: dict[int, SeriesLabels] = {}
-        self._next_sid = 0
-        self._fresh = 0
+        self._series_ids = SeriesIds()
+        self._fresh: dict[str, int] = {}  # ids handed out to the batch being built
         self._load_series()
         self._pending: list[JournalRecord] = []
         self._pending_keys: set[str] = set()
@@ -139,7 +140,7 @@ class DuckDBTelemetryStore:
             times: list[int] = []
             values: list[float] = []
             new: dict[SeriesLabels, int] = {}
-            self._fresh = 0  # new series ids handed out in this batch
+            self._fresh = {}
             last_at, last_ms = None, 0
             for sample in batch:
                 if sample.value is None:
@@ -165,7 +166,7 @@ class DuckDBTelemetryStore:
             vouched = {key for key, columns in batches
                        if self._recent.answers_for(min(columns.times_ms, default=0))}
             held = self._held_keys([key for key, _ in batches], vouched=vouched)
-            self._fresh = 0
+            self._fresh = {}
             new: dict[SeriesLabels, int] = {}
             answers: list[int | None] = [None] * len(batches)
             records: list[JournalRecord] = []
@@ -360,7 +361,7 @@ class DuckDBTelemetryStore:
         self._ids[labels] = sid
         self._by_key[labels.key] = sid
         self._labels[sid] = labels
-        self._next_sid = max(self._next_sid, sid + 1)
+        self._series_ids.known(sid, labels.metric)
 
     def _remember_all(self, new: dict[SeriesLabels, int]) -> None:
         if new:
@@ -379,8 +380,7 @@ class DuckDBTelemetryStore:
         if sid is None:
             sid = self._by_key.get(labels.key)
             if sid is None:
-                sid = self._next_sid + self._fresh
-                self._fresh += 1
+                sid = self._series_ids.allocate(labels.metric, self._fresh)
             new[labels] = sid
         return sid
 
@@ -467,8 +467,8 @@ class DuckDBTelemetryStore:
                                                      defines=defines))
             self._remember_all({labels: sid for sid, labels in defines.items()})
             # A series defined in a corrupt part of the journal keeps its id unused.
-            self._next_sid = max([self._next_sid, *(
-                max(array("i", r.series_ids)) + 1 for r in fresh if r.samples)])
+            for sid in {sid for r in fresh for sid in array("i", r.series_ids)}:
+                self._series_ids.known(sid, None)
         self._journal.discard_through(self._journal.rotate())
 
     def _load(self, con: duckdb.DuckDBPyConnection, records: list[JournalRecord], *,
@@ -576,28 +576,27 @@ def _compact(con: duckdb.DuckDBPyConnection, table: str, time: str, lo: int, hi:
 
 def _compact_samples(con: duckdb.DuckDBPyConnection, lo: int, hi: int) -> None:
     """Rewrite the raw samples of closed hours for the raw tier's size (docs/telemetry-store.md,
-    "Storage layout"): in (metric, series) order as the rollups are; each series' times
-    ascending and the next series' descending, alternately, so the step between two
-    series' runs is as small as the step within one (DuckDB bit-packs the differences of
-    2,048 times at the width of the largest: one jump of an hour made every group cost
-    ~3 bytes a time); and values at the catalogue's stored precision
+    "Storage layout"): in series-id order, which is metric order (series_ids.py); each
+    series' times ascending and the next series' descending, alternately, so the step
+    between two series' runs is as small as the step within one (DuckDB bit-packs the
+    differences of 2,048 times at the width of the largest: one jump of an hour made every
+    group cost ~3 bytes a time); and values at the catalogue's stored precision
     (`Metric.stored_decimals`). Rows whose series is not in the dictionary (defined in a
     lost journal part) are kept as they are."""
     where = f"ts_ms >= {lo} AND ts_ms < {hi}"
-    con.execute(f"""CREATE TEMP TABLE compacting AS {_RUNS.format(table="samples", where=where)}
+    con.execute(f"""CREATE TEMP TABLE compacting AS {_RUNS.format(where=where)}
         SELECT r.series_id, r.ts_ms, {_rounded_value()} AS value
         FROM samples r JOIN runs USING (series_id) WHERE {where}
         ORDER BY runs.run, CASE WHEN runs.run % 2 = 0 THEN r.ts_ms ELSE -r.ts_ms END""")
     _replace_rows(con, "samples", where)
 
 
-# The series present in the rows being compacted, numbered in (metric, series) order, with
-# the decimal places their values are stored to (NULL: as received). Sorting and rounding
-# then work on integers, not on each row's metric name.
+# The series present in the samples being compacted, numbered in id order, with the decimal
+# places their values are stored to (NULL: as received), so the sort and the rounding work
+# on integers, not on each row's metric name.
 _RUNS = """WITH runs AS (
-    SELECT p.series_id, row_number() OVER (ORDER BY s.metric, p.series_id) AS run,
-           {places} AS places
-    FROM (SELECT DISTINCT series_id FROM {{table}} WHERE {{where}}) p
+    SELECT p.series_id, row_number() OVER (ORDER BY p.series_id) AS run, {places} AS places
+    FROM (SELECT DISTINCT series_id FROM samples WHERE {{where}}) p
     LEFT JOIN series s USING (series_id))"""
 
 
