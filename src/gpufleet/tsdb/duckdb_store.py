@@ -568,10 +568,8 @@ def _compact(con: duckdb.DuckDBPyConnection, table: str, time: str, lo: int, hi:
     """Rewrite the rollup rows of closed hours in (series, time) order: written minute by
     minute, a table interleaves every series; sorted, each series' values sit together, the
     series id becomes runs, which compress better and let a query on a few series skip
-    most row groups. Not in metric order as the raw samples are: series ids are allocated
-    unit by unit, so a row group of one metric's series spans every id and no query on a
-    few units could skip it (the funnel, the idle list and most range queries read these
-    rows)."""
+    most row groups. Series ids are handed out metric by metric (series_ids.py), so this
+    is metric order too."""
     where = f"{time} >= {lo} AND {time} < {hi}"
     con.execute(f"""CREATE TEMP TABLE compacting AS SELECT * FROM {table} WHERE {where}
                     ORDER BY series_id, {time}""")
