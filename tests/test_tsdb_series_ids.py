@@ -38,12 +38,16 @@ def test_a_full_block_is_followed_by_a_new_one_and_ids_run_out_with_a_clear_erro
         handed_out(ids, ["gpu.tensor_active"])
 
 
-def test_ids_of_a_lost_definition_are_never_handed_out_again():
+def test_a_block_shared_by_metrics_or_holding_a_lost_definition_is_left_alone():
+    """Such a block's free ids may sit below an id in use: new series go to new blocks."""
     ids = SeriesIds()
     ids.known(BLOCK + 4, "gpu.sm_active")
     ids.known(BLOCK + 9, None)  # in sm_active's block, its definition lost
     ids.known(5 * BLOCK + 2, None)  # a block whose metric is unknown
-    assert handed_out(ids, ["gpu.sm_active", "gpu.dram_active"]) == [BLOCK + 10, 6 * BLOCK]
+    ids.known(2 * BLOCK + 3, "gpu.dram_active")  # a store written before, past 2^24 series:
+    ids.known(2 * BLOCK + 2, "gpu.tensor_active")  # arrival order, metrics mixed
+    assert handed_out(ids, ["gpu.sm_active", "gpu.dram_active", "gpu.tensor_active",
+                            "gpu.sm_active"]) == [6 * BLOCK, 7 * BLOCK, 8 * BLOCK, 6 * BLOCK + 1]
 
 
 def test_a_store_written_before_keeps_its_ids_and_new_series_get_blocks(tmp_path):

@@ -29,22 +29,34 @@ class SeriesIds:
     calls it under its ingest lock (handing out) and dictionary lock (recording)."""
 
     def __init__(self) -> None:
-        self._next: dict[str, int] = {}  # metric → the id after its newest
-        self._owner: dict[int, str | None] = {0: None}  # block → metric (None: unknown)
+        # block → its metric, or None where it holds ids of several metrics or of an unknown
+        # one (block 0, a lost definition): nothing is handed out from such a block again.
+        self._owner: dict[int, str | None] = {0: None}
+        self._top: dict[int, int] = {}  # block → its highest id in use
+        self._newest: dict[str, int] = {}  # metric → its newest block
 
     def known(self, sid: int, metric: str | None) -> None:
         """Record an id in use: from the dictionary, a committed batch, or a journal record
-        whose definition was lost (`metric` None: its block is never handed out again)."""
+        whose definition was lost (`metric` None)."""
         block = sid >> BLOCK_BITS
-        owner = self._owner.setdefault(block, metric)
-        if block and owner is not None and (metric is None or metric == owner):
-            self._next[owner] = max(self._next.get(owner, 0), sid + 1)
+        self._top[block] = max(self._top.get(block, sid), sid)
+        if block not in self._owner:
+            self._owner[block] = metric
+        elif self._owner[block] != metric:
+            self._owner[block] = None
+        if metric is not None and self._owner[block] == metric:
+            self._newest[metric] = max(self._newest.get(metric, block), block)
 
     def allocate(self, metric: str, fresh: dict[str, int]) -> int:
         """The id for a new series of `metric`. `fresh` holds the newest id handed out per
         metric in the batch being built (nothing is recorded here until the batch is
         committed and `known` is told; a batch that fails leaves no trace)."""
-        candidate = fresh[metric] + 1 if metric in fresh else self._next.get(metric)
+        if metric in fresh:
+            candidate: int | None = fresh[metric] + 1
+        else:
+            block = self._newest.get(metric)
+            candidate = self._top[block] + 1 \
+                if block is not None and self._owner.get(block) == metric else None
         if candidate is None or not candidate & _BLOCK_MASK:
             taken = set(self._owner) | {sid >> BLOCK_BITS for sid in fresh.values()}
             block = max(taken) + 1
