@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -155,3 +156,54 @@ def test_a_unit_that_moves_keeps_its_series_and_takes_the_new_attributes(store):
     result = only(store.query_range("gpu.sm_active", T0, at(20), timedelta(minutes=1),
                                     group_by=["environment"]))
     assert (result.labels, values_of(result)) == ({"environment": "prod"}, [pytest.approx(70 / 3)])
+
+
+def test_compacted_hours_keep_values_exactly_and_percentages_to_four_decimals(store):
+    """The raw tier's stored precision (docs/telemetry-store.md, "Storage layout"): large
+    counters and every non-percentage value come back bit for bit after compaction; a
+    percentage comes back to 1e-4 of a point, and the rollups keep the exact mean."""
+    exact = {"gpu.energy_joules_total": [123_456_789_012.345, 123_456_789_999.999],
+             "gpu.ecc_uncorrected_errors_total": [9_007_199_254_740_991.0, 3.0],
+             "gpu.memory_used_bytes": [85_899_345_920.0, 1.5],
+             "gpu.power_usage_watts": [312.123456789, 0.1]}
+    ratios = [12.3456789, 87.65432101]
+    store.write([s for m, values in exact.items() for s in ticks(m, "GPU-a", values)]
+                + ticks("gpu.sm_active", "GPU-a", ratios))
+
+    def raw(metric):
+        return [v for _, v in only(store.query_range(
+            metric, T0, at(20), timedelta(seconds=1), over_time="last", tier=Tier.RAW)).points]
+
+    assert raw("gpu.sm_active") == ratios  # the open hour: as received
+    store.rollup(T0 + HOUR)
+    for metric, values in exact.items():
+        assert raw(metric) == values
+    assert raw("gpu.sm_active") == [12.3457, 87.6543]
+    minute = only(store.query_range("gpu.sm_active", T0, at(60), timedelta(minutes=1),
+                                    tier=Tier.MINUTE))
+    assert values_of(minute) == [sum(ratios) / 2]
+
+
+def test_compaction_orders_runs_so_no_step_between_rows_exceeds_a_tick(store):
+    """What keeps a compacted time to about two bytes: DuckDB bit-packs groups of 2,048 times
+    at the width of the largest difference, so consecutive stored rows never jump back by
+    an hour from one series' run to the next (each run runs the other way from the one
+    before), and series of one metric are stored together."""
+    for gpu in "abcd":
+        for metric in ("gpu.sm_active", "gpu.power_usage_watts", "gpu.energy_joules_total"):
+            store.write(ticks(metric, f"GPU-{gpu}", [float(i) for i in range(360)]))
+    store.rollup(T0 + HOUR)
+    rows = store._con.execute("SELECT s.metric, ts_ms FROM samples JOIN series s "
+                              "USING (series_id) ORDER BY samples.rowid").fetchall()
+    assert len(rows) == 12 * 360
+    assert max(abs(b[1] - a[1]) for a, b in pairwise(rows)) <= 10_000
+    metrics = [m for m, _ in rows]
+    assert sum(1 for a, b in pairwise(metrics) if a != b) == 2
+
+
+def test_compaction_keeps_rows_whose_series_is_not_in_the_dictionary(store):
+    store.write(ticks("gpu.sm_active", "GPU-a", [1.0, 2.0]))
+    store._con.execute("INSERT INTO samples VALUES (999, $1, 5.5)",
+                       [int(at(30).timestamp() * 1000)])
+    store.rollup(T0 + HOUR)
+    assert count(store, "samples") == 3

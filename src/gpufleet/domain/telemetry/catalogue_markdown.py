@@ -133,6 +133,17 @@ def _scales_section() -> list[str]:
     return [*lines, ""]
 
 
+def _precision_section() -> list[str]:
+    kept = [row for row in CATALOGUE if row.stored_decimals is not None]
+    decimals = sorted({row.stored_decimals for row in kept})
+    return ["## Stored precision", "",
+            "The embedded store (DuckDB) keeps every value exactly as received, except that "
+            "once an hour is compacted (closed and rolled up) its raw samples of these "
+            f"metrics are rounded to {', '.join(map(str, decimals))} decimal places "
+            "(1e-4 of a percentage point; rollups are folded from the values as received): "
+            + ", ".join(_code(row.name) for row in kept) + ".", ""]
+
+
 def catalogue_markdown() -> str:
     """docs/metrics.md, generated from the catalogue rows."""
     lines = [
@@ -155,4 +166,5 @@ def catalogue_markdown() -> str:
     lines += _metrics_section()
     lines += _descriptions_section()
     lines += _scales_section()
+    lines += _precision_section()
     return "\n".join(lines)

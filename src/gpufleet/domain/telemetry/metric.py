@@ -25,6 +25,7 @@ from gpufleet.domain.telemetry.vocabulary import (
 
 _NAME = re.compile(r"^(gpu|process)\.[a-z0-9_]+$")
 GPUFLEET_PROMETHEUS_PREFIX = "gpufleet_"
+PERCENT_STORED_DECIMALS = 4
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,15 @@ class Metric:
     @property
     def aggregation(self) -> Aggregation:
         return self.metric_class.aggregation
+
+    @property
+    def stored_decimals(self) -> int | None:
+        """Decimal places the embedded store keeps of this metric's values once their hour
+        is compacted (None: the value as received, exactly). Percentages keep 4 (1e-4 of
+        a percentage point, the precision dcgm-exporter prints a profiling ratio with:
+        six decimals of a 0-1 ratio); full-precision doubles would cost the raw tier ~3
+        bytes per sample more (docs/telemetry-store.md, "Figures")."""
+        return PERCENT_STORED_DECIMALS if self.unit is Unit.PERCENT else None
 
     @property
     def prometheus(self) -> PrometheusSource:
