@@ -12,7 +12,7 @@ from gpufleet.agent.backend import SourceUnavailable
 from gpufleet.agent.backoff import Backoff
 from gpufleet.agent.runner import AgentRunner, StopReason
 from gpufleet.agent.spool import Spool
-from gpufleet.agent.telemetry_loop import TelemetryOptions
+from gpufleet.agent.telemetry_loop import TelemetryLoop, TelemetryOptions
 from gpufleet.sim.backend import standalone_backend
 from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH
 from tests.fake_agent_server import FakeServer
@@ -111,6 +111,17 @@ def test_an_unavailable_server_is_retried_after_a_backoff_and_replayed_in_order(
     times = [t for b in server.batches for t in b.times_ms]
     assert times == sorted(times) and len(times) == 18
     assert runner.telemetry.uploader.counters.uploads_failed == 2
+
+
+def test_a_failed_upload_is_first_retried_within_the_servers_rollup_grace():
+    """At the default 60 s upload interval a first retry one interval later could land after
+    the server folded the batch's minutes (its rollup grace is 120 s): it comes after 30 s
+    at most (15–30 s with jitter)."""
+    for upload_s, first_retry_cap_s in ((60.0, 30.0), (10.0, 10.0)):
+        loop = TelemetryLoop(None, None, lambda: None,
+                             TelemetryOptions(upload_interval_s=upload_s), wait=None)
+        assert loop.backoff.initial_s == first_retry_cap_s
+    assert TelemetryOptions().upload_interval_s == 60.0
 
 
 def test_a_rejected_credential_on_upload_stops_the_agent(tmp_path, caplog):

@@ -361,3 +361,26 @@ def test_remote_write_sees_a_gpu_registered_through_another_server(relay, node, 
                                         [(t0 + 10_000, 7.0)])])
     assert response.headers["X-Gpufleet-Stored"] == "1"
     assert "X-Gpufleet-Dropped" not in response.headers
+
+
+@pytest.mark.parametrize(("path", "status", "body_type"), [
+    (TELEMETRY_BATCHES_PATH, "200", "application/json"),
+    (REMOTE_WRITE, "204", "application/x-protobuf")])
+def test_the_upload_routes_are_documented_like_any_route(client, path, status, body_type):
+    """They skip FastAPI's dependency solving and answer encoding (api/request_route.py),
+    not its documentation: the bearer token, the body, the answer."""
+    operation = client.get("/openapi.json").json()["paths"][path]["post"]
+    assert operation["security"] == [{"HTTPBearer": []}]
+    assert operation["requestBody"]["required"] is True
+    assert list(operation["requestBody"]["content"]) == [body_type]
+    assert list(operation["responses"]) == [status]
+    if status == "200":
+        schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/TelemetryAck"}
+
+
+def test_an_acknowledgement_is_the_ack_schema_in_json(node):
+    response = post(node, body(snapshot(0, unit(gpu__sm_active=1.0)), batch_id="b9"))
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"batch_id": "b9", "duplicate": False, "samples_stored": 1,
+                               "dropped": {}}

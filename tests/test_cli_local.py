@@ -192,7 +192,7 @@ def test_agent_takes_the_join_token_from_the_environment(fake_module, tmp_path, 
                       "join_token": "gfj_from-env", "state_dir": tmp_path,
                       "sim_shape": "dgx-h100", "hostname": "gpu-1", "seed": 4,
                       "dcgm_exporter_url": None, "collect_interval_s": 10.0,
-                      "upload_interval_s": 30.0, "spool_max_mb": 256.0, "once": False,
+                      "upload_interval_s": 60.0, "spool_max_mb": 256.0, "once": False,
                       "metrics_port": None, "metrics_address": "0.0.0.0"}]
 
 

@@ -63,7 +63,8 @@ class TelemetryLoop:
         self.uploader = uploader
         self.credential = credential
         self.options = options
-        self.backoff = backoff or Backoff(initial_s=options.upload_interval_s, max_s=600.0)
+        self.backoff = backoff or Backoff(
+            initial_s=min(options.upload_interval_s, options.first_retry_s), max_s=600.0)
         self.on_snapshot = on_snapshot
         self._wait = wait
         self._monotonic_s = monotonic_s

@@ -98,13 +98,14 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
                            gf.settings.telemetry_max_batch_bytes))
     app.add_middleware(BearerRequired)
     app.add_middleware(ServerTiming)
+    # Telemetry uploads are most of the requests; routes are matched in order, one by one.
+    app.include_router(telemetry.router)
     app.include_router(inventory.router)
     app.include_router(identity.router)
     app.include_router(agent.router)
     app.include_router(lifecycle.router)
     app.include_router(mig.router)
     app.include_router(prometheus.router)
-    app.include_router(telemetry.router)
     app.include_router(telemetry_queries.router)
 
     @app.get("/healthz", tags=["health"])

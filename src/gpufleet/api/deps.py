@@ -27,8 +27,18 @@ async def raw_token(credentials: HTTPAuthorizationCredentials | None = Depends(b
 
 async def principal(token: str = Depends(raw_token),
                     gf: Gpufleet = Depends(services)) -> Principal:
-    """The authenticated caller; every /api/v1 route except agent registration needs one.
-    A token the server has recently found valid is answered from memory, on the event
+    """The authenticated caller; every /api/v1 route except agent registration needs one."""
+    return await caller(token, gf)
+
+
+async def request_principal(request: Request) -> Principal:
+    """`principal` for a `RequestRoute` (which solves no dependencies): the same bearer
+    parsing, the same checks."""
+    return await caller(await raw_token(await bearer(request)), request.app.state.gpufleet)
+
+
+async def caller(token: str, gf: Gpufleet) -> Principal:
+    """A token the server has recently found valid is answered from memory, on the event
     loop; otherwise the token table is read in the thread pool."""
     cached = gf.cached_principal(token)
     if cached is not None:

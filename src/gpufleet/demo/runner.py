@@ -45,6 +45,7 @@ from gpufleet.server import (
     admin_token_path,
     bootstrap_admin_token,
     build_gpufleet,
+    tune_garbage_collector,
     uvicorn_config,
 )
 from gpufleet.settings import (
@@ -124,6 +125,7 @@ def run_demo(data_dir: Path | None = None, port: int = 8080, reset: bool = False
 
 async def _demo(settings: Settings, seed: int | None) -> None:
     started_s = time.monotonic()
+    tune_garbage_collector()
     gf = build_gpufleet(settings)
     token = bootstrap_admin_token(gf, admin_token_path(settings))
     spec = load_default_spec()
