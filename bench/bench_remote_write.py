@@ -71,7 +71,11 @@ async def post_all(url: str, headers: dict[str, str], bodies: list[bytes],
                                  limits=httpx.Limits(max_connections=concurrency)) as http:
         async def worker() -> None:
             while queue:
-                (await http.post(url, content=queue.pop())).raise_for_status()
+                response = await http.post(url, content=queue.pop())
+                response.raise_for_status()
+                if "X-Gpufleet-Dropped" in response.headers:  # the figure must be of stored
+                    raise SystemExit(f"gpufleet dropped samples: "
+                                     f"{response.headers['X-Gpufleet-Dropped']}")
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 

@@ -288,25 +288,32 @@ def push(api, series):
 @SQLITE_ONLY
 def test_remote_write_maps_dcgm_exporter_series_and_counts_what_it_cannot_use(relay, gf):
     t0 = int(START.timestamp() * 1000)
+    node_2_gpu = gpu_uuid(2, 0)
     series = [
         dcgm_series("DCGM_FI_PROF_SM_ACTIVE", GPU_A, "node-1",
                     [(t0, 0.25), (t0 + 10_000, 0.5)]),
         dcgm_series("DCGM_FI_DEV_FB_USED", GPU_A, "node-1", [(t0, 1024.0)]),  # MiB
-        dcgm_series("DCGM_FI_DEV_GPU_UTIL", gpu_uuid(2, 0), "node-1", [(t0, 5.0)]),  # node-2's
-        dcgm_series("DCGM_FI_DEV_GPU_UTIL", GPU_B, "node-9", [(t0, 5.0)]),
-        dcgm_series("DCGM_FI_DEV_GPU_UTIL", GPU_B, None, [(t0, 5.0)]),
+        # The node is the one the inventory places the GPU on, whatever Hostname says: in
+        # Kubernetes it is the dcgm-exporter pod's name unless NODE_NAME is set.
+        dcgm_series("DCGM_FI_DEV_GPU_UTIL", node_2_gpu, "nvidia-dcgm-exporter-cwbcm",
+                    [(t0, 5.0)]),
+        dcgm_series("DCGM_FI_DEV_GPU_UTIL", GPU_B, None, [(t0, 7.0)]),
+        dcgm_series("DCGM_FI_DEV_GPU_UTIL", "GPU-99999999-0000-0000-0000-000000000000",
+                    "node-1", [(t0, 5.0)]),  # no node has registered this GPU
         ({"__name__": "up", "job": "dcgm"}, [(t0, 1.0)]),
     ]
     response = push(relay, series)
     assert response.status_code == 204, response.text
-    assert response.headers["X-Gpufleet-Stored"] == "3"
-    assert response.headers["X-Gpufleet-Dropped"] == (
-        "foreign_gpu=1, no_node=1, not_dcgm=1, unknown_node=1")
+    assert response.headers["X-Gpufleet-Stored"] == "5"
+    assert response.headers["X-Gpufleet-Dropped"] == "not_dcgm=1, unknown_gpu=1"
     assert stored(gf, "gpu.sm_active") == [(GPU_A, 50.0)]  # a 0–1 ratio became percent
     assert stored(gf, "gpu.memory_used_bytes") == [(GPU_A, 1024.0 * 1024**2)]
+    utilization = {v.series.gpu_uuid: (v.series.node, v.value)
+                   for v in gf.telemetry.latest(metric="gpu.utilization")}
+    assert utilization == {node_2_gpu: ("node-2", 5.0), GPU_B: ("node-1", 7.0)}
     again = push(relay, series)  # a sender's retry of the same body
     assert again.headers["X-Gpufleet-Stored"] == "0"
-    assert gf.ingest.counters.samples_stored == 3
+    assert gf.ingest.counters.samples_stored == 5
 
 
 @SQLITE_ONLY

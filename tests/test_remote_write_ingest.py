@@ -25,9 +25,11 @@ T0 = 1_800_000_000_000  # epoch ms
 WINDOW = TimeWindow(T0 - 3_600_000, T0 + 60_000)
 GPU_A, GPU_B, GPU_M = "GPU-aaaa", "GPU-bbbb", "GPU-mmmm"  # node-1's (M: MIG mode)
 GPU_OTHER = "GPU-2222"  # node-2's
+GPU_UNKNOWN = "GPU-9999"  # no node has registered it
 INVENTORY = {"node-1": {GPU_A: ("prod", "H100"), GPU_B: ("prod", "H100"),
                         GPU_M: ("prod", "A100")},
              "node-2": {GPU_OTHER: ("dev", "L4")}}
+OWNERS = {gpu: node for node, gpus in INVENTORY.items() for gpu in gpus}
 
 
 def dcgm(name: str, gpu: str | None, samples, host: str | None = "node-1",
@@ -84,19 +86,20 @@ VARIED = [
     dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", GPU_M, one(0.1), GPU_I_ID="x"),
     # dcgm-exporter's --use-old-namespace spelling of the UUID label.
     ({"__name__": "DCGM_FI_DEV_GPU_TEMP", "uuid": GPU_B, "Hostname": "node-1"}, one(33.0)),
-    # Dropped and counted: unknown DCGM series (ignored), not dcgm-exporter's, another
-    # node's GPU, an unknown node, no Hostname.
+    # Dropped and counted: unknown DCGM series (ignored), not dcgm-exporter's, a GPU the
+    # inventory does not have.
     dcgm("DCGM_FI_DEV_SOMETHING_NEW", GPU_A, one(1.0)),
     ({"__name__": "up", "job": "dcgm-exporter"}, one(1.0)),
     dcgm("DCGM_FI_DEV_GPU_UTIL", None, one(5.0)),
-    dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_OTHER, one(5.0), pod="x"),
-    dcgm("DCGM_FI_DEV_GPU_TEMP", GPU_OTHER, one(math.nan)),
-    dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_A, [(T0, 5.0), (T0 + 1, 6.0)], host="node-9"),
-    dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_A, one(5.0), host=None),
-    # node-2's own series, through the same body.
-    dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_OTHER, one(12.0), host="node-2"),
+    dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_UNKNOWN, [(T0, 5.0), (T0 + 1, 6.0)], host="node-9"),
+    # node-2's GPU goes to node-2 whatever its Hostname says: a dcgm-exporter pod's name (in
+    # Kubernetes without NODE_NAME), another node's name, none.
+    dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_OTHER, one(12.0), host="dcgm-exporter-6ldbb", pod="x"),
+    dcgm("DCGM_FI_DEV_GPU_TEMP", GPU_OTHER, one(41.0)),
+    dcgm("DCGM_FI_DEV_FB_USED", GPU_OTHER, one(64.0), host=None),
+    dcgm("DCGM_FI_DEV_GPU_TEMP", GPU_OTHER, one(math.nan), host="node-2"),
 ]
-ONLY_BLANKS_OF_ANOTHER_NODE = [dcgm("DCGM_FI_DEV_GPU_TEMP", GPU_OTHER, one(math.nan))]
+ONLY_BLANKS = [dcgm("DCGM_FI_DEV_GPU_TEMP", GPU_OTHER, one(math.nan))]
 EMPTY_SERIES = [dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_A, [], host="node-9"),
                 dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_A, [])]
 
@@ -119,9 +122,9 @@ def through_snapshots(series: list[RemoteSeries], window: TimeWindow):
         if not name.startswith("DCGM_") or not any(s.labels.get(k) for k in UUID_LABELS):
             outcome["not_dcgm"] += len(s.samples)
             continue
-        node = s.labels.get("Hostname")
+        node = OWNERS.get(s.labels.get("UUID") or s.labels.get("uuid"))
         if not node:
-            outcome["no_node"] += len(s.samples)
+            outcome["unknown_gpu"] += len(s.samples)
             continue
         for ms, value in s.samples:
             by_node[node][ms].append(Sample(name, s.labels, value))
@@ -155,14 +158,14 @@ def samples_of(columns) -> Counter:
 
 def both_paths(series):
     decoded = through_the_wire(series)
-    direct, direct_outcome = remote_write_columns(decoded, units_of, WINDOW)
+    direct, direct_outcome = remote_write_columns(decoded, OWNERS, units_of, WINDOW)
     before, before_outcome = through_snapshots(decoded, WINDOW)
     return (({node: (samples_of(c), d) for node, (c, d) in direct.items()}, direct_outcome),
             ({node: (samples_of(c), d) for node, (c, d) in before.items()}, before_outcome))
 
 
-@pytest.mark.parametrize("series", [VARIED, ONLY_BLANKS_OF_ANOTHER_NODE, EMPTY_SERIES, []],
-                         ids=["varied", "only-blanks-of-another-node", "empty-series", "empty"])
+@pytest.mark.parametrize("series", [VARIED, ONLY_BLANKS, EMPTY_SERIES, []],
+                         ids=["varied", "only-blanks", "empty-series", "empty"])
 def test_the_direct_path_stores_and_counts_exactly_what_the_snapshot_path_did(series):
     direct, before = both_paths(series)
     assert direct == before
@@ -170,7 +173,7 @@ def test_the_direct_path_stores_and_counts_exactly_what_the_snapshot_path_did(se
 
 def test_the_varied_body_exercises_every_rule():
     (by_node, outcome), _ = both_paths(VARIED)
-    assert outcome == Counter(not_dcgm=2, no_node=1, unknown_node=2, foreign_gpu=1)
+    assert outcome == Counter(not_dcgm=2, unknown_gpu=2)
     samples, dropped = by_node["node-1"]
     # The pod's claim at the too-old and the future time is dropped with the sample.
     assert dropped == Counter(out_of_range=1, too_old=2, in_future=2)
@@ -195,4 +198,8 @@ def test_the_varied_body_exercises_every_rule():
         (GPU_A, None, (("container", "main"), ("namespace", "ml"), ("pod", "train-0"))),
         (GPU_B, None, (("namespace", "ml"),)),
         (GPU_M, mig_1, (("slurm_job", "1234"),))}
-    assert [s.metric for s, _, _ in by_node["node-2"][0]] == ["gpu.utilization"]
+    node_2 = {(s.metric, dict(s.labels).get("pod")): v for s, _, v in by_node["node-2"][0]}
+    assert node_2 == {("gpu.utilization", None): 12.0, ("gpu.temperature_celsius", None): 41.0,
+                      ("gpu.memory_used_bytes", None): 64.0 * 1024**2,
+                      ("gpu.workload_claimed", "x"): 1.0}
+    assert by_node["node-2"][1] == Counter()  # the NaN copy came after a number: ignored

@@ -1,4 +1,5 @@
-"""Which GPUs each node holds, kept in memory for telemetry ingest.
+"""Which GPUs each node holds, and which node holds each GPU, kept in memory for telemetry
+ingest.
 
 Every upload must be checked against the inventory (a node writes only its own GPUs) and
 its series stamped with each GPU's environment and model. Reading that from the state
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -67,3 +68,52 @@ class NodeUnitsMemo:
     def forget(self, node: str) -> None:
         with self._lock:
             self._known.pop(node, None)
+
+
+def read_gpu_owners(session: Session, gpus: Collection[str]) -> dict[str, str]:
+    """GPU UUID → the name of the node the inventory places it on, for the GPUs it has."""
+    owners: dict[str, str] = {}
+    ordered = sorted(gpus)
+    for at in range(0, len(ordered), 500):
+        rows = session.execute(select(Gpu.uuid, Node.name).join(Node, Gpu.node_id == Node.id)
+                               .where(Gpu.uuid.in_(ordered[at:at + 500])))
+        owners.update((uuid, node) for uuid, node in rows)
+    return owners
+
+
+class GpuOwnersMemo:
+    """Which node holds each GPU, for remote-write, whose series name their GPU but not
+    reliably their node (dcgm-exporter's `Hostname` is its pod's name in Kubernetes unless
+    NODE_NAME is set). GPUs the inventory has are remembered for `max_age_s`; one it lacks
+    is asked about again in the next body. Thread-safe."""
+
+    def __init__(self, max_age_s: float, monotonic_s: Callable[[], float] = time.monotonic):
+        self.max_age_s = max_age_s
+        self._monotonic_s = monotonic_s
+        self._lock = threading.Lock()
+        self._known: dict[str, tuple[float, str]] = {}
+
+    def get(self, gpus: Collection[str],
+            read: Callable[[set[str]], dict[str, str]]) -> dict[str, str]:
+        """The owner of each of `gpus` the inventory has; one read for all the others."""
+        now_s = self._monotonic_s()
+        owners: dict[str, str] = {}
+        missing: set[str] = set()
+        with self._lock:
+            for gpu in gpus:
+                held = self._known.get(gpu)
+                if held is not None and now_s - held[0] < self.max_age_s:
+                    owners[gpu] = held[1]
+                else:
+                    missing.add(gpu)
+        if missing:
+            found = read(missing)
+            owners.update(found)
+            with self._lock:
+                self._known.update((gpu, (now_s, node)) for gpu, node in found.items())
+        return owners
+
+    def forget(self, gpus: Iterable[str]) -> None:
+        with self._lock:
+            for gpu in gpus:
+                self._known.pop(gpu, None)

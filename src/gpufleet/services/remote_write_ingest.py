@@ -3,17 +3,18 @@ scrapes, pushed to gpufleet with an `ingest` token and mapped into the catalogue
 
 The series are read by the rules the dcgm-exporter backend reads a page by
 (`domain.telemetry.dcgm_mapping`: the same mapping, scale and sentinels), grouped by the node
-their `Hostname` label names, and stored through the same per-sample checks
-(`batch_columns`' pieces) and group commit as an agent's batch. They go straight into store
-columns: no snapshot or batch objects, each series name routed once (cached), each unit's
-labels read once per distinct set in the body.
+the inventory places their GPU on (`UUID` label; GPU UUIDs are unique fleet-wide), and
+stored through the same per-sample checks (`batch_columns`' pieces) and group commit as an
+agent's batch. dcgm-exporter's `Hostname` label is not used: in Kubernetes it is the
+exporter pod's name unless NODE_NAME is set. They go straight into store columns: no
+snapshot or batch objects, each series name routed once (cached), each unit's labels read
+once per distinct set in the body.
 
 What cannot be used is dropped and counted, never refused as a whole: a remote-write sender
-drops a body it gets a 4xx for, so one unknown node must not cost the others their samples.
+drops a body it gets a 4xx for, so one unknown GPU must not cost the others their samples.
 
-  no_node       a series without a `Hostname` label (dcgm-exporter always sets it)
-  unknown_node  a `Hostname` the inventory has no node of
-  foreign_gpu   a GPU the inventory places on another node
+  unknown_gpu   a GPU the inventory does not have (its node has not registered)
+  foreign_gpu   the inventory moved the GPU to another node while the body was read
   not_dcgm      a series that is not one of dcgm-exporter's (counted, not stored)
 
 A body is keyed by its digest, so a sender's retry of the same body is not counted twice.
@@ -30,7 +31,6 @@ from gpufleet.domain.errors import Forbidden, InvalidInput
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.dcgm_mapping import (
     GPU_INSTANCE_ID,
-    HOSTNAME,
     UUID_LABELS,
     Address,
     Route,
@@ -72,10 +72,9 @@ def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
             raise Forbidden("remote-write is for ingest tokens; agents upload batches",
                             code="forbidden", details={"role": principal.role.value})
         series = _decode(body, ingest.settings.telemetry_max_batch_uncompressed_bytes)
-        # Each node's inventory is read again when the body names a GPU the remembered
-        # reading lacks, as for an agent's batch.
-        units = {node: ingest.units_of(node, gpus) for node, gpus in _gpus_by_node(series)}
-        by_node, outcome = remote_write_columns(series, units.get, ingest.window())
+        owners = ingest.owners_of(_gpus_named(series))
+        units = {node: _units(ingest, node, gpus) for node, gpus in _by_owner(owners)}
+        by_node, outcome = remote_write_columns(series, owners, units.get, ingest.window())
         digest = hashlib.sha256(body).hexdigest()[:32]
         for node, (columns, dropped) in sorted(by_node.items()):
             outcome.update(dropped)
@@ -97,38 +96,53 @@ def _decode(body: bytes, max_bytes: int) -> list[RemoteSeries]:
         raise InvalidInput(str(exc), code="malformed_remote_write") from None
 
 
-def _gpus_by_node(series: Iterable[RemoteSeries]) -> Iterable[tuple[str, set[str]]]:
-    """The GPU UUIDs each `Hostname` names in the body."""
-    named: dict[str, set[str]] = {}
-    for one in series:
-        node = one.labels.get(HOSTNAME)
-        gpu = one.labels.get(_UUID) or one.labels.get(_OLD_UUID)
-        if node and gpu:
-            named.setdefault(node, set()).add(gpu)
-    return named.items()
+def _gpus_named(series: Iterable[RemoteSeries]) -> set[str]:
+    return {gpu for one in series if (gpu := _gpu_of(one.labels))}
+
+
+def _gpu_of(labels: Mapping[str, str]) -> str | None:
+    return labels.get(_UUID) or labels.get(_OLD_UUID)
+
+
+def _by_owner(owners: Mapping[str, str]) -> Iterable[tuple[str, set[str]]]:
+    gpus_of: dict[str, set[str]] = {}
+    for gpu, node in owners.items():
+        gpus_of.setdefault(node, set()).add(gpu)
+    return gpus_of.items()
+
+
+def _units(ingest: TelemetryIngest, node: str, gpus: set[str]) -> NodeUnits | None:
+    """The node's inventory, read again when it lacks a GPU the owners said it holds, as
+    for an agent's batch; owners it still lacks were moved since: asked again next time."""
+    units = ingest.units_of(node, gpus)
+    if units is not None and not gpus <= units.gpus.keys():
+        ingest.owners.forget(gpus - units.gpus.keys())
+    return units
 
 
 NodeColumns = dict[str, tuple[SampleColumns, Counter[str]]]
 
 
-def remote_write_columns(series: Iterable[RemoteSeries],
+def remote_write_columns(series: Iterable[RemoteSeries], owners: Mapping[str, str],
                          units_of: Callable[[str], NodeUnits | None],
                          window: TimeWindow) -> tuple[NodeColumns, Counter[str]]:
     """Each known node's storable samples and per-sample drops, and what the body lost
-    before that (no_node, unknown_node, not_dcgm, foreign_gpu): pure but for `units_of`,
-    the inventory's GPUs of a node (None for a node it does not know)."""
+    before that (unknown_gpu, not_dcgm, foreign_gpu): pure but for `units_of`, the
+    inventory's GPUs of a node (None for a node it does not know); `owners` maps each GPU
+    the inventory has to its node."""
     outcome: Counter[str] = Counter()
     readings: dict[str, _NodeReading | None] = {}
     addresses: dict[tuple[str | None, ...], Address | Unaddressable] = {}
     for one in series:
         labels, samples = one.labels, one.samples
         name = one.name or ""
-        if not name.startswith("DCGM_") or not (labels.get(_UUID) or labels.get(_OLD_UUID)):
+        gpu = _gpu_of(labels)
+        if not name.startswith("DCGM_") or not gpu:
             outcome["not_dcgm"] += len(samples)
             continue
-        node = labels.get(HOSTNAME)
-        if not node:
-            outcome["no_node"] += len(samples)
+        node = owners.get(gpu)
+        if node is None:
+            outcome["unknown_gpu"] += len(samples)
             continue
         if not samples:
             continue
@@ -137,8 +151,8 @@ def remote_write_columns(series: Iterable[RemoteSeries],
         else:
             units = units_of(node)
             reading = readings[node] = None if units is None else _NodeReading(units)
-        if reading is None:
-            outcome["unknown_node"] += len(samples)
+        if reading is None:  # the node left the inventory since its GPUs were looked up
+            outcome["unknown_gpu"] += len(samples)
             continue
         to = route(name)
         if to is None:

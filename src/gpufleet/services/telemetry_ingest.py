@@ -32,7 +32,13 @@ from gpufleet.domain.errors import (
 )
 from gpufleet.services.batch_columns import TimeWindow, batch_columns, units_named
 from gpufleet.services.group_commit import GroupCommit
-from gpufleet.services.node_units import NodeUnits, NodeUnitsMemo, read_node_units
+from gpufleet.services.node_units import (
+    GpuOwnersMemo,
+    NodeUnits,
+    NodeUnitsMemo,
+    read_gpu_owners,
+    read_node_units,
+)
 from gpufleet.services.principal import Principal
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
@@ -80,6 +86,7 @@ class TelemetryIngest:
         self.settings = settings
         self.clock = clock
         self.units = NodeUnitsMemo(settings.placement_cache_max_age_s)
+        self.owners = GpuOwnersMemo(settings.placement_cache_max_age_s)
         self.commit = GroupCommit(lambda batches: telemetry().write_columns(batches))
         self.counters = IngestCounters()
         self._drop_logged: dict[str, float] = {}
@@ -118,6 +125,14 @@ class TelemetryIngest:
             self.units.forget(node)
             units = self.units.get(node, self.read_units)
         return units
+
+    def owners_of(self, gpus: set[str]) -> dict[str, str]:
+        """GPU UUID → its node's name, for the GPUs of `gpus` the inventory has."""
+        return self.owners.get(gpus, self.read_owners)
+
+    def read_owners(self, gpus: set[str]) -> dict[str, str]:
+        with self.state.read() as session:
+            return read_gpu_owners(session, gpus)
 
     def forget_node(self, node: str) -> None:
         """The node registered again: its GPUs are read afresh on its next upload."""
