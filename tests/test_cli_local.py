@@ -182,6 +182,15 @@ def test_demo_passes_its_options(fake_module, tmp_path):
                         "seed": None}
 
 
+def test_the_demo_judges_idleness_over_a_quarter_hour_unless_told_otherwise(tmp_path,
+                                                                           monkeypatch):
+    from gpufleet.demo.runner import DEMO_IDLE_WINDOW_HOURS, demo_settings
+    assert demo_settings(tmp_path).idle_window_hours == DEMO_IDLE_WINDOW_HOURS == 0.25
+    assert Settings().idle_window_hours == 4.0  # a real server keeps DESIGN's default
+    monkeypatch.setenv("GPUFLEET_IDLE_WINDOW_HOURS", "2")
+    assert demo_settings(tmp_path).idle_window_hours == 2.0
+
+
 def test_agent_takes_the_join_token_from_the_environment(fake_module, tmp_path, monkeypatch):
     calls = fake_module("gpufleet.agent_main", "main", result=2)
     monkeypatch.setenv("GPUFLEET_JOIN_TOKEN", "gfj_from-env")

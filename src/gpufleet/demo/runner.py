@@ -105,11 +105,25 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
+# A fresh demo has no allocation idle for production's 4 hours: at a quarter of an hour,
+# `gpufleet idle` and the zombie list show the simulated idle notebooks soon after start.
+DEMO_IDLE_WINDOW_HOURS = 0.25
+
+
+def demo_settings(data_dir: Path | None = None, port: int = 8080) -> Settings:
+    """The server's settings with the demo's own defaults: the idle window is
+    DEMO_IDLE_WINDOW_HOURS unless the environment or the config file sets one."""
+    settings = load_settings(data_dir=data_dir or default_demo_dir(), port=port,
+                             host="127.0.0.1")
+    if "idle_window_hours" in settings.model_fields_set:
+        return settings
+    return settings.model_copy(update={"idle_window_hours": DEMO_IDLE_WINDOW_HOURS})
+
+
 def run_demo(data_dir: Path | None = None, port: int = 8080, reset: bool = False,
              seed: int | None = None) -> int:
     """Run the demo until Ctrl-C; returns the exit code (1 with one line on a problem)."""
-    settings = load_settings(data_dir=data_dir or default_demo_dir(), port=port,
-                             host="127.0.0.1")
+    settings = demo_settings(data_dir, port)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         if reset:
@@ -259,6 +273,8 @@ def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | 
         out.print(f"in use: {in_use.line()}")
         out.print(_try_lifecycle(in_use))
     out.print(f"  server      {url}   (API docs {url}/docs)")
+    out.print(f"  idle window {settings.idle_window_hours * 60:g} min   (production default "
+              "4 h: GPUFLEET_IDLE_WINDOW_HOURS)")
     out.print(f"  admin token {token}   {login_note}")
     out.print(f"  token file  {admin_token_path(settings)}")
     out.print(f"  data dir    {settings.data_dir}")
