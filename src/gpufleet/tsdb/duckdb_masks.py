@@ -35,7 +35,17 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from gpufleet.domain.telemetry.funnel import Thresholds
-from gpufleet.tsdb.masks import GR, PMEM, PROC, SM, UTIL, SlotSpan, Tally, signal_role
+from gpufleet.tsdb.masks import (
+    GR,
+    PMEM,
+    PROC,
+    SM,
+    UTIL,
+    SlotSpan,
+    SpanColumns,
+    TallyRows,
+    signal_role,
+)
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SeriesLabels
 
 CACHE = "gpufleet_masks"  # the attached in-memory database
@@ -218,17 +228,20 @@ class DuckDBMinuteMasks:
     # -- questions ------------------------------------------------------------------------
 
     def tallies(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int, done_ms: int,
-                *, last_active: bool = False) -> dict[int, Tally]:
+                *, last_active: bool = False) -> TallyRows:
         """See masks.MinuteMasks."""
         hi_ms = min(hi_ms, done_ms)
         if not spans or lo_ms >= hi_ms:
-            return {}
-        # Columns straight from the named tuples; clipping to the question's window and
-        # dropping units the store never heard of happen in the engine (a question at
-        # 100,000 GPUs passes 75,000 spans).
-        units, los, his, groups, weights = zip(*spans, strict=True)
-        index = self._units
-        params = [[index.get(u) for u in units], list(los), list(his), list(groups),
+            return TallyRows(())
+        # Columns as given (`SpanColumns`) or from the named tuples; clipping to the
+        # question's window and dropping units the store never heard of happen in the
+        # engine (a question at 100,000 GPUs passes 75,000 spans).
+        if isinstance(spans, SpanColumns):
+            units, los, his, groups, weights = (spans.units, spans.lo_ms, spans.hi_ms,
+                                                spans.groups, spans.weights)
+        else:
+            units, los, his, groups, weights = zip(*spans, strict=True)
+        params = [list(map(self._units.get, units)), list(los), list(his), list(groups),
                   list(weights)]
         rm = _range_mask("s.lo_ms", "s.hi_ms")
         last = (f", (max({_highest_minute('(rm & hot)')}) "
@@ -252,9 +265,7 @@ class DuckDBMinuteMasks:
                                 * bit_count(rm & sm_known) / bit_count(sm_known)
                                 ELSE 0 END), 0)::DOUBLE {last}
             FROM j GROUP BY grp"""
-        rows = self._read(lambda cur: cur.execute(sql, params).fetchall())
-        make = Tally._make
-        return {row[0]: make(row[1:]) for row in rows}
+        return TallyRows(self._read(lambda cur: cur.execute(sql, params).fetchall()))
 
     def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int,
                           done_ms: int) -> dict[tuple, int]:
