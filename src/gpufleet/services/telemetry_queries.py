@@ -285,8 +285,8 @@ class TelemetryQueries:
         lo = done - int(window.total_seconds() * 1000)
         spans = SpanColumns()  # columns, no object per binding (see SpanColumns)
         for n, s in enumerate(slots):
-            if s.start_ms <= lo:
-                spans.append(s.unit, *_clip(s, lo, done), n, s.weight)
+            if s.start_ms <= lo:  # held all window (and open after now): [lo, done) whole
+                spans.append(s.unit, lo, done, n, s.weight)
         counts = masks.tallies(spans, lo, done, done) if spans else {}
         candidates = [n for n in spans.groups if not ((c := counts.get(n)) and c.active)]
         look_lo = done - int(IDLE_LOOKBACK.total_seconds() * 1000)

@@ -120,6 +120,10 @@ class TallyRows(Mapping[int, Tally]):
     def __getitem__(self, group: int) -> Tally:
         return Tally._make(self._rows[group][1:])
 
+    def get(self, group: int, default: Tally | None = None) -> Tally | None:
+        row = self._rows.get(group)  # Mapping's own get goes through KeyError
+        return default if row is None else Tally._make(row[1:])
+
     def __contains__(self, group: object) -> bool:
         return group in self._rows
 
