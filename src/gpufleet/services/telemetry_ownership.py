@@ -53,10 +53,14 @@ class Slot:
     # What the telemetry store is given, made once: slots live in the SlotCache across
     # queries, and a range query at 100,000 GPUs passes 75,000 of them.
     binding: TelemetryBinding = field(init=False, compare=False, repr=False)
+    # The binding alone, as `telemetry_bindings` hands a unit held once: no new object per
+    # binding and question (see tsdb.masks.SpanColumns on why that matters).
+    held: tuple[TelemetryBinding, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         binding = TelemetryBinding(self.start, self.end, self.allocation, self.project)
         object.__setattr__(self, "binding", binding)
+        object.__setattr__(self, "held", (binding,))
         object.__setattr__(self, "start_ms", binding.start_ms)
         object.__setattr__(self, "end_ms", binding.end_ms)
 
@@ -178,13 +182,10 @@ def mig_profiles(session: Session) -> dict[str, str]:
 
 
 def telemetry_bindings(slots: list[Slot]) -> Bindings:
-    by_unit: dict[UnitKey, list[TelemetryBinding]] = {}
+    by_unit: dict[UnitKey, tuple[TelemetryBinding, ...]] = {}
     for s in slots:
         held = by_unit.get(s.unit)
-        if held is None:
-            by_unit[s.unit] = [s.binding]
-        else:
-            held.append(s.binding)
+        by_unit[s.unit] = s.held if held is None else (*held, s.binding)
     return by_unit
 
 

@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from operator import attrgetter
 
 from gpufleet.clock import Clock
 from gpufleet.domain.access import Action
@@ -38,7 +39,7 @@ from gpufleet.services.telemetry_ownership import (
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import SeriesResult, TelemetryStore
-from gpufleet.tsdb.masks import MaskStore, MinuteMasks, SlotSpan
+from gpufleet.tsdb.masks import MaskStore, MinuteMasks, SpanColumns
 from gpufleet.tsdb.protocol import MINUTE_MS, OWNER_LABELS, UNIT_LABELS, from_ms, to_ms
 from gpufleet.tsdb.rollups import combine_across
 from gpufleet.wire import telemetry_queries as wt
@@ -227,20 +228,24 @@ class TelemetryQueries:
                      by: tuple[str, ...], start: datetime, end: datetime,
                      inventory: dict[tuple, float] | None) -> dict[tuple, Funnel]:
         lo, hi = to_ms(start), to_ms(end)
-        keys: dict[tuple, int] = {}
+        keys: dict = {}  # a group's label values (one name: the value itself) → its number
         allocated: dict[int, float] = defaultdict(float)
-        spans = []
+        spans = SpanColumns()  # columns, no object per binding (see SpanColumns)
+        key_of = _slot_key(by)
         for slot in slots:
-            group = keys.setdefault(tuple(slot.label(n) for n in by), len(keys))
-            span = _span(slot, group, lo, hi)
-            allocated[group] += slot.weight * _minutes(span.lo_ms, span.hi_ms)
-            spans.append(span)
+            key = key_of(slot)
+            group = keys.get(key)
+            if group is None:
+                group = keys[key] = len(keys)
+            span_lo, span_hi = _clip(slot, lo, hi)
+            allocated[group] += slot.weight * _minutes(span_lo, span_hi)
+            spans.append(slot.unit, span_lo, span_hi, group, slot.weight)
         tallies = masks.tallies(spans, lo, hi, done) if spans else {}
         rows: dict[tuple, Funnel] = {}
         for key, group in keys.items():
             t = tallies.get(group)
             minutes = allocated[group]
-            rows[key] = Funnel(
+            rows[key if len(by) != 1 else (key,)] = Funnel(
                 allocated_gpu_hours=minutes / 60,
                 active_gpu_hours=(t.active if t else 0.0) / 60,
                 effective_gpu_hours=(t.effective if t else 0.0) / 60,
@@ -278,13 +283,18 @@ class TelemetryQueries:
                      if s.end is None or s.end > now]
         done = min(masks.refresh(), to_ms(now))
         lo = done - int(window.total_seconds() * 1000)
-        spans = [_span(s, n, lo, done) for n, s in enumerate(slots) if s.start_ms <= lo]
+        spans = SpanColumns()  # columns, no object per binding (see SpanColumns)
+        for n, s in enumerate(slots):
+            if s.start_ms <= lo:  # held all window (and open after now): [lo, done) whole
+                spans.append(s.unit, lo, done, n, s.weight)
         counts = masks.tallies(spans, lo, done, done) if spans else {}
-        candidates = [span.group for span in spans
-                      if not (counts.get(span.group) and counts[span.group].active)]
+        candidates = [n for n in spans.groups if not ((c := counts.get(n)) and c.active)]
         look_lo = done - int(IDLE_LOOKBACK.total_seconds() * 1000)
-        last = masks.tallies([_span(slots[n], n, look_lo, done) for n in candidates],
-                             look_lo, done, done, last_active=True) if candidates else {}
+        looked = SpanColumns()
+        for n in candidates:
+            looked.append(slots[n].unit, *_clip(slots[n], look_lo, done), n, slots[n].weight)
+        last = masks.tallies(looked, look_lo, done, done, last_active=True) \
+            if candidates else {}
         memory = telemetry_live.latest_memory(self.telemetry, [slots[n].unit for n in candidates],
                                               now)
         found, unknown = [], 0
@@ -380,10 +390,19 @@ def idle_cursor(cursor: str) -> tuple[datetime, str, str, str]:
     return (at, *rest)
 
 
-def _span(slot: Slot, group: int, lo: int, hi: int) -> SlotSpan:
+def _slot_key(by: tuple[str, ...]) -> Callable[[Slot], object]:
+    """A slot's group in the funnel: its values of `by` (all attributes of a slot), the
+    value itself where `by` names one (no tuple per binding: see SpanColumns)."""
+    if not by:
+        return lambda slot: ()
+    return attrgetter(*by)
+
+
+def _clip(slot: Slot, lo: int, hi: int) -> tuple[int, int]:
+    """The slot's part of [lo, hi) in ms (empty: both ends at its start)."""
     start = max(slot.start_ms, lo)
     end = min(slot.end_ms, hi) if slot.end_ms is not None else hi
-    return SlotSpan(slot.unit, start, max(start, end), group, slot.weight)
+    return start, max(start, end)
 
 
 def _minutes(lo_ms: int, hi_ms: int) -> int:

@@ -35,7 +35,17 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from gpufleet.domain.telemetry.funnel import Thresholds
-from gpufleet.tsdb.masks import GR, PMEM, PROC, SM, UTIL, SlotSpan, Tally, signal_role
+from gpufleet.tsdb.masks import (
+    GR,
+    PMEM,
+    PROC,
+    SM,
+    UTIL,
+    SlotSpan,
+    SpanColumns,
+    TallyRows,
+    signal_role,
+)
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SeriesLabels
 
 CACHE = "gpufleet_masks"  # the attached in-memory database
@@ -68,10 +78,13 @@ def _highest_minute(mask: str) -> str:
 class DuckDBMinuteMasks:
     """Made by `DuckDBTelemetryStore.minute_masks`: `read(work)` runs `work(cursor)` in a
     read transaction, `cursor()` gives a cursor of the store's instance, `rolled_up(cursor)`
-    says until when (ms) the store has folded minutes."""
+    says until when (ms) the store has folded minutes, `series_version()` (where given)
+    changes once the store committed `series` rows (the series table is compared with the
+    masks' copy only then: 300,000 rows at 100,000 GPUs)."""
 
     def __init__(self, read: Callable, cursor: Callable, rolled_up: Callable[..., int],
-                 thresholds: Thresholds, *, cache_hours: int = 48):
+                 thresholds: Thresholds, *, cache_hours: int = 48,
+                 series_version: Callable[[], int] | None = None):
         self._read = read
         self._new_cursor = cursor
         self._rolled_up = rolled_up
@@ -79,6 +92,8 @@ class DuckDBMinuteMasks:
         self.cache_hours = cache_hours
         self._lock = threading.Lock()
         self._ready = False
+        self._series_version = series_version
+        self._synced_version: int | None = None  # the version the copy reflects
         self._units: dict[tuple[str, str | None], int] = {}
         self._gpus: dict[str, int] = {}
         self._filled_ms = 0  # unit_hour holds every rolled-up minute before this
@@ -105,8 +120,11 @@ class DuckDBMinuteMasks:
                     con.execute(f"CREATE TABLE IF NOT EXISTS {CACHE}.unit_hour (unit_id INTEGER,"
                                 f" gpu_id INTEGER, hour_ms BIGINT, {masks}, sm_sum DOUBLE)")
                     self._ready = True
+                # Read before the transaction starts: rows committed later bump it again.
+                version = None if self._series_version is None else self._series_version()
                 con.begin()
-                self._sync_signals(con)
+                if version is None or version != self._synced_version:
+                    self._sync_signals(con)
                 done_ms = self._rolled_up(con)
                 oldest_ms = (done_ms // HOUR_MS - self.cache_hours) * HOUR_MS
                 start_ms = max(self._filled_ms, oldest_ms)
@@ -116,6 +134,7 @@ class DuckDBMinuteMasks:
                 self._compact(con, max(self._compacted_ms, start_ms // HOUR_MS * HOUR_MS),
                               done_ms // HOUR_MS * HOUR_MS, oldest_ms)
                 con.commit()
+                self._synced_version = version
                 self._filled_ms = max(self._filled_ms, done_ms)
                 self._compacted_ms = max(self._compacted_ms, done_ms // HOUR_MS * HOUR_MS)
                 return done_ms
@@ -209,17 +228,20 @@ class DuckDBMinuteMasks:
     # -- questions ------------------------------------------------------------------------
 
     def tallies(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int, done_ms: int,
-                *, last_active: bool = False) -> dict[int, Tally]:
+                *, last_active: bool = False) -> TallyRows:
         """See masks.MinuteMasks."""
         hi_ms = min(hi_ms, done_ms)
         if not spans or lo_ms >= hi_ms:
-            return {}
-        # Columns straight from the named tuples; clipping to the question's window and
-        # dropping units the store never heard of happen in the engine (a question at
-        # 100,000 GPUs passes 75,000 spans).
-        units, los, his, groups, weights = zip(*spans, strict=True)
-        index = self._units
-        params = [[index.get(u) for u in units], list(los), list(his), list(groups),
+            return TallyRows(())
+        # Columns as given (`SpanColumns`) or from the named tuples; clipping to the
+        # question's window and dropping units the store never heard of happen in the
+        # engine (a question at 100,000 GPUs passes 75,000 spans).
+        if isinstance(spans, SpanColumns):
+            units, los, his, groups, weights = (spans.units, spans.lo_ms, spans.hi_ms,
+                                                spans.groups, spans.weights)
+        else:
+            units, los, his, groups, weights = zip(*spans, strict=True)
+        params = [list(map(self._units.get, units)), list(los), list(his), list(groups),
                   list(weights)]
         rm = _range_mask("s.lo_ms", "s.hi_ms")
         last = (f", (max({_highest_minute('(rm & hot)')}) "
@@ -243,9 +265,7 @@ class DuckDBMinuteMasks:
                                 * bit_count(rm & sm_known) / bit_count(sm_known)
                                 ELSE 0 END), 0)::DOUBLE {last}
             FROM j GROUP BY grp"""
-        rows = self._read(lambda cur: cur.execute(sql, params).fetchall())
-        make = Tally._make
-        return {row[0]: make(row[1:]) for row in rows}
+        return TallyRows(self._read(lambda cur: cur.execute(sql, params).fetchall()))
 
     def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int,
                           done_ms: int) -> dict[tuple, int]:

@@ -12,7 +12,7 @@ answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -73,7 +73,7 @@ class Slots:
                 "froms": self.froms, "tos": self.tos}
 
 
-def select_slots(selected: Sequence[tuple[int, SeriesLabels]], group_by: Sequence[str],
+def select_slots(selected: Iterable[tuple[int, SeriesLabels]], group_by: Sequence[str],
                  bindings: Bindings | None,
                  owner_filters: Mapping[str, set[str]]) -> Slots:
     """The slots of the selected series: one per series (no bindings), else one per binding

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import weakref
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -115,6 +115,11 @@ class DuckDBTelemetryStore:
         self._by_gpu: dict[str, dict[int, SeriesLabels]] = {}
         self._series_ids = SeriesIds()
         self._fresh: dict[str, int] = {}  # ids handed out to the batch being built
+        # Bumped after a transaction that wrote `series` rows commits (not when a series is
+        # first seen: the journal applier writes its row later), so the minute masks compare
+        # the series table with their copy only when it changed.
+        self._series_version = 0
+        self._series_written = False
         self._load_series()
         self._pending: list[JournalRecord] = []
         self._pending_keys: set[str] = set()
@@ -283,7 +288,7 @@ class DuckDBTelemetryStore:
                           retention=self.retention)
         unit_filters = {k: v for k, v in (filters or {}).items() if k not in OWNER_LABELS}
         owner_filters = {k: set(v) for k, v in (filters or {}).items() if k in OWNER_LABELS}
-        slots = select_slots(self._select(metric, unit_filters), group_by, bindings,
+        slots = select_slots(self._select_iter(metric, unit_filters), group_by, bindings,
                              owner_filters)
         if not slots.ids:
             return []
@@ -332,7 +337,8 @@ class DuckDBTelemetryStore:
         """Per-unit minute masks over this store's 1-minute rollups (masks.MinuteMasks); the
         caller keeps the object, whose cache of closed hours lives in this DuckDB instance."""
         return DuckDBMinuteMasks(self._read, self._new_cursor,
-                                 lambda con: self._state(con)[0], thresholds)
+                                 lambda con: self._state(con)[0], thresholds,
+                                 series_version=lambda: self._series_version)
 
     def _new_cursor(self) -> duckdb.DuckDBPyConnection:
         with self._cursor_lock:
@@ -392,7 +398,7 @@ class DuckDBTelemetryStore:
     def _store(self, con: duckdb.DuckDBPyConnection, new: dict[SeriesLabels, int],
                ids: list[int], times: list[int], values: list[float]) -> None:
         # A unit moved twice: the last form.
-        _store_series(con, {sid: s for s, sid in new.items()})
+        self._series_written |= _store_series(con, {sid: s for s, sid in new.items()})
         if ids:
             # Three lists in, unnested in the engine: one statement, columnar, no per-row
             # round trips (executemany is orders of magnitude slower).
@@ -404,6 +410,7 @@ class DuckDBTelemetryStore:
 
     def _transaction(self, work, new: dict[SeriesLabels, int] | None = None) -> None:
         con = self._con
+        self._series_written = False
         con.begin()
         try:
             work(con)
@@ -411,6 +418,10 @@ class DuckDBTelemetryStore:
         except BaseException:
             con.rollback()
             raise
+        finally:
+            wrote, self._series_written = self._series_written, False
+        if wrote:  # after the commit: a reader that sees the new version sees the rows
+            self._series_version += 1
         self._remember_all(new or {})
 
     # -- the journal ----------------------------------------------------------------------
@@ -483,7 +494,7 @@ class DuckDBTelemetryStore:
               with_keys: bool, defines: dict[int, SeriesLabels] | None = None) -> None:
         if defines is None:
             defines = {sid: labels for r in records for sid, labels in r.defines}
-        _store_series(con, defines)
+        self._series_written |= _store_series(con, defines)
         if any(r.samples for r in records):
             # Packed columns to Parquet, loaded by DuckDB in C++: ~20x cheaper than handing
             # it Python lists (parquet_columns.py).
@@ -557,6 +568,20 @@ class DuckDBTelemetryStore:
         passes = filter_matcher(filters)
         return [(sid, s) for sid, s in known if passes(s)]
 
+    def _select_iter(self, metric: str | None,
+                     filters: Filters | None) -> Iterator[tuple[int, SeriesLabels]]:
+        """As `_select`, walked once: two lists copied under the lock and zipped, so a range
+        query over 100,000 series makes no (id, labels) tuple per series (kept alive through
+        the question they were promoted and set off full garbage collections)."""
+        with self._dictionary_lock:
+            known = self._labels if metric is None else self._by_metric.get(metric, {})
+            ids, labels = list(known), list(known.values())
+        pairs = zip(ids, labels, strict=True)
+        if not filters:
+            return pairs
+        passes = filter_matcher(filters)
+        return ((sid, s) for sid, s in pairs if passes(s))
+
     def _select_gpus(self, metric: str | None, gpu_uuids: Sequence[str],
                      filters: Filters | None) -> list[tuple[int, SeriesLabels]]:
         """As `_select` with a `gpu_uuid` filter, reading only those GPUs' series (in no
@@ -572,16 +597,18 @@ class DuckDBTelemetryStore:
         return [(sid, s) for sid, s in known if passes(s)]
 
 
-def _store_series(con: duckdb.DuckDBPyConnection, by_sid: dict[int, SeriesLabels]) -> None:
-    """Insert or replace series rows (a unit that moved keeps its id, new attributes)."""
+def _store_series(con: duckdb.DuckDBPyConnection, by_sid: dict[int, SeriesLabels]) -> bool:
+    """Insert or replace series rows (a unit that moved keeps its id, new attributes);
+    whether there were any."""
     if not by_sid:
-        return
+        return False
     rows = [(sid, s.metric, s.gpu_uuid, s.mig_uuid, encode_labels(s.labels), s.node,
              s.environment, s.model) for sid, s in by_sid.items()]
     con.execute("DELETE FROM series WHERE series_id IN (SELECT unnest($1::INTEGER[]))",
                 [[row[0] for row in rows]])
     con.execute(f"INSERT INTO series SELECT {_UNNEST_SERIES}",
                 [list(column) for column in zip(*rows, strict=True)])
+    return True
 
 
 def _ms(span: timedelta) -> int:
