@@ -55,9 +55,16 @@ def test_funnel(cli):
 
 def test_idle(cli):
     out = ok("idle").stdout
+    assert "idle for 4 h (activity < 5 %)" in out
     assert cell(out, cli["speech"], "state") == "idle_held"
     assert cell(out, cli["speech"], "memory GiB") == "2"
     assert [i["allocation"] for i in json_of("idle", "--held-only")["items"]] == [cli["speech"]]
+
+
+def test_an_idle_window_under_an_hour_reads_in_minutes():
+    from gpufleet.cli.commands.telemetry import _window_text
+    assert (_window_text(0.25), _window_text(4.0), _window_text(1.5)) == (
+        "15 min", "4 h", "1.5 h")
 
 
 def test_top_once(cli):

@@ -113,10 +113,14 @@ def idle_command(
         [[i["allocation"], i["project"], i["gpu_uuid"], i["mig_profile"] or i["mig_uuid"],
           i["node"], i["state"], when(i["idle_since"]), gib(_int(i["memory_held_bytes"]))]
          for i in v["items"]],
-        title=f"idle for {v['window_hours']:g} h (activity < "
+        title=f"idle for {_window_text(v['window_hours'])} (activity < "
               f"{v['activity_threshold_percent']:g} %)",
         caption=f"{v['unknown']} allocated units with activity unknown" if v["unknown"]
         else None))
+
+
+def _window_text(hours: float) -> str:
+    return f"{hours * 60:g} min" if hours < 1 else f"{hours:g} h"
 
 
 def _int(value: float | None) -> int | None:
