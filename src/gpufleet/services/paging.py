@@ -49,9 +49,14 @@ def decode_cursor(cursor: str, width: int) -> list[Any]:
         raise InvalidInput("the cursor is not one this server issued", code="invalid_cursor",
                            details={"cursor": cursor}) from exc
     if not isinstance(values, list) or len(values) != width:
-        raise InvalidInput("the cursor does not match this listing's sort", code="invalid_cursor",
-                           details={"cursor": cursor})
+        raise mismatched_cursor(cursor)
     return values
+
+
+def mismatched_cursor(cursor: str) -> InvalidInput:
+    """The 400 for a cursor this server could have issued, but not for this listing."""
+    return InvalidInput("the cursor does not match this listing's sort", code="invalid_cursor",
+                        details={"cursor": cursor})
 
 
 _INT64 = range(-(2**63), 2**63)
@@ -75,8 +80,7 @@ def apply_page(query: Select, sort: SortSpec, cursor: str | None, limit: int) ->
     if cursor is not None:
         after = decode_cursor(cursor, len(columns))
         if not all(_fits(value, column) for value, column in zip(after, columns, strict=True)):
-            raise InvalidInput("the cursor does not match this listing's sort",
-                               code="invalid_cursor", details={"cursor": cursor})
+            raise mismatched_cursor(cursor)
         key = tuple_(*columns)
         query = query.where(key < tuple_(*after) if sort.descending else key > tuple_(*after))
     order = [c.desc() if sort.descending else c.asc() for c in columns]

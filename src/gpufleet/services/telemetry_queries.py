@@ -25,7 +25,7 @@ from gpufleet.domain.telemetry.durations import parse_duration
 from gpufleet.domain.telemetry.funnel import MINUTES_PER_HOUR, Funnel, Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Scope
 from gpufleet.services import telemetry_live
-from gpufleet.services.paging import decode_cursor, encode_cursor
+from gpufleet.services.paging import decode_cursor, mismatched_cursor, split_page
 from gpufleet.services.principal import Principal
 from gpufleet.services.telemetry_ownership import (
     INVENTORY_LABELS,
@@ -316,11 +316,8 @@ class TelemetryQueries:
         found.sort(key=lambda f: f[0])
         if after is not None:
             found = [f for f in found if f[0] > after]
-        page = found if limit is None else found[:limit]
-        next_cursor = None
-        if len(page) < len(found):
-            since, *rest = page[-1][0]
-            next_cursor = encode_cursor([since.isoformat(), *rest])
+        page, next_cursor = (found, None) if limit is None else split_page(
+            found, limit, lambda f: [f[0][0].isoformat(), *f[0][1:]])
         items = []
         for (since, *_), n, state in page:
             slot = slots[n]
@@ -376,17 +373,14 @@ def idle_cursor(cursor: str) -> tuple[datetime, str, str, str]:
     """The idle list's sort key from a cursor it issued (idle since, allocation, GPU, MIG
     instance or ""); anything else is a 400 `invalid_cursor`."""
     since, *rest = decode_cursor(cursor, 4)
-    if not isinstance(since, str) or not all(isinstance(v, str) for v in rest):
-        raise InvalidInput("the cursor does not match this listing's sort",
-                           code="invalid_cursor", details={"cursor": cursor})
+    if not all(isinstance(v, str) for v in (since, *rest)):
+        raise mismatched_cursor(cursor)
     try:
         at = datetime.fromisoformat(since)
     except ValueError as exc:
-        raise InvalidInput("the cursor does not match this listing's sort",
-                           code="invalid_cursor", details={"cursor": cursor}) from exc
+        raise mismatched_cursor(cursor) from exc
     if at.tzinfo is None:
-        raise InvalidInput("the cursor does not match this listing's sort",
-                           code="invalid_cursor", details={"cursor": cursor})
+        raise mismatched_cursor(cursor)
     return (at, *rest)
 
 
