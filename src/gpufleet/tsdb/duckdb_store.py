@@ -560,20 +560,14 @@ class DuckDBTelemetryStore:
                 filters: Filters | None) -> list[tuple[int, SeriesLabels]]:
         """The series of `metric` (every metric: None) that pass `filters`, in the order
         the dictionary learnt them (a query's groups are numbered in this order)."""
-        with self._dictionary_lock:  # not the write lock: a read never waits on a write
-            known = list((self._labels if metric is None else
-                          self._by_metric.get(metric, {})).items())
-        if not filters:
-            return known
-        passes = filter_matcher(filters)
-        return [(sid, s) for sid, s in known if passes(s)]
+        return list(self._select_iter(metric, filters))
 
     def _select_iter(self, metric: str | None,
                      filters: Filters | None) -> Iterator[tuple[int, SeriesLabels]]:
         """As `_select`, walked once: two lists copied under the lock and zipped, so a range
         query over 100,000 series makes no (id, labels) tuple per series (kept alive through
         the question they were promoted and set off full garbage collections)."""
-        with self._dictionary_lock:
+        with self._dictionary_lock:  # not the write lock: a read never waits on a write
             known = self._labels if metric is None else self._by_metric.get(metric, {})
             ids, labels = list(known), list(known.values())
         pairs = zip(ids, labels, strict=True)
