@@ -47,7 +47,7 @@ async def post_batch(request: Request) -> Response:
 async def remote_write(request: Request) -> Response:
     """Prometheus remote-write receiver for `ingest` tokens (point a Prometheus or vmagent
     that scrapes dcgm-exporter here). dcgm-exporter's series are mapped into the metric
-    catalogue and stored under the node their `Hostname` label names; what cannot be used
+    catalogue and stored under the node the inventory places their GPU on; what cannot be used
     is dropped and counted (`X-Gpufleet-Dropped` says how many, by reason), never refused
     as a whole, because a sender discards a body it gets a 4xx for."""
     p = await request_principal(request)
