@@ -4,7 +4,7 @@ GPUs the inventory lacks asked about again, a moved GPU forgotten on request."""
 
 from __future__ import annotations
 
-from gpufleet.services.node_units import GpuOwnersMemo
+from gpufleet.services.inventory.node_units import GpuOwnersMemo
 
 
 class Inventory:

@@ -17,18 +17,8 @@ from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
 from gpufleet.domain.inventory import NodeStatus
-from gpufleet.services import (
-    audit,
-    environments,
-    fleet,
-    gpus,
-    mig_configs,
-    nodes,
-    people,
-    registration,
-    server_metrics,
-    tokens,
-)
+from gpufleet.services import audit, people, server_metrics, tokens
+from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import Lifecycle
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.principal import Principal

@@ -33,7 +33,7 @@ from gpufleet.domain.telemetry.catalogue import find as find_metric
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.metric import Metric
 from gpufleet.domain.telemetry.vocabulary import Scope, Unit
-from gpufleet.services.node_units import NodeUnits
+from gpufleet.services.inventory.node_units import NodeUnits
 from gpufleet.tsdb import SampleColumns, SeriesLabels, series
 from gpufleet.wire.telemetry_batch import CLAIM_FIELDS, TelemetryBatch
 

@@ -23,8 +23,8 @@ from gpufleet.domain.access import Action
 from gpufleet.domain.requests import RequestState
 from gpufleet.services import people, placement_state, pools, quotas, requests
 from gpufleet.services.bindings import RELEASED_NODE_IDS
-from gpufleet.services.fleet_shape import FleetShape
 from gpufleet.services.granter import Approval, Granter
+from gpufleet.services.inventory.fleet_shape import FleetShape
 from gpufleet.services.lookup import not_found
 from gpufleet.services.people import get_project
 from gpufleet.services.placement_cache import PlacementCache

@@ -52,7 +52,7 @@ from gpufleet.services.batch_columns import (
     node_series_labels,
     unit_series_problem,
 )
-from gpufleet.services.node_units import NodeUnits
+from gpufleet.services.inventory.node_units import NodeUnits
 from gpufleet.services.principal import Principal
 from gpufleet.services.telemetry_ingest import TelemetryIngest, too_large
 from gpufleet.tsdb import SampleColumns

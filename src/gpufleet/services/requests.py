@@ -30,7 +30,7 @@ from gpufleet.domain.requests import (
     transition_event,
 )
 from gpufleet.services import audit, bindings, granting, people, quotas
-from gpufleet.services.fleet_shape import FleetShape
+from gpufleet.services.inventory.fleet_shape import FleetShape
 from gpufleet.services.lookup import not_found
 from gpufleet.services.placement_state import MODE_OF_KIND
 from gpufleet.services.principal import Principal

@@ -32,7 +32,7 @@ from gpufleet.domain.errors import (
 )
 from gpufleet.services.batch_columns import TimeWindow, batch_columns, units_named
 from gpufleet.services.group_commit import GroupCommit
-from gpufleet.services.node_units import (
+from gpufleet.services.inventory.node_units import (
     GpuOwnersMemo,
     NodeUnits,
     NodeUnitsMemo,

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 
 from gpufleet.api.deps import principal, services
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.mig_configs import MigConfigExport
+from gpufleet.services.inventory.mig_configs import MigConfigExport
 from gpufleet.services.principal import Principal
 
 router = APIRouter(prefix="/api/v1", tags=["mig"])

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import page_limit, principal, services
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.fleet import parse_labels
+from gpufleet.services.inventory.fleet import parse_labels
 from gpufleet.services.principal import Principal
 from gpufleet.wire import telemetry_queries as wt
 from gpufleet.wire.base import Page

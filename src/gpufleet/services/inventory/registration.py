@@ -29,7 +29,7 @@ from gpufleet.domain.inventory import (
     canonical_gpu_uuid,
 )
 from gpufleet.services import audit, bindings, tokens
-from gpufleet.services.nodes import refresh_status
+from gpufleet.services.inventory.nodes import refresh_status
 from gpufleet.services.principal import Principal
 from gpufleet.store.tables import (
     ApiToken,

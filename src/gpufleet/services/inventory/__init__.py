@@ -1,0 +1,2 @@
+"""Inventory: what the fleet is — environments, nodes and their agents' registrations, GPUs,
+MIG configs — and the fleet listings and summaries read from it."""
