@@ -30,8 +30,8 @@ from sqlalchemy import create_engine, text
 
 from gpufleet.clock import SystemClock
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import SYSTEM
 from gpufleet.settings import Settings
 from gpufleet.sim.nodes import iter_nodes
 from gpufleet.sim.scaled import scaled_spec

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from gpufleet.clock import ManualClock
+from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import SYSTEM
 from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.inventory import UserCreate
 from gpufleet.wire.remote_write import encode_write_request

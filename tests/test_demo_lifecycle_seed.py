@@ -21,8 +21,8 @@ from gpufleet.demo.seed import seed_people
 from gpufleet.demo.seed_journal import FILE_NAME as JOURNAL
 from gpufleet.domain.access import Role
 from gpufleet.domain.requests import request_code
+from gpufleet.services.access.principal import SYSTEM, Principal
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import SYSTEM, Principal
 from gpufleet.sim.fleet_spec import load_default_spec, parse_spec
 from gpufleet.sim.nodes import iter_nodes
 from gpufleet.store.database import StateStore

@@ -13,8 +13,8 @@ from sqlalchemy import event
 
 from gpufleet.domain.errors import Conflict, NotFound
 from gpufleet.services import bindings
+from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import SYSTEM
 from gpufleet.wire.requests import RequestCreate
 from tests.helpers import create_environment, register
 

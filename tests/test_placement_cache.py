@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy import func, select
 
 from gpufleet.domain.requests import FlavourKind
+from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import SYSTEM
 from gpufleet.store.tables import Binding
 from gpufleet.wire.requests import RequestCreate
 from tests.helpers import create_environment, register

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from gpufleet.domain.access import Role
-from gpufleet.services.principal import Principal
-from gpufleet.services.principal_cache import PrincipalCache
+from gpufleet.services.access.principal import Principal
+from gpufleet.services.access.principal_cache import PrincipalCache
 from tests.conftest import START
 
 AGENT = Principal(role=Role.AGENT, node_name="node-1")

@@ -12,8 +12,8 @@ from sqlalchemy import select, text
 from gpufleet.api.app import create_app
 from gpufleet.clock import ManualClock
 from gpufleet.domain.errors import Conflict, InvalidInput, Unavailable
+from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import SYSTEM
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import ApiToken, AuditEvent, Environment, Gpu, Node, Project

@@ -55,8 +55,8 @@ def test_migrations_are_idempotent_and_match_the_models(empty_store):
 def test_migration_keeps_data(empty_store):
     """Running the migrations on a database in use changes nothing in it."""
     from gpufleet.clock import ManualClock
+    from gpufleet.services.access.principal import SYSTEM
     from gpufleet.services.app import Gpufleet
-    from gpufleet.services.principal import SYSTEM
     from gpufleet.settings import Settings
     from gpufleet.wire.inventory import ProjectCreate
 

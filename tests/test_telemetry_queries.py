@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet.services.principal import SYSTEM
+from gpufleet.services.access.principal import SYSTEM
 from gpufleet.tsdb import Sample, series
 from gpufleet.tsdb.prometheus_store import PrometheusTelemetryStore
 from gpufleet.wire.requests import RequestCreate

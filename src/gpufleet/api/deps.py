@@ -11,8 +11,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import Principal
 
 bearer = HTTPBearer(auto_error=False, description="An API token: `Authorization: Bearer gfa_…`")
 

@@ -35,8 +35,8 @@ from gpufleet.demo.seeder import People, Seeder, SeedingHalted
 from gpufleet.domain.access import Role
 from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.requests import RequestState, request_code
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import Principal
 from gpufleet.store.tables import (
     Environment,
     Gpu,

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from gpufleet.domain.access import Role
-from gpufleet.services import people
+from gpufleet.services.access import people
+from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import SYSTEM
 from gpufleet.store.tables import Project
 from gpufleet.wire.inventory import ProjectCreate, ProjectMemberAdd, UserCreate
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from gpufleet.demo.seed_journal import Outcome, SeedJournal
 from gpufleet.domain.errors import GpufleetError
 from gpufleet.domain.requests import RequestState
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import Principal
 from gpufleet.wire import requests as wr
 
 

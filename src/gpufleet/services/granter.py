@@ -29,9 +29,9 @@ from gpufleet.domain.errors import Conflict, GpufleetError
 from gpufleet.domain.placement import Decision, StaleDecision
 from gpufleet.domain.requests import request_code
 from gpufleet.services import requests
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.bindings import UnitTaken
 from gpufleet.services.placement_cache import PlacementCache
-from gpufleet.services.principal import Principal
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import GpuRequest
 from gpufleet.wire.requests import RequestView

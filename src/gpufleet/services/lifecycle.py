@@ -21,14 +21,15 @@ from sqlalchemy.orm import Session
 from gpufleet.clock import Clock
 from gpufleet.domain.access import Action
 from gpufleet.domain.requests import RequestState
-from gpufleet.services import people, placement_state, pools, quotas, requests
+from gpufleet.services import placement_state, pools, quotas, requests
+from gpufleet.services.access import people
+from gpufleet.services.access.people import get_project
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.bindings import RELEASED_NODE_IDS
 from gpufleet.services.granter import Approval, Granter
 from gpufleet.services.inventory.fleet_shape import FleetShape
 from gpufleet.services.lookup import not_found
-from gpufleet.services.people import get_project
 from gpufleet.services.placement_cache import PlacementCache
-from gpufleet.services.principal import Principal
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import GpuRequest

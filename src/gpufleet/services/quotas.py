@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.admission import QuotaFact
 from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.requests import Flavour, FlavourKind, parse_flavour
-from gpufleet.services import audit
+from gpufleet.services.access import audit
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.lookup import not_found
-from gpufleet.services.principal import Principal
 from gpufleet.store.tables import (
     AutoApprovePolicy,
     Binding,

@@ -45,6 +45,7 @@ from gpufleet.domain.telemetry.dcgm_mapping import (
     workload_of,
 )
 from gpufleet.domain.telemetry.metric import Metric
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.batch_columns import (
     CLAIMED_METRIC,
     ColumnsBuilder,
@@ -53,7 +54,6 @@ from gpufleet.services.batch_columns import (
     unit_series_problem,
 )
 from gpufleet.services.inventory.node_units import NodeUnits
-from gpufleet.services.principal import Principal
 from gpufleet.services.telemetry_ingest import TelemetryIngest, too_large
 from gpufleet.tsdb import SampleColumns
 from gpufleet.wire.base import BodyTooLarge

@@ -36,8 +36,8 @@ from gpufleet.domain.telemetry.funnel import (
     unit_activity,
     zombie_reason,
 )
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.paging import SortSpec, apply_page, split_page
-from gpufleet.services.principal import Principal
 from gpufleet.services.telemetry_ownership import Slot, UnitKey, read_slots
 from gpufleet.store.tables import Binding, Environment, Gpu, MigInstance, Node, Project
 from gpufleet.tsdb import LatestValue, SeriesLabels, TelemetryStore

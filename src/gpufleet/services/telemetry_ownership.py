@@ -24,7 +24,7 @@ from gpufleet.clock import Clock
 from gpufleet.domain.inventory import GpuStatus
 from gpufleet.domain.placement.model import MILLI
 from gpufleet.domain.requests import request_code
-from gpufleet.services.principal import Principal
+from gpufleet.services.access.principal import Principal
 from gpufleet.store.tables import Binding, Environment, Gpu, MigInstance, Node, Project
 from gpufleet.tsdb import Binding as TelemetryBinding
 from gpufleet.tsdb import Bindings

@@ -25,8 +25,8 @@ from gpufleet.domain.telemetry.durations import parse_duration
 from gpufleet.domain.telemetry.funnel import MINUTES_PER_HOUR, Funnel, Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Scope
 from gpufleet.services import telemetry_live
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.paging import decode_cursor, mismatched_cursor, split_page
-from gpufleet.services.principal import Principal
 from gpufleet.services.telemetry_ownership import (
     INVENTORY_LABELS,
     Slot,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from gpufleet.api.deps import principal, raw_token, services
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import Principal
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"])

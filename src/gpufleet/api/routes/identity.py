@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import page_limit, principal, services
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import Principal
 from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import (
     AuditEventView,

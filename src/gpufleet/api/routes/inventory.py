@@ -6,9 +6,9 @@ from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import page_limit, principal, services
 from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, SharingMode
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.inventory.fleet import GPU_SORTS, NODE_SORTS, GpuFilter, NodeFilter
-from gpufleet.services.principal import Principal
 from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import (
     EnvironmentCreate,

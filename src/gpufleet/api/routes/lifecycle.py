@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import page_limit, principal, services
 from gpufleet.domain.requests import RequestState
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import Principal
 from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import AuditEventView
 from gpufleet.wire.requests import (

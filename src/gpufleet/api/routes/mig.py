@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from gpufleet.api.deps import principal, services
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.inventory.mig_configs import MigConfigExport
-from gpufleet.services.principal import Principal
 
 router = APIRouter(prefix="/api/v1", tags=["mig"])
 

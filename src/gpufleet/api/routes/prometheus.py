@@ -15,8 +15,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpufleet.api.deps import principal, services
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.principal import Principal
 from gpufleet.services.server_metrics import Family
 
 router = APIRouter(tags=["prometheus"])

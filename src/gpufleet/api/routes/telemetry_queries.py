@@ -9,9 +9,9 @@ from datetime import datetime
 from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import page_limit, principal, services
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.inventory.fleet import parse_labels
-from gpufleet.services.principal import Principal
 from gpufleet.wire import telemetry_queries as wt
 from gpufleet.wire.base import Page
 

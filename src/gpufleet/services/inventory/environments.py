@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import Conflict
 from gpufleet.domain.inventory import EnvironmentKind, SharingMode
-from gpufleet.services import audit, tokens
+from gpufleet.services.access import audit, tokens
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.lookup import one_where
-from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Environment, Gpu, JoinToken, Node
 from gpufleet.wire.inventory import (
     EnvironmentCreate,

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.inventory import GpuStatus, canonical_gpu_uuid
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.lookup import not_found
 from gpufleet.services.paging import apply_page, parse_sort, split_page
-from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Environment, Gpu, GpuLabel, Node, NodeLabel
 from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import (

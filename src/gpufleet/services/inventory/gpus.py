@@ -8,10 +8,10 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action
 from gpufleet.domain.inventory import GpuHealth, canonical_gpu_uuid
-from gpufleet.services import audit
+from gpufleet.services.access import audit
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.inventory.nodes import refresh_status
 from gpufleet.services.lookup import one_where
-from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Gpu, GpuMoveApproval, Node
 from gpufleet.wire.inventory import GpuHealthChange, GpuMoveApprovalCreate, GpuMoveApprovalView
 

@@ -30,9 +30,9 @@ from gpufleet.domain.access import Action
 from gpufleet.domain.errors import NotFound
 from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.inventory import GpuHealth, NodeStatus, SharingMode
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.inventory.registration import MISSING_REASON
 from gpufleet.services.lookup import one_where
-from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Environment, Gpu, MigInstance, MigPlan, Node
 from gpufleet.wire.base import View
 

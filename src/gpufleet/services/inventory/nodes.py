@@ -18,9 +18,9 @@ from gpufleet.domain.inventory import (
     node_status,
     silence_cutoff,
 )
-from gpufleet.services import audit
+from gpufleet.services.access import audit
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.lookup import one_where
-from gpufleet.services.principal import Principal
 from gpufleet.store.tables import ApiToken, Gpu, Node
 
 

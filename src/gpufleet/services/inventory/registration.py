@@ -28,9 +28,10 @@ from gpufleet.domain.inventory import (
     SharingMode,
     canonical_gpu_uuid,
 )
-from gpufleet.services import audit, bindings, tokens
+from gpufleet.services import bindings
+from gpufleet.services.access import audit, tokens
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.inventory.nodes import refresh_status
-from gpufleet.services.principal import Principal
 from gpufleet.store.tables import (
     ApiToken,
     Environment,

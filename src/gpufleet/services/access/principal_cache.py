@@ -13,7 +13,7 @@ import hashlib
 import threading
 from datetime import datetime, timedelta
 
-from gpufleet.services.principal import Principal
+from gpufleet.services.access.principal import Principal
 
 MAX_ENTRIES = 200_000  # more agents than any fleet has; beyond it, start afresh
 

@@ -9,9 +9,9 @@ from sqlalchemy.orm import Session, selectinload
 
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import Conflict, Forbidden
-from gpufleet.services import audit
+from gpufleet.services.access import audit
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.lookup import not_found, one_where
-from gpufleet.services.principal import Principal
 from gpufleet.store.tables import Project, ProjectMember, User
 from gpufleet.wire.inventory import (
     ProjectCreate,

@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import InvalidInput, Unauthenticated
-from gpufleet.services import audit
+from gpufleet.services.access import audit
+from gpufleet.services.access.people import get_user
+from gpufleet.services.access.principal import Principal
 from gpufleet.services.lookup import not_found
-from gpufleet.services.people import get_user
-from gpufleet.services.principal import Principal
 from gpufleet.store.tables import ApiToken, JoinToken, Node, Project, ProjectMember, User
 from gpufleet.wire.inventory import TokenCreate, TokenIssued, TokenView
 
