@@ -1,5 +1,5 @@
 """The granter batches approvals: those queued while a grant runs are approved and granted
-together in the next transaction (services/granter.py). A refused approval fails only its
+together in the next transaction (services/lifecycle/granter.py). A refused approval fails only its
 own caller; a grant the database keeps refusing still leaves the approval written."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import event
 
 from gpufleet.domain.errors import Conflict, NotFound
-from gpufleet.services import bindings
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
+from gpufleet.services.lifecycle import bindings
 from gpufleet.wire.requests import RequestCreate
 from tests.helpers import create_environment, register
 

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 
 from gpufleet.domain.errors import Conflict
 from gpufleet.services.access.principal import SYSTEM
-from gpufleet.services.bindings import WHOLE_GPU_SLOT, UnitTaken, _raise_shared_use
+from gpufleet.services.lifecycle.bindings import WHOLE_GPU_SLOT, UnitTaken, _raise_shared_use
 from gpufleet.store.tables import Binding, Gpu, GpuRequest, Project, SlotClaim
 from gpufleet.wire.requests import RequestCreate
 from tests.helpers import create_environment, join_token, register, registration

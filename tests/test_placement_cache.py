@@ -1,6 +1,6 @@
 """The placement cache follows the fleet, and the database stays the guard.
 
-Grants decide on the server's in-memory copy of the fleet (services/placement_cache.py).
+Grants decide on the server's in-memory copy of the fleet (services/lifecycle/placement_cache.py).
 These tests load that copy first, then change the fleet the ways an operator or an agent
 does — quarantine, cordon, a new node, a release — and check the next grant sees it. With
 several servers (several caches) on one database, a stale copy can pick a unit another

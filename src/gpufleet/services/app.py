@@ -22,7 +22,7 @@ from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
-from gpufleet.services.lifecycle import Lifecycle
+from gpufleet.services.lifecycle.lifecycle import Lifecycle
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry_ingest import TelemetryIngest
 from gpufleet.services.telemetry_queries import TelemetryQueries

@@ -28,10 +28,10 @@ from gpufleet.domain.inventory import (
     SharingMode,
     canonical_gpu_uuid,
 )
-from gpufleet.services import bindings
 from gpufleet.services.access import audit, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.inventory.nodes import refresh_status
+from gpufleet.services.lifecycle import bindings
 from gpufleet.store.tables import (
     ApiToken,
     Environment,
@@ -342,7 +342,7 @@ def claim_conflict_error(conflict: GpuClaimConflict) -> Conflict:
 
 
 def desired_state(session: Session, node: Node) -> DesiredState:
-    """What the node should be: its open bindings and MIG plans (services/bindings.py)."""
+    """What the node should be: its open bindings and MIG plans (services/lifecycle/bindings.py)."""
     session.flush()
     return bindings.desired_state(session, node)
 

@@ -29,12 +29,12 @@ from gpufleet.domain.requests import (
     request_id_from_code,
     transition_event,
 )
-from gpufleet.services import bindings, granting, quotas
 from gpufleet.services.access import audit, people
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.inventory.fleet_shape import FleetShape
+from gpufleet.services.lifecycle import bindings, granting, quotas
+from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND
 from gpufleet.services.lookup import not_found
-from gpufleet.services.placement_state import MODE_OF_KIND
 from gpufleet.store.tables import AutoApprovePolicy, GpuRequest, Project
 from gpufleet.wire.requests import (
     Extend,

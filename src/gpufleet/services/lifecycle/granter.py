@@ -28,10 +28,10 @@ from gpufleet.clock import Clock
 from gpufleet.domain.errors import Conflict, GpufleetError
 from gpufleet.domain.placement import Decision, StaleDecision
 from gpufleet.domain.requests import request_code
-from gpufleet.services import requests
 from gpufleet.services.access.principal import Principal
-from gpufleet.services.bindings import UnitTaken
-from gpufleet.services.placement_cache import PlacementCache
+from gpufleet.services.lifecycle import requests
+from gpufleet.services.lifecycle.bindings import UnitTaken
+from gpufleet.services.lifecycle.placement_cache import PlacementCache
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import GpuRequest
 from gpufleet.wire.requests import RequestView

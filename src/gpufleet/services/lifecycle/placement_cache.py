@@ -37,8 +37,8 @@ from gpufleet.domain.placement import (
     Refusal,
 )
 from gpufleet.domain.requests import FlavourKind
-from gpufleet.services import placement_state
-from gpufleet.services.placement_state import MODE_OF_KIND, LiveFleet, free_milli_by_mode
+from gpufleet.services.lifecycle import placement_state
+from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND, LiveFleet, free_milli_by_mode
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus
 from gpufleet.domain.placement import Decision, Demand, Placer, Refusal, UnitKind
 from gpufleet.domain.requests import Flavour, FlavourKind, parse_flavour
-from gpufleet.services import placement_state
-from gpufleet.services.placement_state import MODE_OF_KIND
-from gpufleet.services.quotas import QuotaLedger
+from gpufleet.services.lifecycle import placement_state
+from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND
+from gpufleet.services.lifecycle.quotas import QuotaLedger
 from gpufleet.store.tables import Binding, Gpu, GpuRequest, Node, Pool
 
 

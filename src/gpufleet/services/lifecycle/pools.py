@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import Conflict, Forbidden, InvalidInput
 from gpufleet.domain.requests import FlavourKind, parse_flavour, pool_code, pool_id_from_code
-from gpufleet.services import granting, quotas
 from gpufleet.services.access import audit, people
 from gpufleet.services.access.principal import Principal
+from gpufleet.services.lifecycle import granting, quotas
 from gpufleet.services.lookup import not_found
 from gpufleet.store.tables import Pool, Project
 from gpufleet.wire.requests import PoolCreate, PoolView

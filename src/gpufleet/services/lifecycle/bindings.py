@@ -24,7 +24,7 @@ from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, gpu_stat
 from gpufleet.domain.mig import mig_unit_name
 from gpufleet.domain.placement import Decision, UnitChoice, UnitKind
 from gpufleet.domain.requests import FlavourKind, request_code
-from gpufleet.services.placement_state import MODE_OF_KIND, current_mig_layouts
+from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND, current_mig_layouts
 from gpufleet.store.tables import (
     Binding,
     Gpu,

@@ -1,12 +1,12 @@
 """The lifecycle's front door: requests, approvals, pools, quotas, and the lifecycle loop.
 
-One method per use case, one transaction each — except granting (services/granter.py):
+One method per use case, one transaction each — except granting (services/lifecycle/granter.py):
 an operator's approval is made in the transaction that grants the request, batched with
 the other approvals and grants that arrive together, and retried when the database refuses
 a claim another server won meanwhile. The approval is never lost to a failed placement: if
 the grant keeps being refused, the approval is written alone and the request waits,
 approved, for the loop. Auto-approved requests are granted right after their creation.
-Placement decides on the in-memory placement cache (services/placement_cache.py);
+Placement decides on the in-memory placement cache (services/lifecycle/placement_cache.py);
 whatever frees units or changes the fleet tells it which nodes to re-read.
 """
 
@@ -21,15 +21,15 @@ from sqlalchemy.orm import Session
 from gpufleet.clock import Clock
 from gpufleet.domain.access import Action
 from gpufleet.domain.requests import RequestState
-from gpufleet.services import placement_state, pools, quotas, requests
 from gpufleet.services.access import people
 from gpufleet.services.access.people import get_project
 from gpufleet.services.access.principal import Principal
-from gpufleet.services.bindings import RELEASED_NODE_IDS
-from gpufleet.services.granter import Approval, Granter
 from gpufleet.services.inventory.fleet_shape import FleetShape
+from gpufleet.services.lifecycle import placement_state, pools, quotas, requests
+from gpufleet.services.lifecycle.bindings import RELEASED_NODE_IDS
+from gpufleet.services.lifecycle.granter import Approval, Granter
+from gpufleet.services.lifecycle.placement_cache import PlacementCache
 from gpufleet.services.lookup import not_found
-from gpufleet.services.placement_cache import PlacementCache
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import GpuRequest
