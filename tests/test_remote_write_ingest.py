@@ -15,9 +15,9 @@ import pytest
 from gpufleet.agent.dcgm_exporter import UUID_LABELS, snapshot_from_samples
 from gpufleet.agent.prometheus_text import Sample
 from gpufleet.domain.telemetry.sources import DCGM_INT32_BLANK, DCGM_INT64_BLANK
-from gpufleet.services.batch_columns import TimeWindow, batch_columns
 from gpufleet.services.inventory.node_units import NodeUnits
-from gpufleet.services.remote_write_ingest import remote_write_columns
+from gpufleet.services.telemetry.batch_columns import TimeWindow, batch_columns
+from gpufleet.services.telemetry.remote_write_ingest import remote_write_columns
 from gpufleet.wire.remote_write import RemoteSeries, decode_write_request, encode_write_request
 from gpufleet.wire.telemetry_batch import columnar
 

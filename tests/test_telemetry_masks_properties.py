@@ -35,7 +35,7 @@ from gpufleet.domain.telemetry.funnel import (
     idle_verdict_from_minutes,
     unit_activity,
 )
-from gpufleet.services import telemetry_live
+from gpufleet.services.telemetry import live as telemetry_live
 from gpufleet.tsdb import Sample, TelemetryStore, series
 from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
 from gpufleet.tsdb.masks import SlotSpan, SpanColumns

@@ -301,7 +301,7 @@ def test_mask_backed_routes_say_503_when_the_engine_is_down(api, fleet, gf, monk
 
 
 def test_a_top_group_without_memory_values_says_null_not_zero():
-    from gpufleet.services.telemetry_live import _group
+    from gpufleet.services.telemetry.live import _group
     from gpufleet.wire.telemetry_queries import TopUnit
     unit = TopUnit(gpu_uuid="GPU-1", mig_uuid=None, node="n", environment="e", model="m",
                    activity_percent=10.0, sm_active_percent=None, memory_used_bytes=None,

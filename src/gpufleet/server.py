@@ -16,7 +16,7 @@ from gpufleet.api.app import create_app
 from gpufleet.clock import Clock
 from gpufleet.private_files import write_private_file
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.telemetry_store import open_telemetry_store
+from gpufleet.services.telemetry.store import open_telemetry_store
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 

@@ -17,16 +17,16 @@ from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
 from gpufleet.domain.inventory import NodeStatus
-from gpufleet.services import server_metrics
 from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
 from gpufleet.services.paging import decode_cursor, encode_cursor
-from gpufleet.services.telemetry_ingest import TelemetryIngest
-from gpufleet.services.telemetry_queries import TelemetryQueries
-from gpufleet.services.telemetry_store import open_telemetry_store
+from gpufleet.services.telemetry import server_metrics
+from gpufleet.services.telemetry.ingest import TelemetryIngest
+from gpufleet.services.telemetry.queries import TelemetryQueries
+from gpufleet.services.telemetry.store import open_telemetry_store
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import User

@@ -1,7 +1,7 @@
 """`GET /metrics`: the fleet's state for Prometheus, in its text exposition format.
 
 Authenticated like every endpoint (DESIGN.md §8): give Prometheus a viewer token as its
-scrape `authorization` credentials. The numbers come from services/server_metrics.py;
+scrape `authorization` credentials. The numbers come from services/telemetry/server_metrics.py;
 prometheus-client renders them, so the format is exactly what Prometheus parses.
 """
 
@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from gpufleet.api.deps import principal, services
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
-from gpufleet.services.server_metrics import Family
+from gpufleet.services.telemetry.server_metrics import Family
 
 router = APIRouter(tags=["prometheus"])
 

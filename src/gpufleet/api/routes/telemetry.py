@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpufleet.api.deps import bearer, request_principal
 from gpufleet.api.request_route import RequestRoute
-from gpufleet.services.remote_write_ingest import ingest_remote_write
+from gpufleet.services.telemetry.remote_write_ingest import ingest_remote_write
 from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH, TelemetryAck
 
 router = APIRouter(tags=["telemetry"], route_class=RequestRoute,

@@ -38,7 +38,7 @@ from gpufleet.domain.telemetry.funnel import (
 )
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.paging import SortSpec, apply_page, split_page
-from gpufleet.services.telemetry_ownership import Slot, UnitKey, read_slots
+from gpufleet.services.telemetry.ownership import Slot, UnitKey, read_slots
 from gpufleet.store.tables import Binding, Environment, Gpu, MigInstance, Node, Project
 from gpufleet.tsdb import LatestValue, SeriesLabels, TelemetryStore
 from gpufleet.tsdb.protocol import to_ms
@@ -46,7 +46,7 @@ from gpufleet.wire import telemetry_queries as wt
 from gpufleet.wire.base import Page
 
 if TYPE_CHECKING:
-    from gpufleet.services.telemetry_queries import TelemetryQueries
+    from gpufleet.services.telemetry.queries import TelemetryQueries
 
 FRESH = timedelta(minutes=5)
 _ACTIVITY_METRICS = (GR_ENGINE_ACTIVE, UTILIZATION)

@@ -24,10 +24,10 @@ from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.durations import parse_duration
 from gpufleet.domain.telemetry.funnel import MINUTES_PER_HOUR, Funnel, Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Scope
-from gpufleet.services import telemetry_live
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.paging import decode_cursor, mismatched_cursor, split_page
-from gpufleet.services.telemetry_ownership import (
+from gpufleet.services.telemetry import live as telemetry_live
+from gpufleet.services.telemetry.ownership import (
     INVENTORY_LABELS,
     Slot,
     SlotCache,

@@ -22,7 +22,7 @@ from gpufleet.domain.access import Action
 from gpufleet.domain.inventory import NodeStatus
 from gpufleet.domain.placement.model import MILLI
 from gpufleet.services.access.principal import Principal
-from gpufleet.services.telemetry_ingest import IngestCounters
+from gpufleet.services.telemetry.ingest import IngestCounters
 from gpufleet.store.tables import Binding, Environment, Gpu, GpuRequest, Node, Project
 from gpufleet.wire.telemetry_queries import FunnelView
 

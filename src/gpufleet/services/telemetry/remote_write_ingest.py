@@ -46,15 +46,15 @@ from gpufleet.domain.telemetry.dcgm_mapping import (
 )
 from gpufleet.domain.telemetry.metric import Metric
 from gpufleet.services.access.principal import Principal
-from gpufleet.services.batch_columns import (
+from gpufleet.services.inventory.node_units import NodeUnits
+from gpufleet.services.telemetry.batch_columns import (
     CLAIMED_METRIC,
     ColumnsBuilder,
     TimeWindow,
     node_series_labels,
     unit_series_problem,
 )
-from gpufleet.services.inventory.node_units import NodeUnits
-from gpufleet.services.telemetry_ingest import TelemetryIngest, too_large
+from gpufleet.services.telemetry.ingest import TelemetryIngest, too_large
 from gpufleet.tsdb import SampleColumns
 from gpufleet.wire.base import BodyTooLarge
 from gpufleet.wire.remote_write import RemoteSeries, decode_write_request

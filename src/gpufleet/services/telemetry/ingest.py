@@ -31,7 +31,6 @@ from gpufleet.domain.errors import (
     PayloadTooLarge,
 )
 from gpufleet.services.access.principal import Principal
-from gpufleet.services.batch_columns import TimeWindow, batch_columns, units_named
 from gpufleet.services.group_commit import GroupCommit
 from gpufleet.services.inventory.node_units import (
     GpuOwnersMemo,
@@ -40,6 +39,7 @@ from gpufleet.services.inventory.node_units import (
     read_gpu_owners,
     read_node_units,
 )
+from gpufleet.services.telemetry.batch_columns import TimeWindow, batch_columns, units_named
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import SampleColumns, TelemetryStore
