@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.agent.attribution_cgroup import CgroupClaims, claims_of_path, parse_cgroup
+from gpufleet.agent.attribution.cgroup import CgroupClaims, claims_of_path, parse_cgroup
 
 DOCKER_ID = "9ec39b91f3d70e1beff50a308f77067065ea6be0d91a3378375056cd4422cf3d"
 K8S_CID = "34dc0b5e626f2c5c4c5170e34b10e7654ce36f0fcd532739f4445baabea03376"

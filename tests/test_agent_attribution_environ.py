@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.agent import attribution_environ
-from gpufleet.agent.attribution_environ import (
+from gpufleet.agent.attribution import environ as environ_module
+from gpufleet.agent.attribution.environ import (
     ALLOWED,
     EnvironClaims,
     allowed_entries,
@@ -68,7 +68,7 @@ def test_claims_from_entries():
 
 
 def test_reading_a_file_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(attribution_environ, "MAX_ENVIRON_BYTES", 64)
+    monkeypatch.setattr(environ_module, "MAX_ENVIRON_BYTES", 64)
     path = tmp_path / "environ"
     path.write_bytes(environ(b"GPUFLEET_ALLOCATION=GR-7", b"FILLER=" + b"x" * 100,
                              b"SLURM_JOB_ID=123"))

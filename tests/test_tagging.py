@@ -184,7 +184,7 @@ def test_import_gpufleet_stays_light():
 def test_tags_the_environment_and_the_wire_share_one_label_text_rule():
     from pydantic import TypeAdapter, ValidationError
 
-    from gpufleet.agent.attribution_environ import allowed_entries
+    from gpufleet.agent.attribution.environ import allowed_entries
     from gpufleet.text_limits import LABEL_TEXT_MAX
     from gpufleet.wire.telemetry import LabelText
 

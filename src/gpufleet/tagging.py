@@ -31,7 +31,7 @@ so a typo is seen where it is made; failing to write the file (no /proc on this 
 a read-only directory) is logged and returns None — tagging never stops a training run.
 
 This module is imported by `import gpufleet`: standard library only, nothing of the server.
-The agent reads the files with `gpufleet.agent.attribution_tags`, through the names and
+The agent reads the files with `gpufleet.agent.attribution.tags`, through the names and
 rules defined here (`tag_file_name`, `parse_tag_file`, `is_temporary_name`): one format,
 one parser, for the workload merging its own file and the agent reading it. A file is
 `{"v": FORMAT_VERSION, "tags": {...}}`; one of another version is not read (a newer SDK's

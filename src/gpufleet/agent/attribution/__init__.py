@@ -5,10 +5,10 @@ unit is charged to the allocation bound to it at that time, and a claim that doe
 match the binding — or usage on a unit with no binding — is unattributed usage. The agent
 gathers claims from three sources (docs/attribution.md):
 
-- the process's cgroup (attribution_cgroup): container id, Kubernetes pod uid, Slurm job;
-- its environment, through an allow-list (attribution_environ): `GPUFLEET_ALLOCATION`, the
+- the process's cgroup (cgroup.py): container id, Kubernetes pod uid, Slurm job;
+- its environment, through an allow-list (environ.py): `GPUFLEET_ALLOCATION`, the
   `GPUFLEET_*` tag keys, `SLURM_JOB_ID`, the downward-API pod name and namespace;
-- the tag file that `gpufleet.tag(...)` wrote (attribution_tags), the process's own and
+- the tag file that `gpufleet.tag(...)` wrote (tags.py), the process's own and
   those of up to ANCESTORS ancestors of the same owner, so a worker forked by a tagged
   process carries its parent's tags.
 
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpufleet.agent.attribution_cgroup import CgroupClaims, parse_cgroup
-from gpufleet.agent.attribution_environ import EnvironClaims, read_environ_claims
-from gpufleet.agent.attribution_proc import (
+from gpufleet.agent.attribution.cgroup import CgroupClaims, parse_cgroup
+from gpufleet.agent.attribution.environ import EnvironClaims, read_environ_claims
+from gpufleet.agent.attribution.proc import (
     ProcessIdentity,
     ProcessOwner,
     live_pids,
@@ -43,7 +43,7 @@ from gpufleet.agent.attribution_proc import (
     read_owner,
     read_text,
 )
-from gpufleet.agent.attribution_tags import LiveProcesses, TagFileState, TagKey, TagSpool
+from gpufleet.agent.attribution.tags import LiveProcesses, TagFileState, TagKey, TagSpool
 from gpufleet.tagging import ALLOCATION_KEY, MAX_TAGS, default_tag_dir
 
 ANCESTORS = 3
