@@ -1,6 +1,6 @@
 """The CLI talking to the test app: the `cli_in_process` fixture.
 
-conftest.py loads this module as a plugin. tests/test_cli.py keeps its own `cli` fixture
+conftest.py loads this module as a plugin. tests/cli/test_cli.py keeps its own `cli` fixture
 (it also runs the CLI against a real server).
 """
 

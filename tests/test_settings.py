@@ -17,8 +17,9 @@ from gpufleet.settings import (
     load_settings,
     settings_markdown,
 )
+from tests.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 DOCS = REPO / "docs" / "settings.md"
 
 

@@ -6,7 +6,7 @@ the kubelet and slurmd put their processes in groups whose names carry the ids, 
 kernel — not the workload — says which group a process is in, so these are the node's
 strongest claims. They are still claims: the server checks them against the binding.
 
-Shapes recognised (tests/test_agent_attribution_cgroup.py has a real line of each):
+Shapes recognised (tests/agent/attribution/test_cgroup.py has a real line of each):
 
 - container id (64 hex digits), the innermost one when containers nest:
   a bare segment (cgroupfs: `/docker/<id>`, `/kubepods/burstable/pod<uid>/<id>`,

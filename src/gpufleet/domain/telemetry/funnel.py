@@ -13,7 +13,7 @@ unknown counts neither as active nor as idle.
 Production never calls the per-minute helpers: the services count the same quantities from
 the telemetry store's minute masks (tsdb/duckdb_masks.py), in aggregate. `unit_activity`,
 `classify_minute`, `Funnel.add_minute` and `idle_verdict_from_minutes` are the
-**specification** the masks are checked against (tests/test_telemetry_masks_properties.py):
+**specification** the masks are checked against (tests/services/telemetry/test_masks_properties.py):
 where the two disagree, the masks are wrong unless DESIGN.md §3 says otherwise.
 """
 

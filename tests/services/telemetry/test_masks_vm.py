@@ -1,6 +1,6 @@
 """The funnel's minute masks on the Prometheus-compatible store (tsdb/prometheus_masks.py),
 on a real VictoriaMetrics: the property tests of the DuckDB masks
-(tests/test_telemetry_masks_properties.py, the DESIGN.md §3 definitions on random
+(tests/services/telemetry/test_masks_properties.py, the DESIGN.md §3 definitions on random
 histories) run here unchanged, then what only this store does (its cache of closed hours,
 and what `rollup` means on it)."""
 
@@ -14,7 +14,7 @@ from gpufleet.domain.telemetry.funnel import GR_ENGINE_ACTIVE, SM_ACTIVE, Thresh
 from gpufleet.tsdb import Sample, series
 from gpufleet.tsdb.masks import MaskStore, SlotSpan
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, TelemetryStoreUnavailable, to_ms
-from tests.test_telemetry_masks_properties import (
+from tests.services.telemetry.test_masks_properties import (
     HOUR0,
     test_latest_memory_reads_the_unit_own_series,
     test_the_activity_source_is_chosen_per_minute,

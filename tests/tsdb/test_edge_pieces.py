@@ -12,7 +12,7 @@ from gpufleet.tsdb import Binding, Sample, Tier, series
 from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
 from gpufleet.tsdb.edge_pieces import CACHE
 from gpufleet.tsdb.protocol import Retention, to_ms
-from tests.test_tsdb_tiers import answer, assert_same
+from tests.tsdb.test_tiers import answer, assert_same
 from tests.tsdb_behaviour import HOUR, T0, at
 
 

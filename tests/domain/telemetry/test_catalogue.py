@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -42,8 +41,9 @@ from gpufleet.domain.telemetry.vocabulary import (
     Unit,
     architecture_of,
 )
+from tests.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 DOCS = REPO / "docs" / "metrics.md"
 runner = CliRunner()
 

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -22,8 +21,9 @@ from gpufleet.cli.main import app
 from gpufleet.cli.output import gib, labels_text, when
 from gpufleet.domain.inventory import GpuStatus
 from gpufleet.settings import Settings, settings_markdown
+from tests.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 DOCS = REPO / "docs" / "settings.md"
 UNREACHABLE_URL = "http://127.0.0.1:9"
 

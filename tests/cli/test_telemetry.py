@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from tests.test_cli import assert_one_error_line, invoke, json_of, ok, rows
-from tests.test_telemetry_queries import HOURS, fleet  # noqa: F401  (the fixture)
+from tests.cli.test_cli import assert_one_error_line, invoke, json_of, ok, rows
+from tests.services.telemetry.test_queries import HOURS, fleet  # noqa: F401  (the fixture)
 
 
 def cell(text: str, first: str, column: str) -> str:

@@ -1,7 +1,7 @@
 """The telemetry questions through the API on the Prometheus-compatible store, on a real
-VictoriaMetrics: the tests of tests/test_telemetry_queries.py — the funnel, idle and
+VictoriaMetrics: the tests of tests/services/telemetry/test_queries.py — the funnel, idle and
 idle-held lists, zombies, the /metrics funnel gauges, MIG activity — and the CLI's
-`gpufleet funnel` and `gpufleet idle` (tests/test_cli_telemetry.py) run here unchanged,
+`gpufleet funnel` and `gpufleet idle` (tests/cli/test_telemetry.py) run here unchanged,
 with the same expected answers as on the embedded store."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from gpufleet.services.app import Gpufleet
 from gpufleet.tsdb import Sample, series
 from gpufleet.tsdb.masks import SlotSpan
 from gpufleet.tsdb.protocol import to_ms
-from tests.test_cli_telemetry import cli, test_funnel, test_idle
-from tests.test_telemetry_queries import (
+from tests.cli.test_telemetry import cli, test_funnel, test_idle
+from tests.services.telemetry.test_queries import (
     fleet,
     migs,
     test_an_old_window_keeps_its_bindings,

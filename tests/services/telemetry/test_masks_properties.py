@@ -1,5 +1,5 @@
 """The store's minute masks (tsdb/duckdb_masks.py) against the DESIGN.md §3 definitions.
-(tests/test_telemetry_masks_vm.py runs the same tests on the Prometheus-compatible store.)
+(tests/services/telemetry/test_masks_vm.py runs the same tests on the Prometheus-compatible store.)
 
 The funnel and the idle list are computed from the masks; the domain's per-minute helpers
 (`unit_activity`, `Funnel.add_minute`, `classify_minute`, `idle_verdict_from_minutes`) are

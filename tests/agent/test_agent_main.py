@@ -4,7 +4,6 @@ the dcgm-exporter inventory and the read-only nodes' answer to MIG plans."""
 from __future__ import annotations
 
 import gc
-from pathlib import Path
 
 import httpx
 import pytest
@@ -16,8 +15,9 @@ from gpufleet.agent.dcgm_inventory import fetch_registration, registration_from_
 from gpufleet.agent.host import HostFacts
 from gpufleet.agent.read_only_node import MigPlanNotApplied, ReadOnlyNode
 from gpufleet.wire.agent import DesiredState
+from tests.paths import DATA_DIR
 
-PAGES = Path(__file__).parent / "data" / "dcgm_exporter"
+PAGES = DATA_DIR / "dcgm_exporter"
 HOST = HostFacts("machine-1", "a100-mig-03", 64, 512 * 1024**3, "Linux 6.8")
 
 

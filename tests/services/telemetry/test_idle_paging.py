@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 
 from gpufleet.settings import Settings
+from tests.cli.test_cli import json_of, ok
 from tests.helpers import create_environment, register
-from tests.test_cli import json_of, ok
-from tests.test_telemetry_queries import ATTRS, GIB, get, grant, minutes
+from tests.services.telemetry.test_queries import ATTRS, GIB, get, grant, minutes
 
 HOURS = 5
 

@@ -326,7 +326,7 @@ def test_remote_write_is_for_ingest_tokens_and_refuses_what_is_not_remote_write(
 
 @SQLITE_ONLY
 def test_ingest_health_is_on_the_servers_metrics(node, api):
-    from tests.test_api_prometheus import scrape
+    from tests.api.test_prometheus import scrape
 
     payload = body(snapshot(0, unit(gpu__sm_active=10.0, gpu__utilization=150.0)))
     post(node, payload)

@@ -15,9 +15,9 @@ from sqlalchemy import select
 
 from gpufleet.domain.gpu_models import model
 from gpufleet.store.tables import Gpu, MigPlan
+from tests.cli.test_cli import assert_one_error_line, invoke, ok
 from tests.helpers import create_environment, gpu, join_token, register, registration
 from tests.lifecycle_world import act, create
-from tests.test_cli import assert_one_error_line, invoke, ok
 
 PATH = "/api/v1/mig/configs"
 H100 = model("H100-80GB").mig

@@ -1,4 +1,4 @@
-"""`gpufleet request | pool | project quota` against the real app, as tests/test_cli.py does.
+"""`gpufleet request | pool | project quota` against the real app, as tests/cli/test_cli.py does.
 
 The walk-through of docs/lifecycle.md runs here command by command: create → why → approve
 (the export lines) → fleet ls --allocation → release; then MIG and shared requests, pools,
@@ -12,8 +12,8 @@ import re
 
 import pytest
 
+from tests.cli.test_cli import assert_one_error_line, invoke, json_of, ok, rows
 from tests.helpers import create_environment, gpu, join_token, register, registration
-from tests.test_cli import assert_one_error_line, invoke, json_of, ok, rows
 
 CODE = re.compile(r"^(GR-\d+) (\w+)")
 

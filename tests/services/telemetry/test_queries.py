@@ -1,6 +1,6 @@
 """Telemetry queries through the API: the funnel, idle lists, range queries, latest
 snapshots, zombies and unattributed usage, on samples written straight into the store
-(the embedded one here; tests/test_telemetry_queries_vm.py runs the same tests on
+(the embedded one here; tests/services/telemetry/test_queries_vm.py runs the same tests on
 VictoriaMetrics)."""
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def test_a_member_without_projects_pages_over_nothing(api, fleet, gf):
 
 def test_mask_backed_routes_say_503_when_the_engine_is_down(api, fleet, gf, monkeypatch):
     """On the Prometheus-compatible store the funnel, idle list and zombies ask the engine
-    (tests/test_telemetry_queries_vm.py runs them on a real one); an engine that cannot be
+    (tests/services/telemetry/test_queries_vm.py runs them on a real one); an engine that cannot be
     reached is a 503 naming it, never a 500."""
     store = PrometheusTelemetryStore("http://127.0.0.1:9", timeout_s=2)  # never reached
     store.rollup(fleet["start"] + timedelta(hours=HOURS))

@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
 import pytest
@@ -29,8 +28,9 @@ from gpufleet.clock import ManualClock
 from gpufleet.domain.telemetry.catalogue import by_dcgm_field, metric
 from gpufleet.wire.agent import NodeRegistration
 from gpufleet.wire.telemetry import NodeSnapshot, UnitSnapshot
+from tests.paths import DATA_DIR
 
-DATA = Path(__file__).parent / "data" / "dcgm_exporter"
+DATA = DATA_DIR / "dcgm_exporter"
 H100_PAGE = (DATA / "h100_8gpu.txt").read_text()
 MIG_PAGE = (DATA / "a100_mig.txt").read_text()
 AT = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
