@@ -14,12 +14,8 @@ import httpx
 import pytest
 
 from gpufleet.tsdb import Sample, series
-from gpufleet.tsdb.prometheus_store import (
-    PrometheusTelemetryStore,
-    exposition_labels,
-    exposition_name,
-    series_of_labels,
-)
+from gpufleet.tsdb.prometheus_names import exposition_labels, exposition_name, series_of_labels
+from gpufleet.tsdb.prometheus_store import PrometheusTelemetryStore
 from gpufleet.tsdb.protocol import TelemetryStoreUnavailable
 from gpufleet.wire.remote_write import REQUEST_HEADERS, encode_write_request
 from tests.tsdb_behaviour import *  # noqa: F403 - the shared behaviour tests run here

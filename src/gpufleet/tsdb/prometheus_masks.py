@@ -50,7 +50,7 @@ from gpufleet.domain.telemetry.funnel import (
     Thresholds,
 )
 from gpufleet.tsdb.masks import GR, PMEM, PROC, SM, UTIL, SlotSpan, Tally, UnitKey, signal_role
-from gpufleet.tsdb.prometheus_store import exposition_name, series_of_labels
+from gpufleet.tsdb.prometheus_names import exposition_name, series_of_labels
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SeriesLabels
 
 # One hour's columns, per unit: activity known / hot, sm_active known / hot; per GPU: any

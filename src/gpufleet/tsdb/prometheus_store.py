@@ -42,20 +42,25 @@ import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from functools import cache
-from typing import TYPE_CHECKING
 
 import httpx
 
 from gpufleet.domain.errors import InvalidInput
-from gpufleet.domain.telemetry.catalogue import CATALOGUE
 from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.tsdb.prometheus_masks import PrometheusMinuteMasks, series_minutes
+from gpufleet.tsdb.prometheus_names import (
+    EXPOSITION_PREFIX,
+    PART_LABEL,
+    RESERVED_LABELS,
+    exposition_labels,
+    exposition_name,
+    series_of_labels,
+)
 from gpufleet.tsdb.protocol import (
     HOUR_MS,
     MINUTE_MS,
     OWNER_LABELS,
-    UNIT_LABELS,
     Bindings,
     Filters,
     LatestValue,
@@ -69,19 +74,11 @@ from gpufleet.tsdb.protocol import (
     choose_tier,
     filter_matcher,
     from_ms,
-    series,
     to_ms,
 )
 from gpufleet.tsdb.rollups import combine_across
 from gpufleet.wire.remote_write import METRIC_NAME_LABEL, REQUEST_HEADERS, encode_write_request
 
-if TYPE_CHECKING:
-    from gpufleet.tsdb.prometheus_masks import PrometheusMinuteMasks
-
-EXPOSITION_PREFIX = "gpufleet_"
-# Labels a query adds to tell the parts of one answer apart; never written.
-PART_LABEL = "gpufleet_part"
-_RESERVED = frozenset((METRIC_NAME_LABEL, PART_LABEL))
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ABSENT_AS_EMPTY = frozenset(("node", "environment", "model"))  # "" in SeriesLabels
 _TIER_WIDTH_MS = {Tier.RAW: 1, Tier.MINUTE: MINUTE_MS, Tier.HOUR: HOUR_MS}
@@ -105,52 +102,6 @@ _ROW_PARTS = {
     "increase": {"within": "increase_prometheus", "first": "first_over_time",
                  "last": "last_over_time"},
 }
-
-
-# -- names: one function each way ----------------------------------------------------------
-
-def exposition_name(metric: str) -> str:
-    """The series name a catalogue metric is stored under: `gpu.sm_active` →
-    `gpufleet_gpu_sm_active`. Values are in the catalogue's units (percent, bytes, …), so
-    the name is gpufleet's own, never a DCGM field name whose scale differs."""
-    return EXPOSITION_PREFIX + metric.replace(".", "_")
-
-
-@cache
-def _catalogue_by_exposition() -> dict[str, str]:
-    return {exposition_name(row.name): row.name for row in CATALOGUE}
-
-
-def catalogue_name(exposition: str) -> str | None:
-    """The catalogue metric stored under an exposition name; None for a name that is not
-    one of gpufleet's (another job's series in the same engine)."""
-    return _catalogue_by_exposition().get(exposition)
-
-
-def exposition_labels(labels: SeriesLabels) -> dict[str, str]:
-    """The labels a series is written with: `__name__`, `gpu_uuid`, `mig_uuid` (absent for
-    a whole GPU), `node`, `environment`, `model` (absent when empty) and the metric's extra
-    labels."""
-    out = {METRIC_NAME_LABEL: exposition_name(labels.metric), "gpu_uuid": labels.gpu_uuid}
-    if labels.mig_uuid is not None:
-        out["mig_uuid"] = labels.mig_uuid
-    for name in ("node", "environment", "model"):
-        if getattr(labels, name):
-            out[name] = getattr(labels, name)
-    out.update(labels.labels)
-    return out
-
-
-def series_of_labels(labels: Mapping[str, str], metric: str | None = None) -> SeriesLabels | None:
-    """The series an engine's label set describes (the inverse of `exposition_labels`);
-    None where it is not a gpufleet series."""
-    metric = metric or catalogue_name(labels.get(METRIC_NAME_LABEL, ""))
-    if metric is None or "gpu_uuid" not in labels:
-        return None
-    extra = {k: v for k, v in labels.items() if k not in UNIT_LABELS and k not in _RESERVED}
-    return series(metric, labels["gpu_uuid"], labels.get("mig_uuid"), labels=extra,
-                  node=labels.get("node", ""), environment=labels.get("environment", ""),
-                  model=labels.get("model", ""))
 
 
 # -- the store -----------------------------------------------------------------------------
@@ -297,16 +248,12 @@ class PrometheusTelemetryStore:
     def minute_masks(self, thresholds: Thresholds) -> PrometheusMinuteMasks:
         """Per-unit minute masks over the engine's 1-minute means (masks.MinuteMasks); the
         caller keeps the object, whose cache of closed hours lives in it."""
-        from gpufleet.tsdb.prometheus_masks import PrometheusMinuteMasks
-
         return PrometheusMinuteMasks(self._minute_series, lambda: self._rolled_up_ms,
                                      thresholds)
 
     def series_minutes(self, chosen: Sequence[SeriesLabels], lo_ms: int, hi_ms: int,
                        above: float) -> dict[SeriesLabels, tuple[int, int, int | None]]:
         """See masks.MaskStore."""
-        from gpufleet.tsdb.prometheus_masks import series_minutes
-
         return series_minutes(self._minute_series,
                               lambda metric, f: _selection(exposition_name(metric), f)[0],
                               chosen, lo_ms, hi_ms, above)
@@ -570,7 +517,7 @@ def _seconds(ms: int) -> str:
 
 def _check_label_names(names: Iterable[str]) -> None:
     for name in names:
-        if not _LABEL_NAME.match(name) or name in _RESERVED:
+        if not _LABEL_NAME.match(name) or name in RESERVED_LABELS:
             raise InvalidInput(f"not a label a query can name: {name!r}", code="invalid_label",
                                details={"label": name})
 

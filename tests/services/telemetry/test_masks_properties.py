@@ -35,7 +35,7 @@ from gpufleet.domain.telemetry.funnel import (
     idle_verdict_from_minutes,
     unit_activity,
 )
-from gpufleet.services.telemetry import live as telemetry_live
+from gpufleet.services.telemetry import live
 from gpufleet.tsdb import Sample, TelemetryStore, series
 from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
 from gpufleet.tsdb.masks import SlotSpan, SpanColumns
@@ -308,7 +308,7 @@ def test_the_idle_list_judges_what_the_definitions_judge(fresh_store, data):
     counts = masks.tallies(window, lo, done, done)
     last = masks.tallies([SlotSpan(s.unit, max(s.lo_ms, look_lo), done, s.group, s.weight)
                           for s in chosen], look_lo, done, done, last_active=True)
-    memory = telemetry_live.latest_memory(store, [u.key for u in UNITS], now)
+    memory = live.latest_memory(store, [u.key for u in UNITS], now)
 
     for span in chosen:
         u, n = unit_index(span), span.group
@@ -328,7 +328,7 @@ def test_the_idle_list_judges_what_the_definitions_judge(fresh_store, data):
                            memory_used_bytes=held, t=T)
         assert got is want, (span, values)
         if got in (IdleState.IDLE, IdleState.IDLE_HELD):
-            assert telemetry_live.idle_state(T, known_minutes=known, memory=held) == got.value
+            assert live.idle_state(T, known_minutes=known, memory=held) == got.value
 
         active_minutes = [m for m in minutes_of(max(span.lo_ms, look_lo), done)
                           if classify_minute(activity(history, u, m), None, T).active]
@@ -344,7 +344,7 @@ def test_latest_memory_reads_the_unit_own_series(fresh_store):
     history = History(0, 3, {u: {m: [None] * 3 for m in METRICS} for u in range(len(UNITS))})
     history.values[1][MEMORY_USED] = [GIB, None, 2.0 * GIB]
     write(store, history)
-    got = telemetry_live.latest_memory(store, [UNITS[1].key, UNITS[2].key],
+    got = live.latest_memory(store, [UNITS[1].key, UNITS[2].key],
                                        HOUR0 + timedelta(minutes=3))
     assert got == {UNITS[1].key: 2.0 * GIB}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import exists, select
 
@@ -46,7 +46,31 @@ from gpufleet.wire import telemetry_queries as wt
 from gpufleet.wire.base import Page
 
 if TYPE_CHECKING:
-    from gpufleet.services.telemetry.queries import TelemetryQueries
+    from gpufleet.clock import Clock
+    from gpufleet.services.telemetry.ownership import SlotCache
+    from gpufleet.store.database import StateStore
+    from gpufleet.tsdb.masks import MaskStore, MinuteMasks
+
+
+class LiveSources(Protocol):
+    """What the live questions read: `TelemetryQueries` offers it. Named here, not imported,
+    so this module depends on nothing above it (queries.py calls in, never the reverse)."""
+
+    state: StateStore
+    clock: Clock
+    thresholds: Thresholds
+
+    @property
+    def telemetry(self) -> TelemetryStore: ...
+
+    @property
+    def slot_cache(self) -> SlotCache: ...
+
+    @property
+    def masks(self) -> MinuteMasks: ...
+
+    def mask_store(self) -> MaskStore: ...
+
 
 FRESH = timedelta(minutes=5)
 _ACTIVITY_METRICS = (GR_ENGINE_ACTIVE, UTILIZATION)
@@ -108,7 +132,7 @@ def _owned(principal: Principal, slots: list[Slot]) -> bool:
 
 # --- latest snapshots ---------------------------------------------------------------------
 
-def latest_snapshots(q: TelemetryQueries, principal: Principal, f: UnitFilter,
+def latest_snapshots(q: LiveSources, principal: Principal, f: UnitFilter,
                      cursor: str | None, limit: int) -> Page[wt.UnitSnapshotView]:
     now = q.clock.now()
     with q.state.read() as session:
@@ -224,12 +248,12 @@ def _processes(values: list[LatestValue], bound: list[str]) -> list[wt.ProcessVi
 
 # --- zombies and unattributed usage ---------------------------------------------------------
 
-def _live_processes(q: TelemetryQueries, now: datetime) -> list[LatestValue]:
+def _live_processes(q: LiveSources, now: datetime) -> list[LatestValue]:
     return [v for v in q.telemetry.latest(metric=PROCESS_MEMORY, since=now - FRESH)
             if v.value > 0]
 
 
-def zombies(q: TelemetryQueries, principal: Principal) -> list[wt.ZombieProcess]:
+def zombies(q: LiveSources, principal: Principal) -> list[wt.ZombieProcess]:
     store = q.mask_store()  # a store without minute counts: 503 before any work
     now = q.clock.now()
     t = q.thresholds
@@ -282,7 +306,7 @@ def _relabel(labels: SeriesLabels, metric: str) -> SeriesLabels:
                         labels.environment, labels.model)
 
 
-def unattributed(q: TelemetryQueries, principal: Principal) -> list[wt.UnattributedUsage]:
+def unattributed(q: LiveSources, principal: Principal) -> list[wt.UnattributedUsage]:
     now = q.clock.now()
     with q.state.read() as session:
         slots = read_slots(session, principal, now, now + _EPSILON, cache=q.slot_cache)
@@ -336,7 +360,7 @@ def _usage(v: LatestValue, kind: str, match: ClaimMatch, bound: list[str],
 
 # --- top ----------------------------------------------------------------------------------
 
-def top(q: TelemetryQueries, principal: Principal, limit: int) -> wt.TopView:
+def top(q: LiveSources, principal: Principal, limit: int) -> wt.TopView:
     now = q.clock.now()
     with q.state.read() as session:
         slots = read_slots(session, principal, now, now + _EPSILON, cache=q.slot_cache)

@@ -26,7 +26,7 @@ from gpufleet.domain.telemetry.funnel import MINUTES_PER_HOUR, Funnel, Threshold
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Scope
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.paging import decode_cursor, mismatched_cursor, split_page
-from gpufleet.services.telemetry import live as telemetry_live
+from gpufleet.services.telemetry import live
 from gpufleet.services.telemetry.ownership import (
     INVENTORY_LABELS,
     Slot,
@@ -295,13 +295,13 @@ class TelemetryQueries:
             looked.append(slots[n].unit, *_clip(slots[n], look_lo, done), n, slots[n].weight)
         last = masks.tallies(looked, look_lo, done, done, last_active=True) \
             if candidates else {}
-        memory = telemetry_live.latest_memory(self.telemetry, [slots[n].unit for n in candidates],
+        memory = live.latest_memory(self.telemetry, [slots[n].unit for n in candidates],
                                               now)
         found, unknown = [], 0
         for n in candidates:
             slot, count = slots[n], counts.get(n)
             known = (count.known / slot.weight) if count and slot.weight else 0.0
-            state = telemetry_live.idle_state(t, known_minutes=known,
+            state = live.idle_state(t, known_minutes=known,
                                               memory=memory.get(slot.unit))
             if state is None:
                 unknown += 1
@@ -338,21 +338,21 @@ class TelemetryQueries:
                          project: str | None = None, allocation: str | None = None,
                          cursor: str | None = None, limit: int = 100):
         principal.require(Action.READ_INVENTORY)
-        return telemetry_live.latest_snapshots(
-            self, principal, telemetry_live.UnitFilter(environment or [], node, model or [],
+        return live.latest_snapshots(
+            self, principal, live.UnitFilter(environment or [], node, model or [],
                                                       project, allocation), cursor, limit)
 
     def zombies(self, principal: Principal) -> list[wt.ZombieProcess]:
         principal.require(Action.READ_INVENTORY)
-        return telemetry_live.zombies(self, principal)
+        return live.zombies(self, principal)
 
     def unattributed(self, principal: Principal) -> list[wt.UnattributedUsage]:
         principal.require(Action.READ_INVENTORY)
-        return telemetry_live.unattributed(self, principal)
+        return live.unattributed(self, principal)
 
     def top(self, principal: Principal, limit: int = 10) -> wt.TopView:
         principal.require(Action.READ_INVENTORY)
-        return telemetry_live.top(self, principal, limit)
+        return live.top(self, principal, limit)
 
     # --- /metrics ------------------------------------------------------------------------
 
