@@ -10,7 +10,15 @@ import stat
 import httpx
 import pytest
 
-from gpufleet.sim.fleet_runner import FleetProgress, FleetTelemetry, run_simulated_fleet
+from gpufleet.agent.backoff import Backoff
+from gpufleet.agent.telemetry_uploader import UploadOutcome
+from gpufleet.sim.fleet_runner import (
+    FleetProgress,
+    FleetTelemetry,
+    next_due_s,
+    run_simulated_fleet,
+    tick_on_schedule,
+)
 from gpufleet.sim.fleet_spec import parse_spec_text
 from gpufleet.sim.operator_api import OperatorApi, OperatorApiError
 from tests.fake_agent_server import FakeServer
@@ -128,3 +136,62 @@ def test_join_tokens_are_minted_in_batches_of_at_most_1000():
     tokens = asyncio.run(go())
     assert len(set(tokens)) == 1001
     assert server.requests == ["/api/v1/join-tokens"] * 2
+
+
+class _FakeTime:
+    """A monotonic clock moved only by sleeps and by the work a tick does."""
+
+    def __init__(self):
+        self.now_s = 1000.0
+        self.tick_starts_s: list[float] = []
+
+    def monotonic_s(self) -> float:
+        return self.now_s
+
+    async def sleep(self, delay_s: float) -> None:
+        assert delay_s >= 0
+        self.now_s += delay_s
+
+
+def _ticks(time: _FakeTime, work_s: list[float], outcomes=None):
+    outcomes = list(outcomes or [UploadOutcome.DONE] * len(work_s))
+
+    async def tick():
+        if not work_s:
+            return None
+        time.tick_starts_s.append(time.now_s)
+        time.now_s += work_s.pop(0)
+        return outcomes.pop(0)
+    return tick
+
+
+def _run_schedule(time: _FakeTime, tick, period_s=60.0):
+    asyncio.run(tick_on_schedule(tick, period_s, first_delay_s=5.0,
+                                 backoff=Backoff(initial_s=period_s, max_s=600,
+                                                 rng=random.Random(0)),
+                                 sleep=time.sleep, monotonic_s=time.monotonic_s))
+
+
+def test_simulated_telemetry_ticks_keep_their_period_however_long_uploads_take():
+    time = _FakeTime()
+    _run_schedule(time, _ticks(time, [7.0, 12.0, 0.5, 30.0, 7.0]))
+    gaps = [b - a for a, b in zip(time.tick_starts_s, time.tick_starts_s[1:], strict=False)]
+    assert gaps == [60.0] * 4  # sleeping a period after each tick drifted by its work
+
+
+def test_a_tick_that_overran_whole_periods_is_followed_by_the_next_slot_not_a_burst():
+    time = _FakeTime()
+    _run_schedule(time, _ticks(time, [130.0, 1.0, 1.0]))
+    first, second, third = time.tick_starts_s
+    assert (second - first, third - second) == (180.0, 60.0)
+    assert next_due_s(0.0, 120.0, 60.0) == 180.0 and next_due_s(0.0, 59.0, 60.0) == 60.0
+
+
+def test_an_unavailable_server_backs_off_then_the_schedule_resumes():
+    time = _FakeTime()
+    _run_schedule(time, _ticks(time, [1.0, 1.0, 1.0],
+                               [UploadOutcome.UNAVAILABLE, UploadOutcome.DONE,
+                                UploadOutcome.DONE]))
+    first, second, third = time.tick_starts_s
+    assert second - first > 1.0  # a backoff delay after the failed upload
+    assert third - second == 60.0

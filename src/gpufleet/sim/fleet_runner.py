@@ -23,7 +23,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import random
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -103,8 +105,10 @@ class _FleetRun:
     def __init__(self, server_url: str, operator_token: str, spec: FleetSpec,
                  state_dir: Path, concurrency: int, on_progress: ProgressCallback | None,
                  http: httpx.AsyncClient, sleep: Sleep, rng: random.Random,
-                 telemetry: FleetTelemetry | None = None):
+                 telemetry: FleetTelemetry | None = None,
+                 monotonic_s: Callable[[], float] = time.monotonic):
         self.spec = spec
+        self.monotonic_s = monotonic_s
         self.credentials = FleetCredentials(state_dir)
         self.operator = OperatorApi(server_url, operator_token, http, sleep, rng)
         self.concurrency = concurrency
@@ -273,28 +277,28 @@ class _FleetRun:
 
     async def _telemetry_forever(self, agent: _Agent) -> None:
         assert self.telemetry is not None and agent.uploader is not None
-        interval_s = self.telemetry.interval_s
-        await self.sleep(self.rng.uniform(0, interval_s))
-        backoff = Backoff(initial_s=interval_s, max_s=10 * interval_s, rng=self.rng)
-        while True:
-            delay_s = await self._telemetry_tick(agent, agent.uploader, backoff)
-            if delay_s is None:
-                return
-            await self.sleep(delay_s)
+        uploader = agent.uploader
+        period_s = self.telemetry.interval_s
+        await tick_on_schedule(lambda: self._telemetry_tick(agent, uploader), period_s,
+                               first_delay_s=self.rng.uniform(0, period_s),
+                               backoff=Backoff(initial_s=period_s, max_s=10 * period_s,
+                                               rng=self.rng),
+                               sleep=self.sleep, monotonic_s=self.monotonic_s)
 
-    async def _telemetry_tick(self, agent: _Agent, uploader: TelemetryUploader,
-                              backoff: Backoff) -> float | None:
-        """One collection and, when a batch is due, an upload; the delay before the next
-        tick, None to stop this agent's telemetry (its credential was revoked)."""
+    async def _telemetry_tick(self, agent: _Agent, uploader: TelemetryUploader
+                              ) -> UploadOutcome | None:
+        """One collection and, when a batch is due, an upload: how the upload went
+        (`DONE` when none was due), None to stop this agent's telemetry (its
+        credential was revoked)."""
         assert self.telemetry is not None
         counters = self.telemetry_counters
         snapshot = uploader.collected(collect_once(agent.backend))
         if snapshot is None:
-            return self.telemetry.interval_s
+            return UploadOutcome.DONE
         if uploader.full:
             uploader.seal()
         if not uploader.pending() or agent.session.credential is None:
-            return self.telemetry.interval_s
+            return UploadOutcome.DONE
         try:
             async with self.limit:
                 outcome = await uploader.upload(agent.session.credential)
@@ -306,10 +310,41 @@ class _FleetRun:
         self.progress.telemetry_batches_failed = counters.batches_refused + \
             counters.uploads_failed
         self.report_now_and_then()
+        return outcome
+
+
+async def tick_on_schedule(tick: Callable[[], Awaitable[UploadOutcome | None]],
+                           period_s: float, *, first_delay_s: float, backoff: Backoff,
+                           sleep: Sleep, monotonic_s: Callable[[], float]) -> None:
+    """Run `tick` on a fixed schedule until it returns None: the next tick is due one period
+    after the previous one was due, however long collecting and uploading took (waiting for
+    the fleet's shared connection limit takes seconds on a busy machine); after an
+    `UNAVAILABLE` upload, after a backoff delay instead.
+
+    Sleeping a whole period *after* each tick let the period drift past a minute, so whole
+    minutes went unreported and the idle rule, which needs most minutes of its window
+    known, judged nothing for half an hour."""
+    due_s = monotonic_s() + first_delay_s
+    while True:
+        await sleep(max(0.0, due_s - monotonic_s()))
+        outcome = await tick()
+        if outcome is None:
+            return
         if outcome is UploadOutcome.UNAVAILABLE:
-            return backoff.next_delay_s()
+            due_s = monotonic_s() + backoff.next_delay_s()
+            continue
         backoff.reset()
-        return self.telemetry.interval_s
+        due_s = next_due_s(due_s, monotonic_s(), period_s)
+
+
+def next_due_s(due_s: float, now_s: float, period_s: float) -> float:
+    """The tick after the one due at `due_s`: one period later, or — when the tick ran past
+    whole periods — the first slot of the schedule still ahead, so a late tick is not
+    followed by a burst of catch-up ticks."""
+    following_s = due_s + period_s
+    if following_s > now_s:
+        return following_s
+    return following_s + math.ceil((now_s - following_s) / period_s + 1e-9) * period_s
 
 
 async def run_simulated_fleet(server_url: str, operator_token: str, spec: FleetSpec,
@@ -319,7 +354,9 @@ async def run_simulated_fleet(server_url: str, operator_token: str, spec: FleetS
                               http: httpx.AsyncClient | None = None,
                               sleep: Sleep = asyncio.sleep,
                               rng: random.Random | None = None,
-                              telemetry: FleetTelemetry | None = None) -> FleetProgress:
+                              telemetry: FleetTelemetry | None = None,
+                              monotonic_s: Callable[[], float] = time.monotonic
+                              ) -> FleetProgress:
     """Register every node of `spec` and heartbeat them until `stop_event` is set; with
     `telemetry`, each agent also uploads its simulated telemetry.
 
@@ -338,7 +375,7 @@ async def run_simulated_fleet(server_url: str, operator_token: str, spec: FleetS
     try:
         fleet = _FleetRun(server_url, operator_token, spec, Path(state_dir), concurrency,
                           on_progress, http, sleep, rng or random.Random(spec.seed),
-                          telemetry)
+                          telemetry, monotonic_s)
         await _until_stopped(fleet, stop_event)
     finally:
         if own_http:
