@@ -308,3 +308,31 @@ def test_a_whole_openb_sequence_checked_independently(tmp_path):
     assert report["placed"] == sum(p["node"] is not None for p in placements)
     assert allocated == report["allocated_milli"]
     assert allocated / 6_212_000 == pytest.approx(report["allocation_ratio"])
+
+
+def test_the_shipped_sample_is_what_its_generator_makes():
+    from gpufleet.whatif.sample_trace import render, sample_trace, shipped_sample
+
+    with shipped_sample() as path:
+        assert path.read_text() == render(sample_trace())
+
+
+def test_the_sample_replays_on_the_demo_fleet_from_the_readme(tmp_path, monkeypatch):
+    from gpufleet.whatif.sample_trace import sample_trace
+
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["whatif", "sample", "--fleet-spec", "default", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["tasks"] == len(sample_trace()) > 1000
+    assert report["placed"] + report["refused"] == report["tasks"] and report["placed"] > 0
+    assert report["departed"] > 0
+
+
+def test_a_file_named_sample_is_read_as_a_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sample").write_text(
+        '{"name": "one", "arrival_s": 0, "kind": "whole", "count": 1}\n')
+    result = runner.invoke(app, ["whatif", "sample", "--fleet-spec", "default", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["tasks"] == 1

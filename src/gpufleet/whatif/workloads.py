@@ -25,6 +25,7 @@ from typing import Any
 from gpufleet.domain.placement import MILLI, Demand, UnitKind
 
 from .errors import WhatifError
+from .sample_trace import SAMPLE_NAME, shipped_sample
 
 OPENB_POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
 OPENB_REQUEST_KEYS = frozenset(OPENB_POD_COLUMNS)
@@ -211,8 +212,14 @@ def detect_format(path: Path) -> str:
 
 
 def load_workload(path: str | Path, workload_format: str = "auto") -> list[Task]:
-    """Tasks in arrival order; WhatifError (one line naming file and line) if malformed."""
+    """Tasks in arrival order; WhatifError (one line naming file and line) if malformed.
+
+    `sample` (when no such file exists) is the trace shipped with gpufleet
+    (sample_trace.py)."""
     path = Path(path)
+    if str(path) == SAMPLE_NAME and not path.exists():
+        with shipped_sample() as sample:
+            return load_workload(sample, workload_format)
     if workload_format not in FORMATS:
         raise WhatifError(f"unknown workload format {workload_format!r}; "
                           f"known: {', '.join(FORMATS)}")
