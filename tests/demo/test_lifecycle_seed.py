@@ -19,6 +19,7 @@ from gpufleet.clock import ManualClock
 from gpufleet.demo.lifecycle_seed import lifecycle_summary, seed_lifecycle, seeding_todo
 from gpufleet.demo.seed import seed_people
 from gpufleet.demo.seed_journal import FILE_NAME as JOURNAL
+from gpufleet.demo.seeder import SEED_STEPS, SeedProgress
 from gpufleet.domain.access import Role
 from gpufleet.domain.requests import request_code
 from gpufleet.services.access.principal import SYSTEM, Principal
@@ -93,9 +94,14 @@ def test_the_seeded_fleet_is_in_use_and_seeding_is_done_once(gf, clock, settings
     assert gpus == 76
     seed_people(gf, SEED)
     assert seeding_todo(gf, journal) == "seed"
-    summary = seed_lifecycle(gf, SEED, journal=journal)
+    progress = SeedProgress()
+    summary = seed_lifecycle(gf, SEED, progress=progress, journal=journal)
     assert summary is not None and summary.gpus_total == gpus
     assert summary.complete and not summary.resumed
+    # What the demo prints while it waits: the last step, and every call the journal holds.
+    assert progress.step == SEED_STEPS[-1]
+    assert progress.calls == len(journal.read_text().splitlines()) - 2  # header, "completed"
+    assert progress.line().startswith(f"step {len(SEED_STEPS)} of {len(SEED_STEPS)} (queue)")
 
     assert 0.6 <= summary.allocated_share <= 0.8, summary.line()
     assert summary.pending_requests >= 3

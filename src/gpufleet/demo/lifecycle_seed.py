@@ -23,7 +23,6 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import astuple, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from gpufleet.demo.seed_journal import Header, JournalMismatch, SeedJournal, read_header
-from gpufleet.demo.seeder import People, Seeder, SeedingHalted
+from gpufleet.demo.seeder import People, Seeder, SeedingHalted, SeedProgress
 from gpufleet.domain.access import Role
 from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.requests import RequestState, request_code
@@ -417,7 +416,7 @@ def seeding_todo(gf: Gpufleet, journal: Path | None) -> str | None:
 
 
 def seed_lifecycle(gf: Gpufleet, seed: int, halt: threading.Event | None = None,
-                   on_step: Callable[[str], None] | None = None,
+                   progress: SeedProgress | None = None,
                    journal: Path | None = None) -> LifecycleSummary | None:
     """Make the registered fleet look used, or finish the seeding `journal` shows was stopped
     part-way (with the journal's seed; `seed` is then not used).
@@ -444,9 +443,10 @@ def seed_lifecycle(gf: Gpufleet, seed: int, halt: threading.Event | None = None,
         log = SeedJournal.resume(journal)
     else:
         raise JournalMismatch("the fleet or its people changed since it was stopped")
-    seeder = Seeder(gf, People(world.members, world.operators), rng, log, halt)
+    progress = progress or SeedProgress()
+    seeder = Seeder(gf, People(world.members, world.operators), rng, log, halt, progress)
     try:
-        short_lived = _seed(seeder, world, rng, on_step or (lambda _what: None))
+        short_lived = _seed(seeder, world, rng, progress)
     except SeedingHalted:
         return lifecycle_summary(gf, time.monotonic() - started_s, resumed=resumed,
                                  complete=False)
@@ -457,7 +457,7 @@ def seed_lifecycle(gf: Gpufleet, seed: int, halt: threading.Event | None = None,
 
 
 def _seed(seeder: Seeder, world: _World, rng: random.Random,
-          step: Callable[[str], None]) -> list[str]:
+          progress: SeedProgress) -> list[str]:
     """The seeding's calls, in order; returns the codes of the short-lived allocations."""
     plan = _Plan()
     for group in world.groups:
@@ -469,9 +469,9 @@ def _seed(seeder: Seeder, world: _World, rng: random.Random,
             _plan_shared(rng, world, group, plan)
     approved_pools, pending_pools = _pools(world, world.groups)
 
-    step("quotas")
+    progress.step = "quotas"
     _set_policies(seeder, world, plan, approved_pools, rng)
-    step("pools")
+    progress.step = "pools"
     for project, flavour, count in approved_pools + pending_pools:
         pool = seeder.request_pool(wr.PoolCreate(
             project=project, flavour=flavour, count=count,
@@ -479,13 +479,13 @@ def _seed(seeder: Seeder, world: _World, rng: random.Random,
         if (project, flavour, count) in approved_pools:
             seeder.approve_pool(pool.code, "budget approved")
 
-    step("history")
+    progress.step = "history"
     short_lived = _past(seeder, plan, rng)
 
-    step("allocations")
+    progress.step = "allocations"
     _allocate(seeder, world, plan)
 
-    step("queue")
+    progress.step = "queue"
     _queue(seeder, world, rng)
     return short_lived
 

@@ -41,6 +41,7 @@ from gpufleet.demo.lifecycle_seed import (
 from gpufleet.demo.seed import seed_people
 from gpufleet.demo.seed_journal import FILE_NAME as SEED_JOURNAL
 from gpufleet.demo.seed_journal import JournalMismatch
+from gpufleet.demo.seeder import SeedProgress
 from gpufleet.server import (
     admin_token_path,
     bootstrap_admin_token,
@@ -65,6 +66,7 @@ DEMO_MARKERS = ("gpufleet.db", "admin-token", "agents")
 # One snapshot per node a minute, one batch per snapshot: ~4 batches/s for the default
 # 243-node fleet, which a 2-core machine ingests beside everything else the demo does.
 DEMO_TELEMETRY = FleetTelemetry(interval_s=60.0, ticks_per_batch=1)
+SEED_PROGRESS_EVERY_S = 15.0  # how often the demo says where its seeding stands
 
 
 class DemoError(Exception):
@@ -196,8 +198,17 @@ async def _demo(settings: Settings, seed: int | None) -> None:
 async def _put_fleet_to_use(gf, seed: int, halt: threading.Event, journal: Path) -> None:
     """Seed the lifecycle in a worker thread, then print what it made (one line)."""
     out = Console(soft_wrap=True)
+    progress = SeedProgress()
+    seeding = asyncio.create_task(asyncio.to_thread(seed_lifecycle, gf, seed, halt, progress,
+                                                    journal=journal))
+    started_s = time.monotonic()
+    while not seeding.done():
+        await asyncio.wait({seeding}, timeout=SEED_PROGRESS_EVERY_S)
+        if not seeding.done() and not halt.is_set():
+            out.print(f"  putting the fleet to use: {progress.line()}, "
+                      f"{time.monotonic() - started_s:.0f} s", highlight=False)
     try:
-        summary = await asyncio.to_thread(seed_lifecycle, gf, seed, halt, journal=journal)
+        summary = seeding.result()
     except JournalMismatch as exc:
         out.print(f"the demo seeding an earlier start left part-way cannot be finished "
                   f"({exc}); `gpufleet demo --reset` starts over")
@@ -268,7 +279,8 @@ def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | 
                   "background (a line follows)")
     elif todo == "seed":
         out.print("putting the fleet to use in the background: quotas, pools, past and "
-                  "current requests (about 30 s; a line follows)")
+                  "current requests (about 30 s on a quiet machine, a few minutes on a busy "
+                  f"one; progress every {SEED_PROGRESS_EVERY_S:.0f} s, then a line)")
     elif in_use is not None:
         out.print(f"in use: {in_use.line()}")
         out.print(_try_lifecycle(in_use))

@@ -39,10 +39,28 @@ def _done(_reply: object) -> Outcome:
     return Outcome()
 
 
+SEED_STEPS = ("quotas", "pools", "history", "allocations", "queue")
+
+
+@dataclass
+class SeedProgress:
+    """Where a seeding running in a worker thread stands, for the demo to show while it
+    waits. Written by the seeding's thread only; each read sees a whole value."""
+
+    step: str = "planning"
+    calls: int = 0  # service calls made (or replayed from the journal) so far
+
+    def line(self) -> str:
+        number = SEED_STEPS.index(self.step) + 1 if self.step in SEED_STEPS else 0
+        return f"step {number} of {len(SEED_STEPS)} ({self.step}), {self.calls} calls made"
+
+
 class Seeder:
     def __init__(self, gf: Gpufleet, people: People, rng: random.Random,
-                 journal: SeedJournal, halt: threading.Event | None = None):
+                 journal: SeedJournal, halt: threading.Event | None = None,
+                 progress: SeedProgress | None = None):
         self.gf = gf
+        self.progress = progress
         self.lc = gf.lifecycle
         self.people = people
         self.rng = rng
@@ -59,6 +77,8 @@ class Seeder:
               refusable: bool = False) -> Outcome:
         """The outcome of the next call, replayed or made; a refusal (GpufleetError) is an
         Outcome with `refused` only where the caller expects one, and raises otherwise."""
+        if self.progress is not None:
+            self.progress.calls += 1
         recorded = self.journal.replay(name)
         if recorded is not None:
             return recorded
