@@ -75,7 +75,8 @@ def test_describe_settings_names_each_source(config_file, monkeypatch):
     monkeypatch.setenv("GPUFLEET_PAGE_SIZE_MAX", "500")
     login = Path(os.environ["GPUFLEET_CONFIG_DIR"]) / "login.json"
     login.write_text(json.dumps({"url": "https://fleet.example", "token": "gfa_secret"}))
-    views = {v.name: v for v in describe_settings(log_level="warning", port=None)}
+    views = {v.name: v for v in describe_settings(load_settings(log_level="warning",
+                                                                port=None))}
     assert views["port"].value == 9100
     assert views["port"].source == "environment (GPUFLEET_*)"
     assert views["page_size_max"].source == "environment (GPUFLEET_*)"
@@ -88,6 +89,16 @@ def test_describe_settings_names_each_source(config_file, monkeypatch):
     assert views["heartbeat_interval_s"].source == "default"
     assert {v.description for v in views.values()} == {
         f.description for f in Settings.model_fields.values()}
+
+
+def test_a_value_the_program_chose_and_a_password_in_a_url_are_described_as_such(monkeypatch):
+    monkeypatch.setenv("GPUFLEET_DATABASE_URL", "postgresql+psycopg://fleet:s3cret@db:5432/gf")
+    settings = load_settings().with_program_value("idle_window_hours", 0.25, "gpufleet demo")
+    views = {v.name: v for v in describe_settings(settings)}
+    assert (views["idle_window_hours"].value, views["idle_window_hours"].source) == (
+        0.25, "gpufleet demo")
+    assert views["database_url"].value == "postgresql+psycopg://fleet:********@db:5432/gf"
+    assert "s3cret" not in repr(views)
 
 
 def test_env_overrides_the_login_file(monkeypatch):

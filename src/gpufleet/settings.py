@@ -20,8 +20,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -187,6 +188,16 @@ class Settings(BaseSettings):
     token: SecretStr | None = Field(default=None, description=(
         "Bearer token the CLI sends (`gpufleet login` stores it; `GPUFLEET_TOKEN` overrides)."))
 
+    # Values the program itself chose, by name, with who chose them ("command line" for a
+    # flag; the demo for its own defaults): `describe_settings` names them as the source.
+    _chosen_by_program: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def with_program_value(self, name: str, value: Any, chosen_by: str) -> Settings:
+        """A copy with `name` set to `value` by the program (`describe_settings` says so)."""
+        copy = self.model_copy(update={name: value})
+        copy._chosen_by_program = {**self._chosen_by_program, name: chosen_by}
+        return copy
+
     @model_validator(mode="after")
     def _samples_no_older_than_raw_tier(self) -> Settings:
         # Upload keys (replay detection) are kept as long as raw samples; a sample older
@@ -242,7 +253,10 @@ def _sources(settings_cls: type[BaseSettings], init_kwargs: dict[str, Any]) -> l
 
 def load_settings(**overrides: Any) -> Settings:
     """Settings from flags (`overrides`, None values ignored), env, TOML, login file, defaults."""
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    settings = Settings(**given)
+    settings._chosen_by_program = dict.fromkeys(given, "command line")
+    return settings
 
 
 @dataclass(frozen=True)
@@ -253,26 +267,36 @@ class SettingView:
     description: str
 
 
-def describe_settings(**overrides: Any) -> list[SettingView]:
-    """The effective value of every setting and the source it came from (secrets masked)."""
-    settings = load_settings(**overrides)
-    flags = {k for k, v in overrides.items() if v is not None}
+def describe_settings(settings: Settings | None = None) -> list[SettingView]:
+    """The value of every setting of `settings` (None: this process's, loaded now) and the
+    source it came from; secrets and the passwords in URLs are masked.
+
+    The sources are read again to tell where each value came from, so a server describes
+    its settings once, when it starts (`Gpufleet.server_settings`)."""
+    settings = settings if settings is not None else load_settings()
     sources = _sources(Settings, {})
     labels = [f"environment ({ENV_PREFIX}*)", f"file {config_file_path()}",
               f"login {login_file_path()}"]
     provided = [src() for src in sources[1:]]
     views = []
     for name, field in Settings.model_fields.items():
-        if name in flags:
-            source = "command line"
-        else:
-            source = next((label for label, values in zip(labels, provided, strict=True)
-                           if name in values), "default")
-        value = getattr(settings, name)
-        if isinstance(value, SecretStr):
-            value = "********" if value.get_secret_value() else None
-        views.append(SettingView(name, value, source, field.description or ""))
+        source = settings._chosen_by_program.get(name) or next(
+            (label for label, values in zip(labels, provided, strict=True) if name in values),
+            "set by the program" if name in settings.model_fields_set else "default")
+        views.append(SettingView(name, _masked(getattr(settings, name)), source,
+                                 field.description or ""))
     return views
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return "********" if value.get_secret_value() else None
+    if isinstance(value, str) and "://" in value:
+        parts = urlsplit(value)
+        if parts.password:
+            host = parts.netloc.rsplit("@", 1)[1]
+            return urlunsplit(parts._replace(netloc=f"{parts.username}:********@{host}"))
+    return value
 
 
 def settings_markdown() -> str:
@@ -286,6 +310,12 @@ def settings_markdown() -> str:
         f"`{ENV_PREFIX}<NAME>` environment variable, the TOML file named by",
         f"`{ENV_PREFIX}CONFIG_FILE` (default `~/.config/gpufleet/config.toml`), the login",
         "file written by `gpufleet login` (url and token only), and the default.",
+        "",
+        "`gpufleet config show` prints the values this CLI process would use (what",
+        "`gpufleet serve` would start with here) and where each came from;",
+        "`gpufleet config show --server` (admins; `GET /api/v1/server/settings`) prints",
+        "those of the running server, as it started. Secrets and passwords in URLs are",
+        "masked in both.",
         "",
         "| setting | environment variable | default | description |",
         "|---|---|---|---|",

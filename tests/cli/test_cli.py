@@ -309,6 +309,23 @@ def test_a_revoked_token_is_refused(cli, monkeypatch):
     assert_one_error_line(invoke("whoami"), "revoked")
 
 
+def test_config_show_says_whose_settings_and_server_shows_the_servers(cli, settings,
+                                                                     monkeypatch):
+    monkeypatch.setenv("GPUFLEET_PORT", "9999")  # this CLI's environment, not the server's
+    mine = ok("config", "show").stdout
+    assert "settings of this CLI process" in mine
+    theirs = ok("config", "show", "--server").stdout
+    assert "settings of the server at" in theirs and "as it started" in theirs
+    views = {v["name"]: v for v in json_of("config", "show", "--server")}
+    assert views["data_dir"]["value"] == str(settings.data_dir)
+    assert views["data_dir"]["source"] == "set by the program"
+    assert views["port"]["value"] == 8080  # the server started before GPUFLEET_PORT was set
+
+    operator = json_of("token", "create", "--name", "ops", "--role", "operator")
+    monkeypatch.setenv("GPUFLEET_TOKEN", operator["token"])
+    assert_one_error_line(invoke("config", "show", "--server"), "may not")
+
+
 def test_join_tokens(cli, fleet):
     issued = json_of("token", "join", "--environment", "onprem-hpc", "--count", "2")
     assert [t["token"][:4] for t in issued["tokens"]] == ["gfj_", "gfj_"]

@@ -22,6 +22,7 @@ from gpufleet.api.routes import (
     lifecycle,
     mig,
     prometheus,
+    server_settings,
     telemetry,
     telemetry_queries,
 )
@@ -117,6 +118,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(mig.router)
     app.include_router(prometheus.router)
     app.include_router(telemetry_queries.router)
+    app.include_router(server_settings.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

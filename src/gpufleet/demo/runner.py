@@ -119,7 +119,8 @@ def demo_settings(data_dir: Path | None = None, port: int = 8080) -> Settings:
                              host="127.0.0.1")
     if "idle_window_hours" in settings.model_fields_set:
         return settings
-    return settings.model_copy(update={"idle_window_hours": DEMO_IDLE_WINDOW_HOURS})
+    return settings.with_program_value("idle_window_hours", DEMO_IDLE_WINDOW_HOURS,
+                                       "gpufleet demo")
 
 
 def run_demo(data_dir: Path | None = None, port: int = 8080, reset: bool = False,

@@ -36,6 +36,7 @@ class Action(StrEnum):
     REQUEST_GPUS = "requests:create"
     APPROVE_REQUESTS = "requests:approve"
     MANAGE_QUOTAS = "quotas:manage"
+    READ_SERVER_SETTINGS = "server_settings:read"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -59,6 +60,8 @@ GRANTS: dict[Action, frozenset[Role]] = {
     Action.REQUEST_GPUS: frozenset({Role.ADMIN, Role.OPERATOR, Role.MEMBER}),
     Action.APPROVE_REQUESTS: frozenset(_OPERATORS),
     Action.MANAGE_QUOTAS: frozenset(_OPERATORS),
+    # Where the server keeps its data and how it is tuned: the administrator's business.
+    Action.READ_SERVER_SETTINGS: frozenset({Role.ADMIN}),
 }
 
 

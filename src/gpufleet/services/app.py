@@ -27,13 +27,14 @@ from gpufleet.services.telemetry import server_metrics
 from gpufleet.services.telemetry.ingest import TelemetryIngest
 from gpufleet.services.telemetry.queries import TelemetryQueries
 from gpufleet.services.telemetry.store import open_telemetry_store
-from gpufleet.settings import Settings
+from gpufleet.settings import Settings, describe_settings
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import User
 from gpufleet.tsdb import TelemetryStore
 from gpufleet.wire import inventory as wi
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
 from gpufleet.wire.base import Page
+from gpufleet.wire.server_settings import ServerSetting
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class Gpufleet:
         one its settings name (`open_telemetry_store`)."""
         self.store = store
         self.settings = settings
+        self._settings_described = describe_settings(settings)
         self.clock = clock or SystemClock()
         self.lifecycle = Lifecycle(store, settings, self.clock)
         self.principals = PrincipalCache(timedelta(seconds=settings.token_cache_s))
@@ -249,6 +251,15 @@ class Gpufleet:
     def fleet_summary(self, principal: Principal) -> wi.FleetSummary:
         with self.store.read() as session:
             return fleet.summary(session, principal)
+
+    def server_settings(self, principal: Principal) -> list[ServerSetting]:
+        """The settings this server runs with and where each came from, as described when
+        it started (an environment or config file changed since does not change them)."""
+        principal.require(Action.READ_SERVER_SETTINGS)
+        return [ServerSetting(name=v.name, source=v.source, description=v.description,
+                              value=v.value if v.value is None or isinstance(
+                                  v.value, bool | int | float | str) else str(v.value))
+                for v in self._settings_described]
 
     def server_metrics(self, principal: Principal) -> list[server_metrics.Family]:
         """Everything the server's Prometheus `/metrics` shows: the fleet's state, the
