@@ -163,6 +163,21 @@ def test_fleet_summary_table_counts_by_environment_and_model(cli, fleet):
     assert "cordoned" not in text  # only the statuses that occur get a column
 
 
+def test_fleet_summary_rows_add_up_once_gpus_are_retired(cli, fleet):
+    ok("node", "cordon", "node-1")
+    ok("node", "retire", "node-2", "--yes")
+    text = ok("fleet", "summary").stdout
+    header = next(line.split() for line in text.splitlines() if line.startswith("environment"))
+    assert header[-2:] == ["total", "retired"]  # retired apart, after the total
+    statuses = header[2:-2]
+    for words in rows(text, "onprem-hpc") + rows(text, "azure-koreacentral"):
+        *counts, total, _retired = (int(w) for w in words[2:])
+        assert sum(counts) == total, (statuses, words)
+    assert header[2:] == ["free", "cordoned", "total", "retired"]
+    assert rows(text, "all") == [["all", "4", "8", "12", "8"]]
+    assert "12 GPUs on 2 nodes (8 retired)" in text
+
+
 def test_fleet_ls_filters_by_environment_and_model(cli, fleet):
     page = json_of("fleet", "ls", "--environment", "onprem-hpc", "--model", "H100-80GB")
     assert len(page["items"]) == 16

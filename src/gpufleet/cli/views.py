@@ -26,11 +26,14 @@ def _status_columns(cells: list[dict[str, Any]]) -> list[str]:
 def summary_table(summary: dict[str, Any]) -> RenderableType:
     """Environment × model rows, one column per status that occurs, and totals.
 
-    `total` leaves retired GPUs out, as the API's `total_gpus` does; an environment with
-    no GPUs still gets a row, so a freshly created one is visibly empty, not missing.
+    The status columns add up to `total`, which leaves retired GPUs out as the API's
+    `total_gpus` does; retired GPUs, when there are any, are counted apart in a last column
+    after it. An environment with no GPUs still gets a row, so a freshly created one is
+    visibly empty, not missing.
     """
     cells = summary["cells"]
-    statuses = _status_columns(cells)
+    statuses = [s for s in _status_columns(cells) if s != RETIRED]
+    any_retired = any(cell["status"] == RETIRED for cell in cells)
     counts: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for cell in cells:
         counts[(cell["environment"], cell["model"])][cell["status"]] += cell["gpus"]
@@ -39,14 +42,17 @@ def summary_table(summary: dict[str, Any]) -> RenderableType:
             counts[(env["environment"], "")] = defaultdict(int)
 
     def row(environment: str, model: str, by_status: dict[str, int]) -> list[Any]:
-        live = sum(n for status, n in by_status.items() if status != RETIRED)
-        return [environment, model, *(by_status.get(s, 0) for s in statuses), live]
+        live = [by_status.get(s, 0) for s in statuses]
+        return [environment, model, *live, sum(live),
+                *([by_status.get(RETIRED, 0)] if any_retired else [])]
 
     title = (f"{plural(summary['total_gpus'], 'GPU')} on {plural(summary['nodes'], 'node')}"
              + (f" ({summary['retired_gpus']} retired)" if summary["retired_gpus"] else ""))
-    result = table(["environment", "model", *statuses, "total"],
+    result = table(["environment", "model", *statuses, "total",
+                    *([RETIRED] if any_retired else [])],
                    [row(env, model, by) for (env, model), by in sorted(counts.items())],
-                   title=title, caption="total excludes retired GPUs")
+                   title=title, caption="total: the status columns' sum"
+                   + ("; retired GPUs are counted apart, after it" if any_retired else ""))
     totals: dict[str, int] = defaultdict(int)
     for cell in cells:
         totals[cell["status"]] += cell["gpus"]
