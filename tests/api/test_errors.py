@@ -93,6 +93,14 @@ def test_forbidden(api):
                                               json={"name": "x", "kind": "cloud"}), 403)
     assert error["code"] == "forbidden"
     assert error["details"] == {"role": "viewer", "action": "inventory:manage"}
+    assert error["message"] == "role 'viewer' may not manage the inventory"  # in words
+
+
+def test_an_unknown_audit_subject_kind_is_refused_with_the_kinds_there_are(api):
+    response = api.get("/api/v1/audit-events", params={"subject_kind": "nodes"})
+    assert 400 <= response.status_code < 500
+    message = response.json()["error"]["message"]
+    assert "subject_kind" in message and "node" in message and "gpu" in message
 
 
 # --- 404 / 405 / 409 -------------------------------------------------------------------

@@ -273,6 +273,14 @@ def test_node_retire_asks_first(cli, fleet):
     assert "status retired" in ok("node", "retire", "node-1", input="y\n").stdout
 
 
+def test_an_empty_listing_says_so_and_a_misspelt_filter_names_the_choices(cli, fleet):
+    empty = ok("node", "ls", "--status", "unreachable")
+    assert empty.stdout == "" and "no nodes match these filters" in empty.stderr
+    misspelt = invoke("audit", "ls", "--subject-kind", "nodes")
+    assert misspelt.exit_code == 2
+    assert "'nodes' is not one of" in misspelt.output and "'node'" in misspelt.output
+
+
 def test_node_ls_and_show(cli, fleet):
     text = ok("node", "ls", "--environment", "onprem-hpc").stdout
     assert "node-1" in text and "node-2" in text and "node-3" not in text

@@ -39,6 +39,41 @@ class Action(StrEnum):
     READ_SERVER_SETTINGS = "server_settings:read"
 
 
+# How a refusal says what was refused: "role 'member' may not approve requests".
+ACTION_PHRASES: dict[Action, str] = {
+    Action.READ_INVENTORY: "read the inventory",
+    Action.MANAGE_INVENTORY: "manage the inventory",
+    Action.CREATE_JOIN_TOKEN: "create join tokens",
+    Action.READ_PROJECTS: "read projects",
+    Action.MANAGE_PROJECTS: "manage projects",
+    Action.READ_USERS: "read users",
+    Action.MANAGE_USERS: "manage users",
+    Action.MANAGE_TOKENS: "manage tokens",
+    Action.READ_AUDIT: "read the audit log",
+    Action.AGENT_HEARTBEAT: "heartbeat as a node's agent",
+    Action.WRITE_TELEMETRY: "write telemetry",
+    Action.WHOAMI: "ask who it is",
+    Action.READ_REQUESTS: "read requests",
+    Action.REQUEST_GPUS: "request GPUs",
+    Action.APPROVE_REQUESTS: "approve requests",
+    Action.MANAGE_QUOTAS: "manage quotas",
+    Action.READ_SERVER_SETTINGS: "read the server's settings",
+}
+
+
+class AuditSubject(StrEnum):
+    """What an audit event is about: the kinds `gpufleet audit ls --subject-kind` takes."""
+
+    ENVIRONMENT = "environment"
+    NODE = "node"
+    GPU = "gpu"
+    TOKEN = "token"
+    USER = "user"
+    PROJECT = "project"
+    REQUEST = "request"
+    POOL = "pool"
+
+
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
 _OPERATORS = {Role.ADMIN, Role.OPERATOR}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import page_limit, principal, services
+from gpufleet.domain.access import AuditSubject
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 from gpufleet.wire.base import Page
@@ -95,7 +96,7 @@ def add_project_member(name: str, body: ProjectMemberAdd, p: Principal = Depends
 
 
 @router.get("/audit-events", response_model=Page[AuditEventView], tags=["audit"])
-def audit_events(subject_kind: str | None = None, subject: str | None = None,
+def audit_events(subject_kind: AuditSubject | None = None, subject: str | None = None,
                  action: str | None = None,
                  cursor: str | None = Query(default=None,
                                             description="`next_cursor` of the previous page"),

@@ -8,14 +8,15 @@ import typer
 from gpufleet.cli.client import api_path
 from gpufleet.cli.commands.common import AllPages, JsonFlag, Limit, query, show_listing
 from gpufleet.cli.output import table, when
+from gpufleet.domain.access import AuditSubject
 
 app = typer.Typer(help="The audit log.", no_args_is_help=True)
 
 
 @app.command("ls")
 def list_events(
-    subject_kind: Annotated[str | None, typer.Option(
-        "--subject-kind", help="e.g. node, gpu, token, project.")] = None,
+    subject_kind: Annotated[AuditSubject | None, typer.Option(
+        "--subject-kind", help="What the events are about.")] = None,
     subject: Annotated[str | None, typer.Option(
         "--subject", help="The subject's name or id.")] = None,
     action: Annotated[str | None, typer.Option(

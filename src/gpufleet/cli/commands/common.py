@@ -63,6 +63,10 @@ def show_listing(path: str, params: Params, *, all_pages: bool, as_json: bool,
     stderr) when it stopped at a page boundary."""
     with connect() as api:
         page = api.pages(path, params, follow=all_pages)
+    if not as_json and not page["items"]:
+        filtered = any(name not in ("limit", "cursor", "sort") for name, _ in params)
+        note(f"no {what} match these filters" if filtered else f"no {what} yet")
+        return
     emit(page, as_json, lambda p: render(p["items"]))
     if not as_json and page.get("next_cursor"):
         note(f"more {what} exist: add --all to list them all, or narrow the filters")

@@ -8,13 +8,17 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpufleet.domain.access import AuditSubject
 from gpufleet.store.tables import AuditEvent
 
 
 def record(session: Session, *, at: datetime, actor: str, action: str, subject_kind: str,
            subject: str, reason: str | None = None, **details: Any) -> AuditEvent:
-    """Add an event to the caller's transaction: it commits or rolls back with the change."""
-    event = AuditEvent(at=at, actor=actor, action=action, subject_kind=subject_kind,
+    """Add an event to the caller's transaction: it commits or rolls back with the change.
+    `subject_kind` is one of AuditSubject (a new kind is added there, so the audit
+    filter offers it)."""
+    event = AuditEvent(at=at, actor=actor, action=action,
+                       subject_kind=AuditSubject(subject_kind).value,
                        subject=subject, reason=reason, details=details)
     session.add(event)
     return event

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufleet.domain.access import Action, Role, is_allowed, sees_all_projects
+from gpufleet.domain.access import ACTION_PHRASES, Action, Role, is_allowed, sees_all_projects
 from gpufleet.domain.errors import Forbidden
 
 
@@ -41,7 +41,7 @@ class Principal:
 
     def require(self, action: Action) -> None:
         if not is_allowed(self.role, action):
-            raise Forbidden(f"role '{self.role}' may not {action.value.replace(':', ' ')}",
+            raise Forbidden(f"role '{self.role}' may not {ACTION_PHRASES[action]}",
                             code="forbidden", details={"role": self.role.value,
                                                        "action": action.value})
 
