@@ -111,6 +111,12 @@ class IdleList(View):
     items: list[IdleAllocation]
     unknown: int  # allocated units whose activity is unknown for too much of the window
     next_cursor: str | None = None  # the next page (`cursor=`); None on the last page
+    # Why units are not judged: a unit needs this many minutes of the window known ...
+    known_minutes_needed: int = 0
+    # ... and the best of the `unknown` ones had this many (None: none unknown) ...
+    unknown_best_known_minutes: float | None = None
+    # ... and these allocated units were bound for less than the window: not judged yet.
+    too_new: int = 0
 
 
 class ZombieProcess(View):

@@ -309,3 +309,30 @@ def test_a_top_group_without_memory_values_says_null_not_zero():
     assert _group({}, [unit], 0.0).memory_used_bytes is None
     assert _group({}, [unit, unit.model_copy(update={"memory_used_bytes": 2.0})],
                   0.0).memory_used_bytes == 2.0
+
+
+def test_the_idle_list_says_why_allocated_units_are_not_on_it(api, gf, clock):
+    """A unit reporting 100 of the 240 minutes it needs, one silent, one bound just now:
+    none is judged, and the list says why (how many minutes known of how many needed)."""
+    create_environment(api)
+    register(api, 1, gpus=4)
+    api.post("/api/v1/projects", json={"name": "speech", "organisation": "research"})
+    start = clock.now()
+    _, partial = grant(gf, "speech")
+    grant(gf, "speech")  # silent all window
+    minutes(gf, start + timedelta(minutes=HOURS * 60 - 100), partial,
+            {"gpu.gr_engine_active": 1.0}, count=100)
+    clock.advance(HOURS * 3600)
+    gf.telemetry.rollup(clock.now())
+    grant(gf, "speech")  # bound a minute ago: not judged yet
+    clock.advance(60)
+    idle = get(api, "idle")
+    assert idle["items"] == []
+    assert (idle["unknown"], idle["too_new"], idle["known_minutes_needed"]) == (2, 1, 216)
+    assert 95 <= idle["unknown_best_known_minutes"] <= 100  # the last minutes not rolled up
+
+    from gpufleet.cli.commands.telemetry import _idle_caption
+    caption = _idle_caption(idle)
+    assert "2 allocated units with activity unknown (a unit needs 216 of the window's " \
+           "240 minutes known, at best" in caption
+    assert "1 allocated unit bound for less than the window: not judged yet" in caption

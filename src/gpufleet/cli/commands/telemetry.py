@@ -15,7 +15,7 @@ from rich.live import Live
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import JsonFlag, query
-from gpufleet.cli.output import cell_text, emit, gib, table, when
+from gpufleet.cli.output import cell_text, emit, gib, plural, table, when
 
 By = Annotated[list[str] | None, typer.Option(
     "--by", help="Group by this label (environment, node, model, gpu_uuid, mig_profile, "
@@ -115,8 +115,23 @@ def idle_command(
          for i in v["items"]],
         title=f"idle for {_window_text(v['window_hours'])} (activity < "
               f"{v['activity_threshold_percent']:g} %)",
-        caption=f"{v['unknown']} allocated units with activity unknown" if v["unknown"]
-        else None))
+        caption=_idle_caption(v)))
+
+
+def _idle_caption(idle: dict[str, Any]) -> str | None:
+    """Why allocated units are missing from the list: not judged yet (bound for less than
+    the window), or their activity was known for too few of its minutes."""
+    parts = []
+    if idle["unknown"]:
+        best = idle.get("unknown_best_known_minutes")
+        known = f", at best {best:g} known" if best is not None else ""
+        parts.append(f"{plural(idle['unknown'], 'allocated unit')} with activity unknown "
+                     f"(a unit needs {idle.get('known_minutes_needed', 0)} of the window's "
+                     f"{idle['window_hours'] * 60:g} minutes known{known})")
+    if idle.get("too_new"):
+        parts.append(f"{plural(idle['too_new'], 'allocated unit')} bound for less than the "
+                     f"window: not judged yet")
+    return "; ".join(parts) or None
 
 
 def _window_text(hours: float) -> str:

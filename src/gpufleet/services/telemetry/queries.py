@@ -10,6 +10,7 @@ projects' allocations. The funnel and idleness are counted from per-unit minute 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import defaultdict
@@ -22,7 +23,12 @@ from gpufleet.domain.access import Action
 from gpufleet.domain.errors import InvalidInput, Unavailable
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.durations import parse_duration
-from gpufleet.domain.telemetry.funnel import MINUTES_PER_HOUR, Funnel, Thresholds
+from gpufleet.domain.telemetry.funnel import (
+    IDLE_MIN_KNOWN_SHARE,
+    MINUTES_PER_HOUR,
+    Funnel,
+    Thresholds,
+)
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Scope
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.paging import decode_cursor, mismatched_cursor, split_page
@@ -297,7 +303,7 @@ class TelemetryQueries:
             if candidates else {}
         memory = live.latest_memory(self.telemetry, [slots[n].unit for n in candidates],
                                               now)
-        found, unknown = [], 0
+        found, unknown, best_unknown_known = [], 0, None
         for n in candidates:
             slot, count = slots[n], counts.get(n)
             known = (count.known / slot.weight) if count and slot.weight else 0.0
@@ -305,6 +311,7 @@ class TelemetryQueries:
                                               memory=memory.get(slot.unit))
             if state is None:
                 unknown += 1
+                best_unknown_known = max(known, best_unknown_known or 0.0)
                 continue
             if held_only and state != "idle_held":
                 continue
@@ -329,7 +336,12 @@ class TelemetryQueries:
         return wt.IdleList(at=now, window_hours=window.total_seconds() / 3600,
                            activity_threshold_percent=t.activity_percent,
                            idle_held_memory_bytes=t.idle_held_memory_bytes, items=items,
-                           unknown=unknown, next_cursor=next_cursor)
+                           unknown=unknown, next_cursor=next_cursor,
+                           known_minutes_needed=math.ceil(
+                               IDLE_MIN_KNOWN_SHARE * t.idle_window_minutes - 1e-9),
+                           unknown_best_known_minutes=None if best_unknown_known is None
+                           else round(best_unknown_known, 1),
+                           too_new=len(slots) - len(spans.groups))
 
     # --- live views (latest values, processes) ---------------------------------------------
 
