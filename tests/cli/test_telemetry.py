@@ -71,3 +71,27 @@ def test_top_once(cli):
     out = ok("top", "--once", "--limit", "2").stdout
     assert "busiest" in out and cli["busy"] in out
     assert json_of("top", "--limit", "1")["busiest"][0]["gpu_uuid"] == cli["busy"]
+
+
+def test_top_fits_the_terminal_names_projects_and_explains_its_columns():
+    from rich.console import Console
+
+    from gpufleet.cli.commands.telemetry import _top_view
+
+    group = {"units": 1, "allocated_gpus": 1.0, "activity_percent": 50.0,
+             "sm_active_percent": 40.0, "memory_used_bytes": 2**30}
+    unit = {"gpu_uuid": "GPU-1", "mig_uuid": None, "node": "n1", "activity_percent": 90.0,
+            "sm_active_percent": 80.0, "memory_used_bytes": 2**30,
+            "charged_to": [{"allocation": "GR-7", "project": "vision", "weight": 1.0}]}
+    view = {"at": "2026-01-01T00:00:00Z", "fleet": {**group, "group": {}},
+            "by_environment": [{**group, "group": {"environment": "onprem"}}],
+            "by_project": [{**group, "group": {"project": f"p{n:02}"}} for n in range(63)],
+            "busiest": [unit], "idlest_allocated": [unit]}
+    console = Console(width=120, record=True)
+    console.print(_top_view(view, height=40))
+    text = console.export_text()
+    assert "p00" in text and "p62" not in text  # the head of the list, as the server sorts it
+    assert len(text.splitlines()) <= 40
+    assert "projects holding the most GPUs; 47 more" in text and "or --json" in text
+    assert "GR-7 (vision)" in text
+    assert "allocated GPUs: the GPU share bindings hold" in text

@@ -336,3 +336,17 @@ def test_the_idle_list_says_why_allocated_units_are_not_on_it(api, gf, clock):
     assert "2 allocated units with activity unknown (a unit needs 216 of the window's " \
            "240 minutes known, at best" in caption
     assert "1 allocated unit bound for less than the window: not judged yet" in caption
+
+
+def test_top_lists_the_projects_holding_the_most_first(api, gf, clock):
+    create_environment(api)
+    register(api, 1, gpus=4)
+    for project in ("alpha", "zulu"):
+        api.post("/api/v1/projects", json={"name": project, "organisation": "research"})
+    grant(gf, "alpha")
+    grant(gf, "zulu")
+    grant(gf, "zulu")
+    clock.advance(60)
+    top = get(api, "top")
+    assert [(g["group"]["project"], g["allocated_gpus"]) for g in top["by_project"]] == [
+        ("zulu", 2.0), ("alpha", 1.0)]

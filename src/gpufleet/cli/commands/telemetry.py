@@ -6,6 +6,7 @@ answers a bad one with a message naming it.
 
 from __future__ import annotations
 
+import shutil
 import time
 from typing import Annotated, Any
 
@@ -163,25 +164,45 @@ def top_command(
                 live.update(_top_view(fetch()), refresh=True)
 
 
-def _top_view(view: dict[str, Any]):
-    def groups(rows, label):
+TOP_COLUMNS_EXPLAINED = (
+    "units: GPUs and MIG instances that reported in the last 5 min · allocated GPUs: the "
+    "GPU share bindings hold · activity: mean of each unit's best activity signal · "
+    "sm_active: mean SM active · memory: used")
+TOP_FIXED_LINES = 20  # about the lines `top` prints besides its project and unit rows
+
+
+def _top_view(view: dict[str, Any], height: int | None = None):
+    """The fleet, its environments, the projects holding the most GPUs (as many as the
+    terminal has room for; all with --json) and the busiest and idlest units."""
+    height = height or shutil.get_terminal_size().lines
+
+    def groups(rows, label, caption=None):
         return table([label, "units", "allocated GPUs", "activity %", "sm_active %",
                       "memory GiB"],
                      [[cell_text(g["group"].get(label)) if g["group"] else "fleet", g["units"],
                        _num(g["allocated_gpus"], 2), _num(g["activity_percent"]),
-                       _num(g["sm_active_percent"]), gib(int(g["memory_used_bytes"]))]
-                      for g in rows])
+                       _num(g["sm_active_percent"]), gib(_int(g["memory_used_bytes"]))]
+                      for g in rows], caption=caption)
 
     def units(rows, title):
         return table(["gpu", "mig", "node", "activity %", "sm_active %", "memory GiB",
                       "charged to"],
                      [[u["gpu_uuid"], u["mig_uuid"], u["node"], _num(u["activity_percent"]),
                        _num(u["sm_active_percent"]), gib(_int(u["memory_used_bytes"])),
-                       ",".join(c["allocation"] for c in u["charged_to"])] for u in rows],
+                       ", ".join(f"{c['allocation']} ({c['project']})"
+                                 for c in u["charged_to"])] for u in rows],
                      title=title)
+    environments = [view["fleet"], *view["by_environment"]]
+    projects = view["by_project"]
+    room = height - TOP_FIXED_LINES - len(environments) - len(view["busiest"]) \
+        - len(view["idlest_allocated"])
+    shown = projects[:max(room, 3)]
+    more = len(projects) - len(shown)
     return Group(table(["at"], [[when(view["at"])]]),
-                 groups([view["fleet"], *view["by_environment"]], "environment"),
-                 groups(view["by_project"], "project"),
+                 groups(environments, "environment", caption=TOP_COLUMNS_EXPLAINED),
+                 groups(shown, "project", caption=(
+                     f"the {len(shown)} projects holding the most GPUs; {more} more: "
+                     "`gpufleet funnel --by project`, or --json") if more else None),
                  units(view["busiest"], "busiest"),
                  units(view["idlest_allocated"], "idlest allocated"))
 

@@ -406,8 +406,10 @@ def top(q: LiveSources, principal: Principal, limit: int) -> wt.TopView:
         at=now, fleet=_group({}, units, sum(allocated_env.values())),
         by_environment=[_group({"environment": e}, us, allocated_env[e])
                         for e, us in sorted(by_env.items())],
+        # Projects holding the most first: a fleet has dozens, and `top` shows the head.
         by_project=[_group({"project": p}, by_project.get(p, []), allocated_project[p])
-                    for p in sorted(allocated_project)],
+                    for p in sorted(allocated_project,
+                                    key=lambda p: (-allocated_project[p], p))],
         busiest=busiest, idlest_allocated=idlest)
 
 
