@@ -196,6 +196,14 @@ def test_fleet_ls_table_shows_each_gpu(cli, fleet):
                             "A100-80GB", "80"]
 
 
+def test_uuids_are_printed_whole_on_a_narrow_terminal(cli, fleet, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    text = ok("fleet", "ls", "--environment", "azure-koreacentral").stdout
+    uuids = {gpu(3, i)["uuid"] for i in range(4)}
+    assert {word for line in text.splitlines() for word in line.split()} >= uuids
+    assert "…" not in "".join(line for line in text.splitlines() if "GPU-" in line)
+
+
 def test_fleet_ls_pages_and_follows_every_page_with_all(cli, fleet):
     first = invoke("fleet", "ls", "--limit", "5")
     assert first.exit_code == 0

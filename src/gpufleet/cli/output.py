@@ -17,13 +17,17 @@ from typing import Any
 
 import typer
 from rich import box
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 GIB = 1024**3
 PIPE_WIDTH_COLUMNS = 200  # piped tables are not wrapped at 80 columns
+UNBOUNDED_COLUMNS = 10_000  # measuring a table's own width
 EMPTY = "-"
+# Identifiers a table prints whole however narrow the terminal: GPU and MIG UUIDs.
+WHOLE_IDS = ("GPU-", "MIG-")
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -33,8 +37,17 @@ def _console(*, stderr: bool = False) -> Console:
 
 
 def show(*renderables: RenderableType) -> None:
+    """Print for a person. A table wider than the terminal is printed at its own width (the
+    terminal wraps its lines, as `kubectl get` does) rather than squeezed into cells cut
+    to '…': a cut UUID or name cannot be pasted into the next command."""
     console = _console()
     for renderable in renderables:
+        if isinstance(renderable, Table | Group):
+            unbounded = console.options.update(max_width=UNBOUNDED_COLUMNS)
+            needed = Measurement.get(console, unbounded, renderable).maximum
+            if needed > console.width:
+                Console(file=console.file, width=needed, soft_wrap=False).print(renderable)
+                continue
         console.print(renderable)
 
 
@@ -74,8 +87,16 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *,
     result = Table(*columns, title=title, caption=caption, title_justify="left",
                    caption_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
                    pad_edge=False)
+    widest_id = [0] * len(columns)
     for row in rows:
-        result.add_row(*(Text(cell_text(value)) for value in row))
+        cells = [cell_text(value) for value in row]
+        for n, text in enumerate(cells):
+            if text.startswith(WHOLE_IDS):
+                widest_id[n] = max(widest_id[n], len(text))
+        result.add_row(*(Text(text) for text in cells))
+    for column, width in zip(result.columns, widest_id, strict=True):
+        if width:  # a UUID is pasted into the next command: never cut, never wrapped
+            column.min_width, column.no_wrap = width, True
     return result
 
 
