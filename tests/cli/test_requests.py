@@ -91,7 +91,11 @@ def test_mig_and_shared_requests(fleet):
     assert state == "pending"
     approved = ok("request", "approve", mig)
     assert approved.stdout.startswith(f"{mig} active: 4 × H100-80GB 1g.10gb on node-3")
-    assert "planned" in approved.stderr  # MIG UUIDs come once the node creates them
+    # MIG UUIDs come once the node creates them: until then no export a CUDA program
+    # would take (an unset CUDA_VISIBLE_DEVICES means every GPU), and how to wait.
+    assert "export" not in approved.stdout and "pending:" not in approved.stdout
+    assert f"gpufleet request wait {mig} --exports" in approved.stderr
+    assert "pending:" not in ok("request", "show", mig).stdout
     units = json_of("request", "show", mig)["units"]
     assert {(u["kind"], u["mig_profile"], u["node"]) for u in units} == {
         ("mig", "1g.10gb", "node-3")}
@@ -107,6 +111,27 @@ def test_mig_and_shared_requests(fleet):
     listing = ok("request", "ls").stdout
     assert rows(listing, shared)[0][:4] == [shared, "vision", "active", "2"]
     assert rows(listing, mig)[0][:6] == [mig, "vision", "active", "4", "any", "model"]
+
+
+def test_exports_alone_on_stdout_for_eval_and_wait_for_usable_units(fleet, monkeypatch):
+    code, _ = created("--gpus", 2, "--model", "H100-80GB", "--hours", 4, "--reason", "eval")
+    approved = ok("request", "approve", code, "--exports")
+    lines = approved.stdout.splitlines()
+    assert [line.split("=")[0] for line in lines] == [
+        "export GPUFLEET_ALLOCATION", "export CUDA_VISIBLE_DEVICES", "export GPUFLEET_NODE"]
+    assert f"{code} active" in approved.stderr
+    assert ok("request", "wait", code, "--exports").stdout.splitlines() == lines
+
+    from gpufleet.cli.commands import requests as request_commands
+    monkeypatch.setattr(request_commands, "WAIT_POLL_S", 0.01)
+    mig, _ = created("--mig", "1g.10gb", "--count", 1, "--hours", 1, "--reason", "nb")
+    ok("request", "approve", mig)
+    assert_one_error_line(invoke("request", "wait", mig, "--exports", "--timeout-s", 0.05),
+                          f"{mig} active, its MIG instances not created yet after 0.05 s")
+    rejected, _ = created("--gpus", 1, "--hours", 1, "--reason", "nope")
+    ok("request", "reject", rejected, "--reason", "no")
+    assert_one_error_line(invoke("request", "wait", rejected),
+                          f"{rejected} is rejected: it will hold no units")
 
 
 def test_quota_auto_approve_and_waiting_for_capacity(fleet):

@@ -3,10 +3,14 @@
 A request is a ticket (`GR-1042`) for whole GPUs, MIG instances (`--mig`) or fractions of
 shared GPUs (`--fraction`); DESIGN.md §2 has its states. Whatever leaves a request active
 prints the `export` lines a workload uses (`GPUFLEET_ALLOCATION`, `CUDA_VISIBLE_DEVICES`,
-`GPUFLEET_NODE`), so `request approve` and an auto-approved `request create` answer alike.
+`GPUFLEET_NODE`) on stdout and its human lines on stderr, so `request approve` and an
+auto-approved `request create` answer alike; with `--exports` only the export lines go
+to stdout (`eval "$(gpufleet request approve GR-1042 --exports)"`). Exports naming MIG
+instances not created yet are never printed (`request wait --exports` waits for them).
 """
 
 import shlex
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -25,6 +29,7 @@ from gpufleet.cli.commands.common import (
     query,
     show_listing,
 )
+from gpufleet.cli.errors import CliError
 from gpufleet.cli.output import done, emit, fields, note, print_json, table, when
 from gpufleet.cli.views import quota_table
 from gpufleet.domain.requests import FlavourKind, RequestState
@@ -37,6 +42,9 @@ Days = Annotated[float | None, typer.Option("--days", help="Hold it this many da
 Hours = Annotated[float | None, typer.Option("--hours", help="Hold it this many hours.")]
 Until = Annotated[str | None, typer.Option(
     "--until", help="Hold it until this ISO time (without a zone: UTC).")]
+ExportsOnly = Annotated[bool, typer.Option(
+    "--exports", help="Only the export lines on stdout (status on stderr), for "
+                      "`eval \"$(gpufleet request … --exports)\"`.")]
 
 
 def instant(text: str | None) -> str | None:
@@ -155,22 +163,46 @@ def _held(units: list[dict[str, Any]]) -> str:
     return ", ".join(f"{n} × {what}" for what, n in sorted(kinds.items()))
 
 
-def print_outcome(request: dict[str, Any]) -> None:
+PENDING_DEVICE = "pending:"  # how the API names a MIG instance the node has not created yet
+
+
+def usable_exports(request: dict[str, Any]) -> bool:
+    """Whether the request's exports can be handed to a workload now: every device they
+    name exists. A planned MIG instance has no UUID until its node creates it, and a CUDA
+    program given an unset or unusable CUDA_VISIBLE_DEVICES may run on any GPU."""
+    devices = request["exports"].get("CUDA_VISIBLE_DEVICES", "")
+    return bool(request["exports"]) and PENDING_DEVICE not in devices
+
+
+def print_outcome(request: dict[str, Any], exports_only: bool = False) -> None:
     """`GR-1042 pending`; when it holds units, what it holds and the export lines; when it
-    waits approved, what for."""
+    waits approved, what for. With `exports_only` (--exports) stdout gets the export lines
+    and nothing else, so `eval "$(gpufleet request approve GR-1042 --exports)"` sets them;
+    the status goes to stderr. Exports naming a MIG instance not created yet are never
+    printed: `request wait --exports` prints them once they are usable."""
     code, state = request["code"], request["state"]
+    say = note if exports_only else done
     if state == RequestState.ACTIVE and request["exports"]:
-        done(f"{code} active: {_held(request['units'])} on "
-             f"{request['exports'].get('GPUFLEET_NODE', '-')}")
-        for line in export_lines(request["exports"]):
-            done(line)
-        if "pending:" in request["exports"].get("CUDA_VISIBLE_DEVICES", ""):
-            note(f"the MIG instances are planned: CUDA_VISIBLE_DEVICES names their MIG UUIDs "
-                 f"once the node has created them (`gpufleet request show {code}`)")
+        say(f"{code} active: {_held(request['units'])} on "
+            f"{request['exports'].get('GPUFLEET_NODE', '-')}")
+        if usable_exports(request):
+            print_exports(request)
+        else:
+            note(_pending_note(code))
     elif state == RequestState.APPROVED and request["wait_code"]:
-        done(f"{code} approved, waiting: {_wait(request)}")
+        say(f"{code} approved, waiting: {_wait(request)}")
     else:
-        done(f"{code} {state}")
+        say(f"{code} {state}")
+
+
+def _pending_note(code: str) -> str:
+    return (f"its MIG instances are planned, not created yet: no exports until the node has "
+            f"made them; `gpufleet request wait {code} --exports` waits and prints them")
+
+
+def print_exports(request: dict[str, Any]) -> None:
+    for line in export_lines(request["exports"]):
+        done(line)
 
 
 def _act(code: str, action: str, as_json: bool, payload: dict[str, Any] | None = None
@@ -213,6 +245,7 @@ def create(
     until: Until = None,
     start: Annotated[str | None, typer.Option(
         "--start", help="Reserve from this ISO time (without a zone: UTC).")] = None,
+    exports: ExportsOnly = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Ask for GPUs; prints its code and state (and the exports when granted at once)."""
@@ -228,7 +261,7 @@ def create(
     if as_json:
         print_json(request)
         return
-    print_outcome(request)
+    print_outcome(request, exports_only=exports)
 
 
 @app.command("ls")
@@ -252,10 +285,42 @@ def show_request(code: Code, as_json: JsonFlag = False) -> None:
     with connect() as api:
         request = api.get(api_path("requests", code))
     emit(request, as_json, request_detail)
-    if not as_json and request["exports"]:
+    if as_json or not request["exports"]:
+        return
+    if usable_exports(request):
         done("")  # plain lines, never wrapped by the table's width: they are for a shell
-        for line in export_lines(request["exports"]):
-            done(line)
+        print_exports(request)
+    else:
+        note(_pending_note(code))
+
+
+WAIT_POLL_S = 2.0
+
+
+@app.command("wait")
+def wait(code: Code,
+         exports: ExportsOnly = False,
+         timeout_s: Annotated[float, typer.Option(
+             "--timeout-s", min=0, help="Give up after this many seconds (0: never).")
+         ] = 600.0) -> None:
+    """Wait until a request holds usable units — granted, its MIG instances created — then
+    print its exports; exit 1 if it ends first or the timeout passes."""
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    with connect() as api:
+        while True:
+            request = api.get(api_path("requests", code))
+            state = request["state"]
+            if state == RequestState.ACTIVE and usable_exports(request):
+                break
+            if RequestState(state).is_final:
+                raise CliError(f"{code} is {state}: it will hold no units")
+            if deadline is not None and time.monotonic() >= deadline:
+                waiting = ("active, its MIG instances not created yet"
+                           if state == RequestState.ACTIVE else f"still {state}")
+                raise CliError(f"{code} {waiting} after {timeout_s:g} s "
+                               f"(`gpufleet request why {code}`)")
+            time.sleep(WAIT_POLL_S)
+    print_outcome(request, exports_only=exports)
 
 
 def _why(why: dict[str, Any]) -> RenderableType:
@@ -283,11 +348,12 @@ def why(code: Code, as_json: JsonFlag = False) -> None:
 
 
 @app.command("approve")
-def approve(code: Code, reason: Reason = None, as_json: JsonFlag = False) -> None:
+def approve(code: Code, reason: Reason = None, exports: ExportsOnly = False,
+            as_json: JsonFlag = False) -> None:
     """Approve a pending request; prints its units and exports, or what it waits for."""
     request = _act(code, "approve", as_json, body(reason=reason))
     if not as_json:
-        print_outcome(request)
+        print_outcome(request, exports_only=exports)
 
 
 @app.command("reject")
