@@ -111,9 +111,12 @@ class PoolLedger:
     use: dict[int, tuple[int, int]]  # pool id -> (units, physical milli) held
 
     @classmethod
-    def read(cls, session: Session) -> PoolLedger:
-        pools = list(session.scalars(select(Pool).where(Pool.state == "active")
-                                     .order_by(Pool.id)))
+    def read(cls, session: Session, project_id: int | None = None) -> PoolLedger:
+        """Every active pool, or one project's (enough to ask `matching` for its request)."""
+        query = select(Pool).where(Pool.state == "active").order_by(Pool.id)
+        if project_id is not None:
+            query = query.where(Pool.project_id == project_id)
+        pools = list(session.scalars(query))
         return cls(pools, _pool_use(session, [p.id for p in pools]))
 
     def matching(self, request: GpuRequest, flavours: list[Flavour]
