@@ -2,9 +2,10 @@
 "Sharing-mode changes under open bindings").
 
 One invariant, for every pair of binding kinds: while a GPU holds open bindings of one kind,
-no binding of another kind opens on it. Registration keeps placing the GPU in the mode its
-bindings were made in (the reported mode waits, flagged, until the last binding ends), and
-the store refuses a binding of another kind on a held GPU whatever the placement believed.
+no binding of another kind opens on it. Registration keeps the GPU in the mode its bindings
+were made in (the reported mode waits, flagged, and the GPU drains until the last binding
+ends), and the store refuses a binding of another kind on a held GPU whatever the placement
+believed.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def test_a_mode_change_under_open_bindings_waits_for_them_to_end(api, held_world
     second = act(operator, create(member, **ASK[other])["code"], "approve")
     assert second["state"] == "approved", second  # never granted on the held GPU
     assert second["units"] == []
+    third = act(operator, create(member, **ASK[held])["code"], "approve")
+    assert third["state"] == "approved", third  # the GPU drains: no new holder either
 
     act(member, holder, "release")  # the last binding ends: the reported mode applies
     shown = api.get(f"/api/v1/gpus/{gpu_uuid(1, 0)}").json()

@@ -9,7 +9,8 @@ bindings (`open_bindings`, `bound_kind`) and matches only while the GPU is in th
 sharing mode and holds no binding of another kind — a whole GPU, MIG instances and
 fractions of one GPU are never held at once, whatever the placement believed. A GPU's mode
 changes only when it holds nothing: a mode its node reports meanwhile is kept pending
-(`pending_sharing_mode`) and applied here when its last binding ends.
+(`pending_sharing_mode`), the GPU drains (the guard lets no new binding onto it), and the
+mode is applied here when its last binding ends.
 
 Granting also stamps the `allocation` / `project` labels and bumps the desired-state version
 of every node involved, so its agent learns the change on its next heartbeat. Closing ends
@@ -52,7 +53,8 @@ from gpufleet.wire.requests import UnitView
 WHOLE_GPU_SLOT = -1
 MIB = 1024**2
 RELEASED_NODE_IDS = "gpufleet.released_node_ids"  # session.info key: nodes whose units freed
-MODES_CHANGED = "gpufleet.sharing_modes_changed"  # session.info key: a pending mode applied
+MODES_CHANGED = "gpufleet.sharing_modes_changed"  # session.info key: nodes where a pending
+#   sharing mode applied (by name: a node whose GPUs all drained is not in the placement cache)
 SYSTEM_ACTOR = "system:lifecycle"
 
 
@@ -160,8 +162,8 @@ def _guard_binding_kinds(session: Session, gpus: dict[int, Gpu],
                          opened: list[Binding]) -> None:
     """The binding guard (module docstring): count the new bindings on their GPUs, in one
     conditional update per (kind, bindings per GPU) — matching only GPUs in the kind's
-    sharing mode that hold nothing or bindings of the same kind. A GPU it does not match
-    raises UnitTaken, and the transaction rolls back."""
+    sharing mode, not draining, that hold nothing or bindings of the same kind. A GPU it
+    does not match raises UnitTaken, and the transaction rolls back."""
     kinds: dict[int, set[str]] = defaultdict(set)
     counts: dict[int, int] = defaultdict(int)
     for binding in opened:
@@ -177,6 +179,7 @@ def _guard_binding_kinds(session: Session, gpus: dict[int, Gpu],
         matched = session.execute(
             update(Gpu).where(Gpu.id.in_(gpu_ids),
                               Gpu.sharing_mode == sharing_mode_of_kind(kind),
+                              Gpu.pending_sharing_mode.is_(None),
                               or_(Gpu.open_bindings == 0, Gpu.bound_kind == kind))
             .values(open_bindings=Gpu.open_bindings + n, bound_kind=kind, allocated=True,
                     status=GpuStatus.ALLOCATED.value)
@@ -184,9 +187,10 @@ def _guard_binding_kinds(session: Session, gpus: dict[int, Gpu],
         if matched != len(gpu_ids):
             held = session.scalars(select(Gpu.uuid).where(
                 Gpu.id.in_(gpu_ids), or_(Gpu.sharing_mode != sharing_mode_of_kind(kind),
+                                         Gpu.pending_sharing_mode.is_not(None),
                                          Gpu.bound_kind != kind))).first()
-            raise UnitTaken(f"GPU {held} is no longer in {sharing_mode_of_kind(kind)} mode "
-                            f"or holds units of another kind than {kind}")
+            raise UnitTaken(f"GPU {held} is no longer in {sharing_mode_of_kind(kind)} mode, "
+                            f"is draining for another, or holds units of another kind")
 
 
 def _check_mig_layouts(session: Session, placed: list[tuple[Opening, list[UnitChoice]]],
@@ -346,10 +350,11 @@ def _apply_pending_modes(session: Session, gpu_ids: set[int], allocation: str,
                          now: datetime) -> None:
     """A GPU whose node reported another sharing mode while it was held takes that mode
     once it holds nothing (the update re-checks, so a grant that came first keeps it)."""
-    rows = session.execute(select(Gpu.id, Gpu.uuid, Gpu.sharing_mode, Gpu.pending_sharing_mode)
+    rows = session.execute(select(Gpu.id, Gpu.uuid, Gpu.sharing_mode, Gpu.pending_sharing_mode,
+                                  Node.name).join(Node, Node.id == Gpu.node_id)
                            .where(Gpu.id.in_(gpu_ids), Gpu.open_bindings == 0,
                                   Gpu.pending_sharing_mode.is_not(None))).all()
-    for gpu_id, uuid, old_mode, new_mode in rows:
+    for gpu_id, uuid, old_mode, new_mode, node_name in rows:
         applied = session.execute(
             update(Gpu).where(Gpu.id == gpu_id, Gpu.open_bindings == 0,
                               Gpu.pending_sharing_mode == new_mode)
@@ -358,7 +363,7 @@ def _apply_pending_modes(session: Session, gpu_ids: set[int], allocation: str,
         if not applied:
             continue
         session.execute(delete(MigPlan).where(MigPlan.gpu_id == gpu_id))  # the old mode's
-        session.info[MODES_CHANGED] = True
+        session.info.setdefault(MODES_CHANGED, set()).add(node_name)
         audit.record(session, at=now, actor=SYSTEM_ACTOR, action="gpu.sharing_mode_changed",
                      subject_kind="gpu", subject=uuid, reason=f"its last binding ended "
                      f"({allocation}); the mode its node reported applies now",

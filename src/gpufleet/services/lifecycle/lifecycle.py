@@ -135,9 +135,10 @@ class Lifecycle:
         with self.store.write() as session:
             yield session
             freed = session.info.get(RELEASED_NODE_IDS, ())
-            modes_changed = session.info.get(MODES_CHANGED, False)
+            modes_changed = session.info.get(MODES_CHANGED, set())
         self.placement.mark_stale_ids(freed)
         if modes_changed:  # a GPU took the mode its node reported: the fleet's shape moved
+            self.placement.mark_stale(modes_changed)
             self.shape.invalidate()
 
     def expire_due(self) -> list[str]:
