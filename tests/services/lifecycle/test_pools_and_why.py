@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.lifecycle import requests as lifecycle_requests
+from tests.helpers import create_environment, gpu, join_token, registration
 from tests.lifecycle_world import act, create
 
 
@@ -45,6 +46,24 @@ def test_a_request_served_from_the_projects_pool_is_not_counted_twice(h100s, api
     why = member.get(f"/api/v1/requests/{beyond['code']}/why").json()
     quota_verdict = next(v for v in why["verdicts"] if v["rule"] == "quota")
     assert quota_verdict["code"] == "quota_exhausted"
+
+
+def test_a_request_no_usable_gpu_could_serve_waits_for_capacity_not_quota(api, people,
+                                                                          gf):
+    """The only shared GPU is on a cordoned node: the granter (which knows no usable GPU
+    of the kind) and `why` both say it waits for capacity — no quota is involved."""
+    member, operator = people
+    create_environment(api)
+    gf.lifecycle.warm()  # the placement cache is read before the node exists
+    token = join_token(api)
+    body = registration(1, gpus=0)
+    body["gpus"] = [gpu(1, 0, sharing_mode="shared")]
+    assert api.as_(token).post("/api/v1/agent/register", json=body).status_code == 200
+    api.post("/api/v1/nodes/node-1/cordon", json={"reason": "maintenance"})
+    code = create(member, count=1, fraction=0.5)["code"]
+    assert act(operator, code, "approve")["wait_code"] == "waiting_for_capacity"
+    assert member.get(f"/api/v1/requests/{code}/why").json()["wait_code"] == \
+        "waiting_for_capacity"
 
 
 def test_why_of_a_request_held_back_by_other_projects_pools_says_so(h100s, api):

@@ -235,6 +235,9 @@ def plan(session: Session, request: GpuRequest, *, fleet: FleetSource, quota: Qu
          pools: PoolLedger) -> Grant | NoGrant:
     """Decide where the request would go now; writes nothing."""
     flavours = candidate_flavours(request, fleet.models(FlavourKind(request.kind)))
+    if not flavours:  # not a quota matter: no usable GPU of the kind is known to the fleet
+        return NoGrant("waiting_for_capacity", "no usable GPU in the fleet offers what the "
+                       "request accepts")
     facts = quota.facts(request.project_id, flavours)
     pooled = pools.matching(request, flavours)
     if pooled is not None:
