@@ -62,7 +62,7 @@ class AdmissionFacts:
     max_duration: timedelta
     quotas: Sequence[QuotaFact] = ()
     capacity: CapacityFact | None = None
-    pool_headroom_milli: int | None = None  # the project's pool of this flavour, if any
+    served_by_pool: str | None = None       # the project's pool with room for all of it
     awaiting_approval: bool = False         # pending: no operator or policy has decided
     needs_operator: bool = False            # no quota covers it, so no policy may decide
 
@@ -124,7 +124,9 @@ class Quota(Rule):
     """DESIGN.md §2: the most a project may hold at once per flavour.
 
     With several candidate flavours (any model, a model list) the request fits when one of
-    them has room. A flavour without a quota never blocks, but it needs an operator.
+    them has room. A flavour without a quota never blocks, but it needs an operator. A
+    request its project's pool has room for counts nothing more: the pool's units are
+    already part of what the project holds (quota caps, pools guarantee).
     """
 
     name = "quota"
@@ -135,21 +137,31 @@ class Quota(Rule):
         if any(q.limit_milli is None for q in facts.quotas):
             return Verdict.accept("no_quota", "no quota covers this flavour: an operator "
                                   "must approve it")
+        if facts.served_by_pool is not None:
+            return within_pool(facts.served_by_pool)
         if all(facts.demand_milli > q.limit_milli for q in facts.quotas):
             return Verdict(Outcome.REJECT, "quota_exceeded",
                            "the request alone is larger than the project's quota",
-                           {"quotas": [_quota_view(q) for q in facts.quotas],
-                            "requested_milli": facts.demand_milli})
+                           quota_details(facts.quotas, facts.demand_milli))
         if all(q.used_milli + facts.demand_milli > q.limit_milli for q in facts.quotas):
-            return Verdict(Outcome.WAIT, "quota_exhausted",
-                           "the project holds its quota; the request waits for units to "
-                           "be released", {"quotas": [_quota_view(q) for q in facts.quotas],
-                                           "requested_milli": facts.demand_milli})
+            return quota_exhausted(facts.quotas, facts.demand_milli)
         return Verdict.accept()
 
 
-def _quota_view(q: QuotaFact) -> dict:
-    return {"flavour": q.flavour, "limit_milli": q.limit_milli, "used_milli": q.used_milli}
+def within_pool(pool: str) -> Verdict:
+    return Verdict.accept("within_pool", f"served from {pool}, which the project's quota "
+                          "already counts")
+
+
+def quota_exhausted(quotas: Sequence[QuotaFact], demand_milli: int) -> Verdict:
+    return Verdict(Outcome.WAIT, "quota_exhausted", "the project holds its quota; the "
+                   "request waits for units to be released", quota_details(quotas, demand_milli))
+
+
+def quota_details(quotas: Sequence[QuotaFact], demand_milli: int) -> dict:
+    return {"quotas": [{"flavour": q.flavour, "limit_milli": q.limit_milli,
+                        "used_milli": q.used_milli} for q in quotas],
+            "requested_milli": demand_milli}
 
 
 class Capacity(Rule):
@@ -161,37 +173,28 @@ class Capacity(Rule):
         capacity = facts.capacity
         if capacity is None or capacity.placement_refusal is None:
             return Verdict.accept()
-        details = {"usable_gpus": capacity.usable_gpus,
-                   "quarantined_gpus": capacity.quarantined_gpus,
-                   "unschedulable_gpus": capacity.unschedulable_gpus,
-                   "placement": capacity.placement_refusal}
-        excluded = []
-        if capacity.quarantined_gpus:
-            excluded.append(f"{capacity.quarantined_gpus} quarantined")
-        if capacity.unschedulable_gpus:
-            excluded.append(f"{capacity.unschedulable_gpus} on cordoned, unreachable or "
-                            "retired nodes")
-        message = capacity.placement_message or "no free units fit the request"
-        if excluded:
-            message += f" (matching GPUs excluded: {', '.join(excluded)})"
-        return Verdict(Outcome.WAIT, "waiting_for_capacity", message, details)
+        return capacity_wait(capacity)
 
 
-class PoolCapacity(Rule):
-    """A project's pool is its guaranteed capacity; beyond it the request uses free capacity."""
-
-    name = "pool_capacity"
-
-    def check(self, facts: AdmissionFacts) -> Verdict:
-        if facts.pool_headroom_milli is None or facts.pool_headroom_milli >= facts.demand_milli:
-            return Verdict.accept()
-        return Verdict.accept("beyond_pool", "the project's pool has "
-                              f"{facts.pool_headroom_milli} milli free; the rest comes from "
-                              "the fleet's free capacity")
+def capacity_wait(capacity: CapacityFact) -> Verdict:
+    """Why placement found no room, and which matching GPUs were out of its reach."""
+    details = {"usable_gpus": capacity.usable_gpus,
+               "quarantined_gpus": capacity.quarantined_gpus,
+               "unschedulable_gpus": capacity.unschedulable_gpus,
+               "placement": capacity.placement_refusal}
+    excluded = []
+    if capacity.quarantined_gpus:
+        excluded.append(f"{capacity.quarantined_gpus} quarantined")
+    if capacity.unschedulable_gpus:
+        excluded.append(f"{capacity.unschedulable_gpus} on cordoned, unreachable or "
+                        "retired nodes")
+    message = capacity.placement_message or "no free units fit the request"
+    if excluded:
+        message += f" (matching GPUs excluded: {', '.join(excluded)})"
+    return Verdict(Outcome.WAIT, "waiting_for_capacity", message, details)
 
 
 ON_CREATE: tuple[Rule, ...] = (TimeWindow(), MaximumDuration(), Quota())
-ON_GRANT: tuple[Rule, ...] = (TimeWindow(), Quota(), PoolCapacity(), Capacity())
 WHILE_PENDING: tuple[Rule, ...] = (Approval(), *ON_CREATE)
 
 

@@ -112,6 +112,13 @@ class Gpu(Base):
     allocated: Mapped[bool] = mapped_column(Boolean, default=False)
     # shared mode: milli-GPU held by open bindings; raised only by a conditional update
     used_milli: Mapped[int] = mapped_column(Integer, default=0)
+    # The binding guard (services/lifecycle/bindings.py): how many bindings are open on the
+    # GPU and their kind; a binding of another kind is refused by a conditional update.
+    open_bindings: Mapped[int] = mapped_column(Integer, default=0)
+    bound_kind: Mapped[str | None] = mapped_column(String(16))
+    # The mode its node reports while bindings of `sharing_mode` are open; applied when the
+    # last one ends (docs/lifecycle.md, "Sharing-mode changes under open bindings").
+    pending_sharing_mode: Mapped[str | None] = mapped_column(String(16))
     first_seen_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
     node: Mapped[Node] = relationship(lazy="raise")

@@ -64,6 +64,9 @@ class GpuView(View):
     memory_bytes: int | None
     driver_version: str | None
     sharing_mode: SharingMode
+    pending_sharing_mode: SharingMode | None = Field(default=None, description=(
+        "the mode its node reports while open bindings hold the GPU in `sharing_mode`; "
+        "it applies when the last of them ends"))
     nvlink_peers: list[str] | None
     health: GpuHealth
     health_reason: str | None

@@ -113,3 +113,41 @@ def test_a_create_refused_by_a_stale_fleet_shape_asks_the_database_again(
     assert create(4).state == "pending"  # the memo is read: nodes of 4 GPUs
     register(api, 2, gpus=8)
     assert create(8).state == "pending"
+
+
+# --- oldest first, whoever reaches the granter first ----------------------------------------
+@pytest.fixture
+def full_fleet_and_a_queue(two_nodes, gf, monkeypatch):
+    """The fleet's 8 GPUs held by one request; an older approved request of 8 waits; a newer
+    request of 8 is pending. The holder is then released, but its own try at the queue is
+    held back — as when an approval reaches the granter first."""
+    holder = pending(gf, count=8)
+    assert gf.lifecycle.approve(SYSTEM, holder, None).state == "active"
+    older = pending(gf, count=8)
+    assert gf.lifecycle.approve(SYSTEM, older, None).wait_code == "waiting_for_capacity"
+    newer = pending(gf, count=8)
+    with monkeypatch.context() as patched:
+        patched.setattr(gf.lifecycle, "grant_waiting", lambda: 0)
+        assert gf.lifecycle.release(SYSTEM, holder, None).state == "released"
+    return older, newer
+
+
+def test_an_approval_racing_a_release_does_not_jump_the_queue(gf, full_fleet_and_a_queue):
+    older, newer = full_fleet_and_a_queue
+    assert gf.lifecycle.approve(SYSTEM, newer, None).state == "approved"
+    assert gf.lifecycle.show_request(SYSTEM, older).state == "active"
+
+
+def test_in_one_batch_the_older_approved_request_is_granted_first(gf,
+                                                                  full_fleet_and_a_queue):
+    older, newer = full_fleet_and_a_queue
+    granter = gf.lifecycle.granter
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        with a_batch_running(granter):  # the new approval queues ahead of the loop's turn
+            approval = pool.submit(gf.lifecycle.approve, SYSTEM, newer, None)
+            wait_for_queue(granter, 1)
+            loop = pool.submit(gf.lifecycle.grant_waiting)
+            wait_for_queue(granter, 2)
+        assert approval.result().state == "approved"
+        loop.result()
+    assert gf.lifecycle.show_request(SYSTEM, older).state == "active"

@@ -133,7 +133,8 @@ def gpu_view(principal: Principal, gpu: Gpu, node_name: str, environment: str) -
         model=gpu.model, model_known=gpu.model_known, reported_name=gpu.reported_name,
         pci_device_id=gpu.pci_device_id, pci_bus_id=gpu.pci_bus_id,
         memory_bytes=gpu.memory_bytes, driver_version=gpu.driver_version,
-        sharing_mode=gpu.sharing_mode, nvlink_peers=gpu.nvlink_peers, health=gpu.health,
+        sharing_mode=gpu.sharing_mode, pending_sharing_mode=gpu.pending_sharing_mode,
+        nvlink_peers=gpu.nvlink_peers, health=gpu.health,
         health_reason=gpu.health_reason, status=gpu.status, labels=labels,
         mig_instances=[MigInstanceView.model_validate(m) for m in gpu.mig_instances],
         first_seen_at=gpu.first_seen_at)

@@ -179,8 +179,9 @@ def _apply_gpus(session: Session, node: Node, environment: Environment,
     """Apply the reported GPUs; returns (moved from other nodes, missing, new to gpufleet,
     every GPU now on the node — so the caller need not read them again)."""
     by_uuid = {canonical_gpu_uuid(r.uuid): r for r in reports}
-    existing = {gpu.uuid: gpu for gpu in session.scalars(
-        select(Gpu).where(Gpu.uuid.in_(by_uuid)))} if by_uuid else {}
+    existing = {gpu.uuid: gpu for gpu in session.scalars(  # locked: grants count on them
+        select(Gpu).where(Gpu.uuid.in_(by_uuid)).with_for_update()
+        .execution_options(populate_existing=True))} if by_uuid else {}
     moves = _check_claims(session, node, existing, now)
     gone = session.scalars(select(Gpu).where(Gpu.node_id == node.id,
                                              Gpu.uuid.not_in(by_uuid))).all()
@@ -194,6 +195,7 @@ def _apply_gpus(session: Session, node: Node, environment: Environment,
             session.add(gpu)
             added.append(uuid)
         _update_gpu(gpu, node, environment, report)
+        _take_reported_mode(session, gpu, _sharing_mode(report, environment), node, now)
         _clear_registration_suspicion(gpu, moved=uuid in moved)
         _replace_mig_instances(gpu, report)
         gpus.append(gpu)
@@ -269,9 +271,31 @@ def _update_gpu(gpu: Gpu, node: Node, environment: Environment, report: GpuRepor
     gpu.pci_bus_id = report.pci_bus_id
     gpu.memory_bytes = report.memory_bytes
     gpu.driver_version = report.driver_version
-    gpu.sharing_mode = _sharing_mode(report, environment)
     gpu.nvlink_peers = ([canonical_gpu_uuid(p) for p in report.nvlink_peers]
                         if report.nvlink_peers is not None else None)
+
+
+def _take_reported_mode(session: Session, gpu: Gpu, reported: str, node: Node,
+                        now: datetime) -> None:
+    """A GPU holding open bindings keeps the sharing mode they were made in, so placement
+    never offers its capacity twice (services/lifecycle/bindings.py, the binding guard);
+    the reported mode waits in `pending_sharing_mode`, flagged on the GPU and audited, and
+    applies when the last binding ends. Refusing the registration instead would leave the
+    node's whole inventory stale for one GPU's sake."""
+    if not gpu.open_bindings or gpu.bound_kind is None:
+        gpu.sharing_mode, gpu.pending_sharing_mode = reported, None
+        return
+    bound_mode = bindings.sharing_mode_of_kind(gpu.bound_kind)
+    pending = None if reported == bound_mode else reported
+    if pending != gpu.pending_sharing_mode:
+        audit.record(session, at=now, actor=f"node:{node.name}",
+                     action="gpu.sharing_mode_pending" if pending
+                     else "gpu.sharing_mode_pending_cleared",
+                     subject_kind="gpu", subject=gpu.uuid,
+                     reason="held by open bindings: the change waits until they end" if pending
+                     else "its node reports the mode its bindings hold again",
+                     reported=reported, kept=bound_mode, open_bindings=gpu.open_bindings)
+    gpu.sharing_mode, gpu.pending_sharing_mode = bound_mode, pending
 
 
 def _replace_mig_instances(gpu: Gpu, report: GpuReport) -> None:

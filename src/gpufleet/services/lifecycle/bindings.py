@@ -3,9 +3,18 @@
 Opening a binding claims its slots (DESIGN.md §6): a whole GPU is slot -1, a MIG instance
 the memory slices it covers; the claims' primary key refuses a second holder on SQLite and
 PostgreSQL alike. A shared GPU is claimed by a conditional update of `used_milli` that
-cannot pass 1000. Granting also stamps the `allocation` / `project` labels and bumps the
-desired-state version of every node involved, so its agent learns the change on its next
-heartbeat. Closing ends the interval; the row stays as history.
+cannot pass 1000. Slots and fractions only guard units of one kind, so every binding also
+passes the **binding guard**: a conditional update of its GPU that counts the open
+bindings (`open_bindings`, `bound_kind`) and matches only while the GPU is in the binding's
+sharing mode and holds no binding of another kind — a whole GPU, MIG instances and
+fractions of one GPU are never held at once, whatever the placement believed. A GPU's mode
+changes only when it holds nothing: a mode its node reports meanwhile is kept pending
+(`pending_sharing_mode`), the GPU drains (the guard lets no new binding onto it), and the
+mode is applied here when its last binding ends.
+
+Granting also stamps the `allocation` / `project` labels and bumps the desired-state version
+of every node involved, so its agent learns the change on its next heartbeat. Closing ends
+the interval; the row stays as history.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session, raiseload
 
 from gpufleet.domain.errors import Conflict
@@ -24,6 +33,7 @@ from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, gpu_stat
 from gpufleet.domain.mig import mig_unit_name
 from gpufleet.domain.placement import Decision, UnitChoice, UnitKind
 from gpufleet.domain.requests import FlavourKind, request_code
+from gpufleet.services.access import audit
 from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND, current_mig_layouts
 from gpufleet.store.tables import (
     Binding,
@@ -43,6 +53,9 @@ from gpufleet.wire.requests import UnitView
 WHOLE_GPU_SLOT = -1
 MIB = 1024**2
 RELEASED_NODE_IDS = "gpufleet.released_node_ids"  # session.info key: nodes whose units freed
+MODES_CHANGED = "gpufleet.sharing_modes_changed"  # session.info key: nodes where a pending
+#   sharing mode applied (by name: a node whose GPUs all drained is not in the placement cache)
+SYSTEM_ACTOR = "system:lifecycle"
 
 
 class UnitTaken(Conflict):
@@ -110,9 +123,7 @@ def open_bindings(session: Session, openings: Sequence[Opening], gpu_ids: dict[s
         session.execute(insert(SlotClaim), claims)
     for gpu_id, milli in shared_milli.items():
         _raise_shared_use(session, gpus[gpu_id], milli)
-    session.execute(update(Gpu).where(Gpu.id.in_(list(gpus)))
-                    .values(allocated=True, status=GpuStatus.ALLOCATED.value)
-                    .execution_options(synchronize_session=False))
+    _guard_binding_kinds(session, gpus, [b for bs in opened.values() for b in bs])
     _check_host_capacity(session, openings, node_ids)
     _stamp_labels(session, [(o.request.id, o.project_name,
                              {b.gpu_id for b in opened[o.request.id]}) for o in openings])
@@ -140,6 +151,46 @@ def _check_usable(session: Session, gpus: Iterable[Gpu],
     if not_ready:
         raise UnitTaken(f"node {not_ready[0]} is no longer ready")
     _check_mig_layouts(session, placed, gpu_ids)
+
+
+def sharing_mode_of_kind(kind: str) -> str:
+    """The sharing mode a GPU must be in to hold a binding of `kind` (whole, mig, shared)."""
+    return MODE_OF_KIND[FlavourKind(kind)].value
+
+
+def _guard_binding_kinds(session: Session, gpus: dict[int, Gpu],
+                         opened: list[Binding]) -> None:
+    """The binding guard (module docstring): count the new bindings on their GPUs, in one
+    conditional update per (kind, bindings per GPU) — matching only GPUs in the kind's
+    sharing mode, not draining, that hold nothing or bindings of the same kind. A GPU it
+    does not match raises UnitTaken, and the transaction rolls back."""
+    kinds: dict[int, set[str]] = defaultdict(set)
+    counts: dict[int, int] = defaultdict(int)
+    for binding in opened:
+        kinds[binding.gpu_id].add(binding.kind)
+        counts[binding.gpu_id] += 1
+    groups: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for gpu_id, found in kinds.items():
+        if len(found) > 1:
+            raise UnitTaken(f"GPU {gpus[gpu_id].uuid} would hold {' and '.join(sorted(found))} "
+                            "units at once")
+        groups[(found.pop(), counts[gpu_id])].append(gpu_id)
+    for (kind, n), gpu_ids in groups.items():
+        matched = session.execute(
+            update(Gpu).where(Gpu.id.in_(gpu_ids),
+                              Gpu.sharing_mode == sharing_mode_of_kind(kind),
+                              Gpu.pending_sharing_mode.is_(None),
+                              or_(Gpu.open_bindings == 0, Gpu.bound_kind == kind))
+            .values(open_bindings=Gpu.open_bindings + n, bound_kind=kind, allocated=True,
+                    status=GpuStatus.ALLOCATED.value)
+            .execution_options(synchronize_session=False)).rowcount
+        if matched != len(gpu_ids):
+            held = session.scalars(select(Gpu.uuid).where(
+                Gpu.id.in_(gpu_ids), or_(Gpu.sharing_mode != sharing_mode_of_kind(kind),
+                                         Gpu.pending_sharing_mode.is_not(None),
+                                         Gpu.bound_kind != kind))).first()
+            raise UnitTaken(f"GPU {held} is no longer in {sharing_mode_of_kind(kind)} mode, "
+                            f"is draining for another, or holds units of another kind")
 
 
 def _check_mig_layouts(session: Session, placed: list[tuple[Opening, list[UnitChoice]]],
@@ -267,13 +318,56 @@ def close_bindings(session: Session, request: GpuRequest, project_name: str, now
         session.execute(update(Gpu).where(Gpu.id == gpu_id)
                         .values(used_milli=Gpu.used_milli - milli)
                         .execution_options(synchronize_session=False))
+    _release_binding_guard(session, bindings)
     session.flush()
     gpu_ids = {b.gpu_id for b in bindings}
     _unstamp_labels(session, gpu_ids, request_code(request.id), request.project_id, project_name)
     _refresh_allocated(session, gpu_ids)
+    _apply_pending_modes(session, gpu_ids, request_code(request.id), now)
     bump_desired_state(session, {b.node_id for b in bindings})
     session.info.setdefault(RELEASED_NODE_IDS, set()).update(b.node_id for b in bindings)
     return bindings
+
+
+def _release_binding_guard(session: Session, closed: list[Binding]) -> None:
+    """Count the closed bindings off their GPUs; a GPU left holding nothing holds no kind.
+    The new values come from the row as the update finds it, so concurrent grants and
+    releases of one GPU never lose a count."""
+    per_gpu: dict[int, int] = defaultdict(int)
+    for binding in closed:
+        per_gpu[binding.gpu_id] += 1
+    by_count: dict[int, list[int]] = defaultdict(list)
+    for gpu_id, n in per_gpu.items():
+        by_count[n].append(gpu_id)
+    for n, gpu_ids in by_count.items():
+        session.execute(update(Gpu).where(Gpu.id.in_(gpu_ids)).values(
+            open_bindings=case((Gpu.open_bindings > n, Gpu.open_bindings - n), else_=0),
+            bound_kind=case((Gpu.open_bindings > n, Gpu.bound_kind), else_=None))
+            .execution_options(synchronize_session=False))
+
+
+def _apply_pending_modes(session: Session, gpu_ids: set[int], allocation: str,
+                         now: datetime) -> None:
+    """A GPU whose node reported another sharing mode while it was held takes that mode
+    once it holds nothing (the update re-checks, so a grant that came first keeps it)."""
+    rows = session.execute(select(Gpu.id, Gpu.uuid, Gpu.sharing_mode, Gpu.pending_sharing_mode,
+                                  Node.name).join(Node, Node.id == Gpu.node_id)
+                           .where(Gpu.id.in_(gpu_ids), Gpu.open_bindings == 0,
+                                  Gpu.pending_sharing_mode.is_not(None))).all()
+    for gpu_id, uuid, old_mode, new_mode, node_name in rows:
+        applied = session.execute(
+            update(Gpu).where(Gpu.id == gpu_id, Gpu.open_bindings == 0,
+                              Gpu.pending_sharing_mode == new_mode)
+            .values(sharing_mode=new_mode, pending_sharing_mode=None)
+            .execution_options(synchronize_session=False)).rowcount
+        if not applied:
+            continue
+        session.execute(delete(MigPlan).where(MigPlan.gpu_id == gpu_id))  # the old mode's
+        session.info.setdefault(MODES_CHANGED, set()).add(node_name)
+        audit.record(session, at=now, actor=SYSTEM_ACTOR, action="gpu.sharing_mode_changed",
+                     subject_kind="gpu", subject=uuid, reason=f"its last binding ended "
+                     f"({allocation}); the mode its node reported applies now",
+                     **{"from": old_mode, "to": new_mode})
 
 
 def _unstamp_labels(session: Session, gpu_ids: set[int], allocation: str, project_id: int,

@@ -6,9 +6,16 @@ waiting callers leads the next batch, taking the whole queue into one transactio
 commit), and the others wait until their batch has committed. In it, operators' approvals
 are made first, then the quota and pool ledgers are read once, and bindings, claims and
 labels go in a few multi-row statements. A lone caller still has its grant at once, in a
-batch of one. Requests are served in the order they were queued; a batch that cannot place
-a request records why, as a single grant does. Each caller gets its requests' views as the
-batch left them, read in the batch's own transaction (one query for all of them).
+batch of one.
+
+Requests are served oldest first (by request id, as the lifecycle loop's queue is), whatever
+order their callers reached the granter in; and when units may have come free since the
+queue of approved, waiting requests was last tried (the placement cache re-read nodes: a
+release, an expiry, a registration), the batch takes that queue in too, so an approval
+racing a release never takes the freed units ahead of an older request. A batch that
+cannot place a request records why, as a single grant does. Each caller gets its
+requests' views as the batch left them, read in the batch's own transaction (one query for
+all of them).
 
 Decisions come from the placement cache. If the database refuses a batch (a unit another
 server took, a MIG layout that changed), nothing of it is kept: the nodes it touched are
@@ -77,8 +84,9 @@ class Granter:
         self._queue: list[_Ticket] = []
 
     def grant(self, request_ids: Sequence[int]) -> dict[int, RequestView]:
-        """Place and bind these approved requests (in this order). Returns each one's view
-        once its grant was tried: `active` if it was granted, else why it waits."""
+        """Place and bind these approved requests (oldest first, behind older waiting ones).
+        Returns each one's view once its grant was tried: `active` if it was granted, else
+        why it waits."""
         return self._submit(_Ticket(list(request_ids)))
 
     def approve(self, request_id: int, approval: Approval) -> RequestView:
@@ -160,15 +168,11 @@ class Granter:
             touched.update(decision.nodes)
             self.cache.commit(decision)
 
-        ids = list(dict.fromkeys(i for ticket in tickets for i in ticket.request_ids))
+        ids = {i for ticket in tickets for i in ticket.request_ids}
         refusals: dict[int, GpufleetError] = {}
         try:
             with self.store.write_dedicated() as session:
                 now = self.clock.now()
-                order = {request_id: n for n, request_id in enumerate(ids)}
-                batch = sorted(session.scalars(select(GpuRequest)
-                                               .where(GpuRequest.id.in_(ids))),
-                               key=lambda r: order[r.id])
                 for n, ticket in enumerate(tickets):
                     if ticket.approval is not None:
                         try:  # a refused approval writes nothing: it raises before
@@ -177,14 +181,23 @@ class Granter:
                                              ticket.approval.reason)
                         except GpufleetError as exc:
                             refusals[n] = exc
+                queued: list[int] = []
                 if place:
                     if self.cache.refresh(session):
                         self._read_fleet_beside()
+                    if self.cache.changed_since_queue:
+                        self.cache.changed_since_queue = False
+                        queued = requests.waiting_ids(session, now)
+                batch = sorted(session.scalars(select(GpuRequest).where(
+                    GpuRequest.id.in_(ids | set(queued)))), key=lambda r: r.id)
+                if place:
                     requests.activate(session, batch, now, self.cache, commit)
+                mine = [request for request in batch if request.id in ids]
                 views = {request.id: view for request, view
-                         in zip(batch, requests.views(session, batch), strict=True)}
+                         in zip(mine, requests.views(session, mine), strict=True)}
         except BaseException:
             self.cache.mark_stale(touched)
+            self.cache.changed_since_queue = True  # the queue's try did not count
             raise
         for n, ticket in enumerate(tickets):
             ticket.error = refusals.get(n)

@@ -111,9 +111,12 @@ class PoolLedger:
     use: dict[int, tuple[int, int]]  # pool id -> (units, physical milli) held
 
     @classmethod
-    def read(cls, session: Session) -> PoolLedger:
-        pools = list(session.scalars(select(Pool).where(Pool.state == "active")
-                                     .order_by(Pool.id)))
+    def read(cls, session: Session, project_id: int | None = None) -> PoolLedger:
+        """Every active pool, or one project's (enough to ask `matching` for its request)."""
+        query = select(Pool).where(Pool.state == "active").order_by(Pool.id)
+        if project_id is not None:
+            query = query.where(Pool.project_id == project_id)
+        pools = list(session.scalars(query))
         return cls(pools, _pool_use(session, [p.id for p in pools]))
 
     def matching(self, request: GpuRequest, flavours: list[Flavour]
@@ -232,6 +235,9 @@ def plan(session: Session, request: GpuRequest, *, fleet: FleetSource, quota: Qu
          pools: PoolLedger) -> Grant | NoGrant:
     """Decide where the request would go now; writes nothing."""
     flavours = candidate_flavours(request, fleet.models(FlavourKind(request.kind)))
+    if not flavours:  # not a quota matter: no usable GPU of the kind is known to the fleet
+        return NoGrant("waiting_for_capacity", "no usable GPU in the fleet offers what the "
+                       "request accepts")
     facts = quota.facts(request.project_id, flavours)
     pooled = pools.matching(request, flavours)
     if pooled is not None:

@@ -26,7 +26,7 @@ from gpufleet.services.access.people import get_project
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.inventory.fleet_shape import FleetShape
 from gpufleet.services.lifecycle import placement_state, pools, quotas, requests
-from gpufleet.services.lifecycle.bindings import RELEASED_NODE_IDS
+from gpufleet.services.lifecycle.bindings import MODES_CHANGED, RELEASED_NODE_IDS
 from gpufleet.services.lifecycle.granter import Approval, Granter
 from gpufleet.services.lifecycle.placement_cache import PlacementCache
 from gpufleet.services.lookup import not_found
@@ -130,11 +130,16 @@ class Lifecycle:
     @contextmanager
     def _write(self) -> Iterator[Session]:
         """A write transaction that may free units: once it commits, the placement cache
-        re-reads the nodes whose units it freed."""
+        re-reads the nodes whose units it freed (and the fleet's shape is re-read when a
+        GPU's pending sharing mode applied)."""
         with self.store.write() as session:
             yield session
             freed = session.info.get(RELEASED_NODE_IDS, ())
+            modes_changed = session.info.get(MODES_CHANGED, set())
         self.placement.mark_stale_ids(freed)
+        if modes_changed:  # a GPU took the mode its node reported: the fleet's shape moved
+            self.placement.mark_stale(modes_changed)
+            self.shape.invalidate()
 
     def expire_due(self) -> list[str]:
         with self._write() as session:

@@ -61,6 +61,9 @@ class PlacementCache:
         self._stale: set[str] = set()
         self._all_stale = True
         self._touched_while_reading: set[str] | None = None  # None: no full re-read running
+        # Nodes were (re-)read since the granter last tried its queue of approved requests:
+        # units may have come free there, and the queue has the first claim on them.
+        self.changed_since_queue = True
 
     # --- marks (any thread) ----------------------------------------------------------
     def mark_stale(self, node_names: Iterable[str]) -> None:
@@ -98,6 +101,7 @@ class PlacementCache:
             self._load_all(session)
         elif stale:
             self._reload(session, stale)
+        self.changed_since_queue |= everything or bool(stale)
         return (self._touched_while_reading is None
                 and self._monotonic() - self._loaded_at > self.max_age_s)
 
@@ -117,6 +121,7 @@ class PlacementCache:
         nodes are re-read before the next decision."""
         touched, self._touched_while_reading = self._touched_while_reading or set(), None
         self._use(*fleet, started_at)
+        self.changed_since_queue = True
         self.mark_stale(touched)
 
     def abandon_full_read(self) -> None:

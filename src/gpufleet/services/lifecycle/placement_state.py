@@ -1,9 +1,11 @@
 """The live fleet as the placement engine sees it, read from the state store.
 
 Only what can take new units is loaded: GPUs in the requested sharing mode, on `ready`
-nodes, not quarantined. A MIG GPU's layout is its pending MIG plan when it has one (the
-agent has not applied it yet), otherwise the instances its node reports. Host CPU and memory
-left on a node are its capacity less what the requests bound there asked per unit.
+nodes, not quarantined, and not draining for a sharing-mode change (`pending_sharing_mode`:
+their node already reports another mode, so only their current holders stay). A MIG GPU's
+layout is its pending MIG plan when it has one (the agent has not applied it yet),
+otherwise the instances its node reports. Host CPU and memory left on a node are its
+capacity less what the requests bound there asked per unit.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def load(session: Session, *, kinds: Iterable[FlavourKind] = tuple(FlavourKind),
              .join(Environment, Environment.id == Node.environment_id)
              .where(Node.status == NodeStatus.READY.value,
                     Gpu.health != GpuHealth.QUARANTINED.value,
-                    Gpu.sharing_mode.in_(modes))
+                    Gpu.sharing_mode.in_(modes), Gpu.pending_sharing_mode.is_(None))
              .order_by(Node.id, Gpu.index))
     if models is not None:
         query = query.where(Gpu.model.in_(list(models)))

@@ -214,6 +214,7 @@ def _admission(session: Session, request: GpuRequest, now: datetime, max_request
         fleet_models = granting.fleet_models(session, FlavourKind(request.kind))
     flavours = granting.candidate_flavours(request, fleet_models)
     facts = quotas.quota_facts(session, request.project_id, flavours)
+    pooled = granting.PoolLedger.read(session, request.project_id).matching(request, flavours)
     ends_at = request.ends_at
     if ends_at is None and request.duration_s:
         ends_at = max(request.starts_at or now, now) + timedelta(seconds=request.duration_s)
@@ -221,6 +222,7 @@ def _admission(session: Session, request: GpuRequest, now: datetime, max_request
         now=now, demand_milli=granting.demand_milli(request), starts_at=request.starts_at,
         ends_at=ends_at, max_duration=timedelta(days=max_request_days),
         quotas=granting.governing_quotas(facts), capacity=capacity,
+        served_by_pool=pool_code(pooled[0].id) if pooled else None,
         awaiting_approval=request.state == RequestState.PENDING.value,
         needs_operator=request.needs_operator))
 
@@ -362,11 +364,7 @@ def activate(session: Session, batch: Sequence[GpuRequest], now: datetime,
     for request in batch:
         if request.state != RequestState.APPROVED.value:
             continue
-        if request.starts_at is not None and request.starts_at > now:
-            _set_wait(request, "waiting_for_start",
-                      f"reserved from {request.starts_at.isoformat()}")
-            continue
-        outcome = granting.plan(session, request, fleet=fleet, quota=quota, pools=pools)
+        outcome = grant_outcome(session, request, now, fleet=fleet, quota=quota, pools=pools)
         if isinstance(outcome, granting.NoGrant):
             _set_wait(request, outcome.code, outcome.message)
             continue
@@ -392,6 +390,17 @@ def activate(session: Session, batch: Sequence[GpuRequest], now: datetime,
                     pool=pool_code(request.pool_id) if request.pool_id else None,
                     mig_plans=len(decision.mig_layouts))
     return {o.request.id for o in openings}
+
+
+def grant_outcome(session: Session, request: GpuRequest, now: datetime, *,
+                  fleet: granting.FleetSource, quota: quotas.QuotaLedger,
+                  pools: granting.PoolLedger) -> granting.Grant | granting.NoGrant:
+    """What granting an approved request now comes to: the one answer the granter acts on
+    and `why` explains, so the two never disagree."""
+    if request.starts_at is not None and request.starts_at > now:
+        return granting.NoGrant("waiting_for_start",
+                                f"reserved from {request.starts_at.isoformat()}")
+    return granting.plan(session, request, fleet=fleet, quota=quota, pools=pools)
 
 
 def _set_wait(request: GpuRequest, code: str, message: str) -> None:
@@ -422,17 +431,18 @@ def why(session: Session, principal: Principal, code: str, now: datetime,
         max_request_days: float, policy: str) -> RequestWhy:
     request = get_request(session, principal, code)
     state = RequestState(request.state)
-    capacity = None
     if state is RequestState.APPROVED:
-        outcome = granting.plan(session, request,
+        outcome = grant_outcome(session, request, now,
                                 fleet=granting.FreshFleet(session, request, policy),
                                 quota=quotas.QuotaLedger.read(session, [request.project_id]),
                                 pools=granting.PoolLedger.read(session))
-        if isinstance(outcome, granting.NoGrant):
-            capacity = outcome.capacity
-    rules = _rules_for(state)
-    verdicts = _admission(session, request, now, max_request_days, rules, capacity)
-    waiting_on = [v for v in verdicts if v.outcome is not Outcome.ACCEPT]
+        steps = _grant_steps(request, outcome)
+    else:
+        rules = admission.WHILE_PENDING if state is RequestState.PENDING else ()
+        steps = list(zip([rule.name for rule in rules],
+                         _admission(session, request, now, max_request_days, rules),
+                         strict=True))
+    waiting_on = [v for _, v in steps if v.outcome is not Outcome.ACCEPT]
     position = length = None
     if state in (RequestState.PENDING, RequestState.APPROVED):
         ahead = session.scalar(select(func.count()).select_from(GpuRequest).where(
@@ -440,9 +450,8 @@ def why(session: Session, principal: Principal, code: str, now: datetime,
         length = session.scalar(select(func.count()).select_from(GpuRequest).where(
             GpuRequest.state == state.value))
         position = int(ahead) + 1
-    views_ = [VerdictView(rule=rule.name, outcome=v.outcome.value, code=v.code,
-                          message=v.message, details=v.details)
-              for rule, v in zip(rules, verdicts, strict=True)]
+    views_ = [VerdictView(rule=name, outcome=v.outcome.value, code=v.code,
+                          message=v.message, details=v.details) for name, v in steps]
     summary = _summary(request, state, waiting_on, position, length)
     return RequestWhy(code=code, state=state.value, waiting=bool(waiting_on),
                       wait_code=waiting_on[0].code if waiting_on else None, summary=summary,
@@ -450,12 +459,31 @@ def why(session: Session, principal: Principal, code: str, now: datetime,
                       quotas=_quota_views_for(session, request))
 
 
-def _rules_for(state: RequestState) -> tuple[admission.Rule, ...]:
-    """The rules a request in `state` still waits on: none once it is active or closed
-    (its own units count against its quota then, which is no reason to wait)."""
-    if state is RequestState.PENDING:
-        return admission.WHILE_PENDING
-    return admission.ON_GRANT if state is RequestState.APPROVED else ()
+# The granter's steps, in its order, and the step each of its wait codes stops at. An
+# active or closed request waits on nothing (its own units count against its quota then,
+# which is no reason to wait), so it lists none.
+GRANT_STEPS = ("time_window", "quota", "pool_reservation", "capacity")
+STEP_OF_WAIT = {"waiting_for_start": "time_window", "quota_exhausted": "quota",
+                "pool_reserved": "pool_reservation", "waiting_for_capacity": "capacity"}
+
+
+def _grant_steps(request: GpuRequest, outcome: granting.Grant | granting.NoGrant
+                 ) -> list[tuple[str, Verdict]]:
+    """The granter's outcome as `why` shows it: each step it passed, and the one it
+    stopped at (nothing after: the granter did not get there)."""
+    if isinstance(outcome, granting.Grant):
+        quota = (admission.within_pool(pool_code(outcome.pool_id))
+                 if outcome.pool_id is not None else Verdict.accept())
+        return [(step, quota if step == "quota" else Verdict.accept()) for step in GRANT_STEPS]
+    stop = STEP_OF_WAIT[outcome.code]
+    steps = [(step, Verdict.accept()) for step in GRANT_STEPS[:GRANT_STEPS.index(stop)]]
+    if outcome.code == "quota_exhausted":
+        stopped = admission.quota_exhausted(outcome.quotas, granting.demand_milli(request))
+    elif outcome.code == "waiting_for_capacity" and outcome.capacity is not None:
+        stopped = admission.capacity_wait(outcome.capacity)
+    else:
+        stopped = Verdict(Outcome.WAIT, outcome.code, outcome.message)
+    return [*steps, (stop, stopped)]
 
 
 def _summary(request: GpuRequest, state: RequestState, waiting_on: list[Verdict],
