@@ -179,6 +179,13 @@ def test_ingest_tokens_write_for_known_nodes_and_other_roles_may_not_write(node,
                                "backend": "sim", "times_ms": [1], "series": [],
                                "values": []}).encode()),
      "invalid_batch", "batch_id"),
+    (body(snapshot(0, unit(gpu__sm_active=1.0))) + body(snapshot(10, unit(gpu__sm_active=2.0)),
+                                                        batch_id="b2"),
+     "malformed_batch", "second gzip member"),
+    (body(snapshot(0, unit(gpu__sm_active=1.0))) + b"trailing", "malformed_batch", "after"),
+    (encode(columnar("b1", [snapshot(0, UnitSnapshot(gpu_uuid=GPU_A, processes=(
+        ProcessSnapshot(pid=7, name="py\x00thon", values={"process.sm_utilization": 1.0}),
+    )))])), "nul_character", "processes[0].name"),
 ])
 def test_a_malformed_batch_is_refused_naming_the_problem(node, gf, payload, code, named):
     response = post(node, payload)
@@ -186,6 +193,7 @@ def test_a_malformed_batch_is_refused_naming_the_problem(node, gf, payload, code
     error = response.json()["error"]
     assert error["code"] == code and named in error["message"]
     assert gf.ingest.counters.refusals == {code: 1}
+    assert gf.telemetry.latest() == []  # nothing of it was stored
 
 
 @pytest.fixture

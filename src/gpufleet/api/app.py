@@ -7,12 +7,13 @@ import contextlib
 import logging
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from gpufleet import __version__
 from gpufleet.api import errors
 from gpufleet.api.auth_gate import BearerRequired
+from gpufleet.api.deps import refuse_nul_characters
 from gpufleet.api.limits import BodySizeLimit
 from gpufleet.api.routes import (
     agent,
@@ -88,6 +89,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
                 await task
 
     app = FastAPI(title="gpufleet", version=__version__, lifespan=lifespan,
+                  dependencies=[Depends(refuse_nul_characters)],
                   description="GPU fleet operations: who is using how many GPUs, where, "
                               "and how well. Every /api/v1 endpoint needs a bearer token.")
     app.state.gpufleet = gf
