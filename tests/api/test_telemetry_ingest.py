@@ -399,3 +399,37 @@ def test_an_acknowledgement_is_the_ack_schema_in_json(node):
     assert response.headers["content-type"] == "application/json"
     assert response.json() == {"batch_id": "b9", "duplicate": False, "samples_stored": 1,
                                "dropped": {}}
+
+
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_a_series_holds_one_sample_per_time_whatever_the_batch_repeats(node, gf):
+    """A tick time sent twice, a series row sent twice, a process row sent twice: the store
+    keeps the first value present at each time, and the rest is dropped as repeated_time."""
+    process = ProcessSnapshot(pid=7, name="py", values={"process.sm_utilization": 10.0})
+    batch = columnar("b1", [snapshot(0, UnitSnapshot(gpu_uuid=GPU_A, processes=(process,),
+                                                     values={"gpu.sm_active": 40.0})),
+                            snapshot(0, unit(gpu__sm_active=90.0)),
+                            snapshot(10, unit(GPU_B, gpu__power_usage_watts=300.0))])
+    raw = batch.model_dump()
+    assert raw["times_ms"][0] == raw["times_ms"][1]
+    # The GPU-B row again, and the process row again with another value.
+    power = next(n for n, key in enumerate(raw["series"])
+                 if key["metric"] == "gpu.power_usage_watts")
+    raw["series"].append(raw["series"][power])
+    raw["values"].append([None, None, 999.0])
+    raw["processes"].append({**raw["processes"][0], "values": {"process.sm_utilization": 77.0}})
+    response = post(node, gzip.compress(json.dumps(raw).encode()))
+    assert response.status_code == 200, response.text
+    assert response.json()["dropped"] == {"repeated_time": 3}
+    assert response.json()["samples_stored"] == 3
+    gf.telemetry.apply_journal()
+    minute = timedelta(minutes=1)
+
+    def points(metric: str) -> list[float]:
+        result = gf.telemetry.query_range(metric, START, START + minute, minute)
+        return [v for _, v in result[0].points]
+
+    assert stored(gf, "gpu.sm_active") == [(GPU_A, 40.0)]
+    assert points("gpu.power_usage_watts") == [300.0]
+    assert points("process.sm_utilization") == [10.0]
