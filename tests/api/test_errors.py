@@ -379,6 +379,25 @@ def test_no_token_is_refused_before_the_body_is_read(client):
     assert response.headers["www-authenticate"] == "Bearer"
 
 
+def test_the_openapi_document_declares_the_one_error_body(client):
+    """Every operation but the probes declares 400, 401, 403 and 503 as `ErrorBody`, and
+    FastAPI's own 422 shape (never sent) is gone from the document."""
+    document = client.get("/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas
+    assert schemas["ErrorBody"]["required"] == ["error"]
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            expected = {"503"} if path == "/readyz" else set() if path == "/healthz" else {
+                "400", "401", "403", "503"}
+            assert expected <= set(responses), (method, path, sorted(responses))
+            for status, response in responses.items():
+                if status.startswith(("4", "5")):
+                    assert response["content"]["application/json"]["schema"] == {
+                        "$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
+
+
 # --- NUL characters ------------------------------------------------------------------------
 
 NUL_TEXT = "a\x00b"

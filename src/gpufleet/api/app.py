@@ -11,7 +11,7 @@ from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from gpufleet import __version__
-from gpufleet.api import errors
+from gpufleet.api import errors, openapi_doc
 from gpufleet.api.auth_gate import BearerRequired
 from gpufleet.api.deps import refuse_nul_characters
 from gpufleet.api.limits import BodySizeLimit
@@ -121,4 +121,5 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
         gf.ready()
         return {"status": "ready"}
 
+    openapi_doc.install(app)
     return app
