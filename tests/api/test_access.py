@@ -261,7 +261,7 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         ("POST", "/api/v1/gpus/{uuid}/health"): lambda: (
             template.format(uuid=gpu_other), {"health": "healthy", "reason": "checked"}),
         ("POST", "/api/v1/gpus/{uuid}/move-approvals"): lambda: (
-            template.format(uuid=gpu_other), {"to_node": "node-9", "reason": "rma"}),
+            template.format(uuid=gpu_other), {"to_node": "node-1", "reason": "rma"}),
         ("GET", "/api/v1/nodes/{name}"): lambda: (template.format(name="node-1"), None),
         ("POST", "/api/v1/nodes/{name}/cordon"): lambda: (template.format(name="node-2"), None),
         ("POST", "/api/v1/nodes/{name}/uncordon"): lambda: (

@@ -385,3 +385,104 @@ def test_no_token_is_refused_before_the_body_is_read(client):
                            headers={"Content-Type": "application/json"})
     assert_error(response, 401, "missing_token")
     assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_the_openapi_document_declares_the_one_error_body(client):
+    """Every operation but the probes declares 400, 401, 403 and 503 as `ErrorBody`, and
+    FastAPI's own 422 shape (never sent) is gone from the document."""
+    document = client.get("/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas
+    assert schemas["ErrorBody"]["required"] == ["error"]
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            expected = {"503"} if path == "/readyz" else set() if path == "/healthz" else {
+                "400", "401", "403", "503"}
+            assert expected <= set(responses), (method, path, sorted(responses))
+            for status, response in responses.items():
+                if status.startswith(("4", "5")):
+                    assert response["content"]["application/json"]["schema"] == {
+                        "$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
+
+
+# --- NUL characters ------------------------------------------------------------------------
+
+NUL_TEXT = "a\x00b"
+UPLOAD_PATHS = ("/api/v1/telemetry/batches", "/api/v1/telemetry/remote-write")  # not JSON
+
+
+def _resolve(document: dict, schema: dict) -> dict:
+    while "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        schema = document["components"]["schemas"][name]
+    return schema
+
+
+def _takes_text(document: dict, schema: dict) -> bool:
+    schema = _resolve(document, schema)
+    if schema.get("type") == "string" and "enum" not in schema:
+        return True
+    if schema.get("type") == "array":
+        return _takes_text(document, schema.get("items", {}))
+    return any(_takes_text(document, s) for s in schema.get("anyOf", []))
+
+
+def _nul_cases(document: dict) -> list[tuple[str, str, dict, object]]:
+    """(method, path, query, body) with a NUL in one text field, for every text field of
+    every operation: query parameters, path parameters and the JSON body's properties."""
+    cases = []
+    for path, operations in document["paths"].items():
+        if path in UPLOAD_PATHS:
+            continue
+        for method, operation in operations.items():
+            concrete = path
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path":
+                    concrete = concrete.replace(f"{{{parameter['name']}}}", "x")
+            for parameter in operation.get("parameters", []):
+                if not _takes_text(document, parameter["schema"]):
+                    continue
+                if parameter["in"] == "query":
+                    cases.append((method, concrete, {parameter["name"]: NUL_TEXT}, None))
+                elif parameter["in"] == "path":
+                    cases.append((method, path.replace(f"{{{parameter['name']}}}", "a%00b")
+                                  .replace("{", "").replace("}", ""), {}, None))
+            content = operation.get("requestBody", {}).get("content", {})
+            if "application/json" in content:
+                body = _resolve(document, content["application/json"]["schema"])
+                for name, prop in body.get("properties", {}).items():
+                    if _takes_text(document, prop):
+                        value = [NUL_TEXT] if _resolve(document, prop).get("type") == "array" \
+                            else NUL_TEXT
+                        cases.append((method, concrete, {}, {name: value}))
+                    elif _resolve(document, prop).get("additionalProperties"):
+                        cases.append((method, concrete, {}, {name: {"key": NUL_TEXT}}))
+                        cases.append((method, concrete, {}, {name: {NUL_TEXT: "v"}}))
+    return cases
+
+
+def test_nul_characters_are_refused_in_every_text_field_of_the_openapi_document(fleet, store):
+    """On SQLite (which would store them) and PostgreSQL (which cannot) alike: 400
+    `nul_character` naming the field, for every text field the API document lists, and
+    nothing is written."""
+    document = fleet.get("/openapi.json").json()
+    cases = _nul_cases(document)
+    assert len(cases) > 60, cases  # the document was read: every route's text fields
+    audit_before = fleet.get("/api/v1/audit-events?limit=1").json()["items"]
+
+    def run(method, path, query, body):
+        response = fleet.request(method.upper(), path, params=query, json=body)
+        error = assert_error(response, 400, "nul_character")
+        field = error["details"]["field"]
+        expected = next(iter(query), None) or (next(iter(body)) if body else "URL path")
+        assert expected in field, (field, expected)
+        assert "\\u0000" in error["message"]
+
+    check_all(cases, run)
+    assert fleet.get("/api/v1/audit-events?limit=1").json()["items"] == audit_before
+    # JSON that only spells the escape (a backslash, then "u0000") is text like any other.
+    created = fleet.post("/api/v1/environments",
+                         json={"name": "escaped", "kind": "onprem", "description": "\\u0000"})
+    assert created.status_code == 201, created.text
+    assert created.json()["description"] == "\\u0000"

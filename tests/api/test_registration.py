@@ -323,7 +323,8 @@ def test_claim_succeeds_with_an_operators_approval(fleet, store, claim):
     assert post_registration(fleet, claim["token"], claim["body"]).status_code == 409
     wrong_node = fleet.post(f"/api/v1/gpus/{gpu_uuid(1, 1)}/move-approvals",
                             json={"to_node": "node-3"})
-    assert wrong_node.status_code == 201
+    assert wrong_node.status_code == 404, wrong_node.text
+    assert error_code(wrong_node) == "node_not_found"
     assert post_registration(fleet, claim["token"], claim["body"]).status_code == 409
     approval = fleet.post(f"/api/v1/gpus/{gpu_uuid(1, 1).upper()}"
                           "/move-approvals", json={"to_node": "node-2", "reason": "moved"})
@@ -335,12 +336,33 @@ def test_claim_succeeds_with_an_operators_approval(fleet, store, claim):
     _assert_moved(fleet, store, "operator approved")
     with store.read() as session:
         used = {a.to_node_name: a.used_at for a in session.scalars(select(GpuMoveApproval))}
-    assert used["node-2"] is not None
-    assert used["node-3"] is None
+    assert used == {"node-2": used["node-2"]} and used["node-2"] is not None
     assert "gpu.move_approved" in audit_actions(fleet)
 
 
+def test_a_move_approval_names_a_node_of_the_inventory_or_the_gpus_claimant(fleet, store,
+                                                                            claim):
+    """A name that is neither a node nor the host refused for claiming this GPU is 404, and
+    nothing is written; a registered node (or the refused claimant, above) is approved."""
+    register(fleet, 3, gpus=1)
+    post_registration(fleet, claim["token"], claim["body"])  # node-2 claims GPU 1/1
+    before = count(store, GpuMoveApproval)
+
+    def approve(uuid: str, to_node: str):
+        return fleet.post(f"/api/v1/gpus/{uuid}/move-approvals", json={"to_node": to_node})
+
+    for uuid, to_node in ((gpu_uuid(1, 1), "node-9"), (gpu_uuid(1, 1), "Node-2"),
+                          (gpu_uuid(1, 0), "node-2")):  # node-2 claimed 1/1, not 1/0
+        response = approve(uuid, to_node)
+        assert response.status_code == 404, (uuid, to_node, response.text)
+        assert response.json()["error"]["details"] == {"node": to_node}
+    assert count(store, GpuMoveApproval) == before
+    assert approve(gpu_uuid(1, 0), "node-3").status_code == 201
+    assert approve(gpu_uuid(1, 1), "node-2").status_code == 201
+
+
 def test_an_approval_is_spent_by_one_move(fleet, store, claim, clock, gf):
+    assert post_registration(fleet, claim["token"], claim["body"]).status_code == 409
     fleet.post(f"/api/v1/gpus/{gpu_uuid(1, 1)}/move-approvals", json={"to_node": "node-2"})
     second = post_registration(fleet, claim["token"], claim["body"]).json()["credential"]
     # node-1 takes the GPU back (node-2 is silent), then node-2 claims it again: refused.

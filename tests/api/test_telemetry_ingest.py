@@ -179,6 +179,13 @@ def test_ingest_tokens_write_for_known_nodes_and_other_roles_may_not_write(node,
                                "backend": "sim", "times_ms": [1], "series": [],
                                "values": []}).encode()),
      "invalid_batch", "batch_id"),
+    (body(snapshot(0, unit(gpu__sm_active=1.0))) + body(snapshot(10, unit(gpu__sm_active=2.0)),
+                                                        batch_id="b2"),
+     "malformed_batch", "second gzip member"),
+    (body(snapshot(0, unit(gpu__sm_active=1.0))) + b"trailing", "malformed_batch", "after"),
+    (encode(columnar("b1", [snapshot(0, UnitSnapshot(gpu_uuid=GPU_A, processes=(
+        ProcessSnapshot(pid=7, name="py\x00thon", values={"process.sm_utilization": 1.0}),
+    )))])), "nul_character", "processes[0].name"),
 ])
 def test_a_malformed_batch_is_refused_naming_the_problem(node, gf, payload, code, named):
     response = post(node, payload)
@@ -186,6 +193,7 @@ def test_a_malformed_batch_is_refused_naming_the_problem(node, gf, payload, code
     error = response.json()["error"]
     assert error["code"] == code and named in error["message"]
     assert gf.ingest.counters.refusals == {code: 1}
+    assert gf.telemetry.latest() == []  # nothing of it was stored
 
 
 @pytest.fixture
@@ -380,7 +388,12 @@ def test_the_upload_routes_are_documented_like_any_route(client, path, status, b
     assert operation["security"] == [{"HTTPBearer": []}]
     assert operation["requestBody"]["required"] is True
     assert list(operation["requestBody"]["content"]) == [body_type]
-    assert list(operation["responses"]) == [status]
+    assert [s for s in operation["responses"] if s < "400"] == [status]
+    # The errors they answer with (docs/telemetry-ingest.md): 400 for a malformed body
+    # (never 422: they validate their body themselves), 404 unknown_node, 409 foreign_gpus.
+    refusals = ["400", "401", "403", "404", "409", "413", "503"] if status == "200" else [
+        "400", "401", "403", "413", "503"]  # remote-write drops, never refuses, contents
+    assert [s for s in operation["responses"] if s >= "400"] == refusals
     if status == "200":
         schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
         assert schema == {"$ref": "#/components/schemas/TelemetryAck"}
@@ -391,3 +404,37 @@ def test_an_acknowledgement_is_the_ack_schema_in_json(node):
     assert response.headers["content-type"] == "application/json"
     assert response.json() == {"batch_id": "b9", "duplicate": False, "samples_stored": 1,
                                "dropped": {}}
+
+
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_a_series_holds_one_sample_per_time_whatever_the_batch_repeats(node, gf):
+    """A tick time sent twice, a series row sent twice, a process row sent twice: the store
+    keeps the first value present at each time, and the rest is dropped as repeated_time."""
+    process = ProcessSnapshot(pid=7, name="py", values={"process.sm_utilization": 10.0})
+    batch = columnar("b1", [snapshot(0, UnitSnapshot(gpu_uuid=GPU_A, processes=(process,),
+                                                     values={"gpu.sm_active": 40.0})),
+                            snapshot(0, unit(gpu__sm_active=90.0)),
+                            snapshot(10, unit(GPU_B, gpu__power_usage_watts=300.0))])
+    raw = batch.model_dump()
+    assert raw["times_ms"][0] == raw["times_ms"][1]
+    # The GPU-B row again, and the process row again with another value.
+    power = next(n for n, key in enumerate(raw["series"])
+                 if key["metric"] == "gpu.power_usage_watts")
+    raw["series"].append(raw["series"][power])
+    raw["values"].append([None, None, 999.0])
+    raw["processes"].append({**raw["processes"][0], "values": {"process.sm_utilization": 77.0}})
+    response = post(node, gzip.compress(json.dumps(raw).encode()))
+    assert response.status_code == 200, response.text
+    assert response.json()["dropped"] == {"repeated_time": 3}
+    assert response.json()["samples_stored"] == 3
+    gf.telemetry.apply_journal()
+    minute = timedelta(minutes=1)
+
+    def points(metric: str) -> list[float]:
+        result = gf.telemetry.query_range(metric, START, START + minute, minute)
+        return [v for _, v in result[0].points]
+
+    assert stored(gf, "gpu.sm_active") == [(GPU_A, 40.0)]
+    assert points("gpu.power_usage_watts") == [300.0]
+    assert points("process.sm_utilization") == [10.0]

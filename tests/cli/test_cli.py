@@ -311,8 +311,12 @@ def test_gpu_quarantine_and_unquarantine(cli, fleet):
 
 def test_gpu_approve_move(cli, fleet):
     uuid = gpu(1, 0)["uuid"]
-    result = ok("gpu", "approve-move", uuid, "--to-node", "node-9", "--reason", "swap")
-    assert f"GPU {uuid} may move to node node-9" in result.stdout
+    result = ok("gpu", "approve-move", uuid, "--to-node", "node-2", "--reason", "swap")
+    assert f"GPU {uuid} may move to node node-2" in result.stdout
+    ghost = invoke("gpu", "approve-move", uuid, "--to-node", "node-9")
+    assert ghost.exit_code != 0
+    assert "node 'node-9' does not exist" in ghost.output
+    assert "Traceback" not in ghost.output
 
 
 # --- tokens, users, projects, environments -----------------------------------------------------

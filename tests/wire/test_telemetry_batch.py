@@ -58,6 +58,8 @@ def test_the_wire_form_is_gzip_and_smaller_than_the_rows():
     (b"not gzip at all", "not gzip"),
     (gzip.compress(b"{not json"), "not JSON"),
     (gzip.compress(b" " * 2000), "larger than"),
+    (gzip.compress(b"{}") + gzip.compress(b"{}"), "second gzip member"),
+    (gzip.compress(b'{"node": "a\\u0000b"}'), "node: text may not contain NUL"),
 ])
 def test_a_malformed_body_is_named(payload, problem):
     with pytest.raises(ValueError, match=problem):

@@ -7,13 +7,14 @@ import contextlib
 import logging
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from gpufleet import __version__
-from gpufleet.api import errors
+from gpufleet.api import errors, openapi_doc
 from gpufleet.api.auth_gate import BearerRequired
+from gpufleet.api.deps import refuse_nul_characters
 from gpufleet.api.limits import BodySizeLimit
 from gpufleet.api.routes import (
     agent,
@@ -98,6 +99,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app = FastAPIOffline(title="gpufleet", version=__version__, lifespan=lifespan,
                          static_url=DOCS_ASSETS_PATH,
                          swagger_ui_parameters={"validatorUrl": None},
+                         dependencies=[Depends(refuse_nul_characters)],
                          description="GPU fleet operations: who is using how many GPUs, "
                                      "where, and how well. Every /api/v1 endpoint needs a "
                                      "bearer token.")
@@ -131,4 +133,5 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
         gf.ready()
         return {"status": "ready"}
 
+    openapi_doc.install(app)
     return app

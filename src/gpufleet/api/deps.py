@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
+from gpufleet.wire.nul_text import NUL, NulCharacter, refuse_nul_json, refuse_nul_pairs
 
 bearer = HTTPBearer(auto_error=False, description="An API token: `Authorization: Bearer gfa_…`")
 
@@ -53,3 +54,17 @@ def page_limit(limit: int | None, gf: Gpufleet) -> int:
         raise InvalidInput(f"limit must be between 1 and {gf.settings.page_size_max}",
                            code="invalid_limit", details={"limit": limit})
     return limit
+
+
+async def refuse_nul_characters(request: Request) -> None:
+    """Every route's first dependency: 400 `nul_character` for a NUL in the URL path, a
+    query parameter or any text of the JSON body (wire/nul_text.py says why), before any
+    value is parsed or stored — so SQLite and PostgreSQL answer alike."""
+    try:
+        if NUL in request.url.path:
+            raise NulCharacter("URL path")
+        refuse_nul_pairs(request.query_params.multi_items(), "query parameter")
+        refuse_nul_json(await request.body())
+    except NulCharacter as exc:
+        raise InvalidInput(str(exc), code="nul_character",
+                           details={"field": exc.field}) from None

@@ -23,6 +23,7 @@ from pydantic import Field, StringConstraints, ValidationError, model_validator
 
 from gpufleet.text_limits import BATCH_ID
 from gpufleet.wire.base import BodyTooLarge, StrictModel
+from gpufleet.wire.nul_text import refuse_nul_json
 from gpufleet.wire.telemetry import (
     BackendName,
     LabelledValue,
@@ -170,10 +171,11 @@ def encode(batch: TelemetryBatch) -> bytes:
 
 
 def decode(payload: bytes, max_bytes: int) -> TelemetryBatch:
-    """A batch from its wire form. ValueError names what is wrong: not gzip, larger than
-    `max_bytes` once decompressed (`BodyTooLarge`; a small body can inflate enormously:
-    decompression stops at the limit), not JSON; a pydantic ValidationError says which
-    field is malformed."""
+    """A batch from its wire form. ValueError names what is wrong: not gzip, more than one
+    gzip member, larger than `max_bytes` once decompressed (`BodyTooLarge`; a small body
+    can inflate enormously: decompression stops at the limit), a NUL in any text
+    (`NulCharacter`), not JSON; a pydantic ValidationError says which field is
+    malformed."""
     inflate = zlib.decompressobj(wbits=_GZIP_WBITS)
     try:
         raw = inflate.decompress(payload, max_bytes + 1)
@@ -183,6 +185,12 @@ def decode(payload: bytes, max_bytes: int) -> TelemetryBatch:
         raise BodyTooLarge(f"the batch is larger than {max_bytes} bytes uncompressed")
     if not inflate.eof:
         raise ValueError("the body is not gzip-compressed JSON (the gzip stream is cut short)")
+    if inflate.unused_data:
+        # A second gzip member (or bytes after the first) would be ignored by this decoder
+        # and read by others: one body, one meaning.
+        raise ValueError("the body holds bytes after its gzip stream (a second gzip member?): "
+                         "send one batch as one gzip member")
+    refuse_nul_json(raw)
     try:
         return TelemetryBatch.model_validate_json(raw)
     except ValidationError as exc:

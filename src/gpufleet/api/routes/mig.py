@@ -15,6 +15,13 @@ from gpufleet.services.inventory.mig_configs import MigConfigExport
 router = APIRouter(prefix="/api/v1", tags=["mig"])
 
 YAML_MEDIA_TYPE = "application/yaml"
+# The YAML file as a YAML reader sees it: mig-parted's config (`mig-configs` is left out
+# when no node is selected: mig-parted refuses an empty map; docs/mig.md).
+MIG_PARTED_FILE_SCHEMA = {
+    "type": "object", "required": ["version"],
+    "properties": {"version": {"type": "string", "enum": ["v1"]},
+                   "mig-configs": {"type": "object", "additionalProperties": {
+                       "type": "array", "items": {"type": "object"}}}}}
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 
 
@@ -29,7 +36,7 @@ def wants_json(output_format: str | None, accept: str) -> bool:
 @router.get("/mig/configs", response_model=MigConfigExport, responses={200: {
     "description": "The mig-parted config file (YAML, the default) or, with `format=json`, "
                    "the same config with the config each node selects.",
-    "content": {YAML_MEDIA_TYPE: {"schema": {"type": "string"}}}}})
+    "content": {YAML_MEDIA_TYPE: {"schema": MIG_PARTED_FILE_SCHEMA}}}})
 def export_mig_configs(
     request: Request,
     node: str | None = Query(default=None, max_length=253, description="Only this node."),

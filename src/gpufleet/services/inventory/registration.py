@@ -244,6 +244,7 @@ def _sharing_mode(report: GpuReport, environment: Environment) -> str:
     return environment.default_sharing_mode
 
 
+CLAIM_REFUSED_ACTION = "gpu.claim_refused"
 MISSING_REASON = "missing from its node's latest inventory"
 CLAIM_REASON_PREFIX = "claimed by node"
 
@@ -349,7 +350,7 @@ def mark_claims_suspect(session: Session, conflict: GpuClaimConflict, machine_id
         node = session.get(Node, gpu.node_id)
         refresh_status(session, node)
         audit.record(session, at=now, actor=f"node:{conflict.node_name}",
-                     action="gpu.claim_refused", subject_kind="gpu", subject=uuid,
+                     action=CLAIM_REFUSED_ACTION, subject_kind="gpu", subject=uuid,
                      reason="GPU registered on another live node; approve the move or retire "
                             "the old node", current_node=current_node,
                      claiming_node=conflict.node_name, claiming_machine_id=machine_id)

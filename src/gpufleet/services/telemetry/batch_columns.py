@@ -15,6 +15,10 @@ server's metrics report:
   too_old         older than the server keeps raw samples (`telemetry_max_sample_age_s`)
   in_future       ahead of the server's clock (`telemetry_max_sample_future_s`): a node
                   whose clock is wrong
+  repeated_time   a second value of one series at one time in one upload (a tick time
+                  repeated, a series or process row sent twice): the first value present
+                  is kept, as remote-write keeps the first — a store must never hold two
+                  samples of a series at one instant, which aggregates would count twice
 
 The hot path works a row (one series over the batch's ticks) at a time with C-level list
 operations; only a row that fails a check is looked at sample by sample. The pieces
@@ -76,6 +80,10 @@ class ColumnsBuilder:
         self.times_ms: list[int] = []
         self.values: list[float] = []
         self.dropped: Counter[str] = Counter()
+        # Where each series' samples lie in the columns ([start, end) per row appended), so
+        # a second row of a series is checked against the first's times alone.
+        self._spans: list[list[tuple[int, int]]] = []
+        self.times_may_repeat = False  # set when one row's own times may repeat
 
     def row(self, labels: SeriesLabels, metric: Metric, times_ms: Sequence[int],
             values: Sequence[float | None], window: TimeWindow | None) -> None:
@@ -99,13 +107,7 @@ class ColumnsBuilder:
             kept_times, present = self._sift(kept_times, present, low, high, window)
             if not present:
                 return
-        index = self._index.get(labels)
-        if index is None:
-            index = self._index[labels] = len(self.series)
-            self.series.append(labels)
-        self.series_index.extend([index] * len(present))
-        self.times_ms.extend(kept_times)
-        self.values.extend(present)
+        self._append(labels, kept_times, present)
 
     def one(self, labels: SeriesLabels, metric: Metric, t: int, v: float | None,
             window: TimeWindow | None) -> None:
@@ -117,13 +119,39 @@ class ColumnsBuilder:
         if reason is not None:
             self.dropped[reason] += 1
             return
+        self._append(labels, [t], [float(v)])
+
+    def _append(self, labels: SeriesLabels, times_ms: Sequence[int],
+                values: Sequence[float]) -> None:
+        """Add a row's kept samples, each (series, time) once: a repeat of a time the series
+        already has (or had earlier in this row) is dropped as `repeated_time`."""
         index = self._index.get(labels)
         if index is None:
             index = self._index[labels] = len(self.series)
             self.series.append(labels)
-        self.series_index.append(index)
-        self.times_ms.append(t)
-        self.values.append(float(v))
+            self._spans.append([])
+            if self.times_may_repeat:
+                times_ms, values = self._first_at_each_time((), times_ms, values)
+        else:
+            times_ms, values = self._first_at_each_time(self._spans[index], times_ms, values)
+        start = len(self.values)
+        self._spans[index].append((start, start + len(values)))
+        self.series_index.extend([index] * len(values))
+        self.times_ms.extend(times_ms)
+        self.values.extend(values)
+
+    def _first_at_each_time(self, spans: Iterable[tuple[int, int]], times_ms: Sequence[int],
+                            values: Sequence[float]) -> tuple[list[int], list[float]]:
+        seen = {t for start, end in spans for t in self.times_ms[start:end]}
+        kept_times, kept = [], []
+        for t, v in zip(times_ms, values, strict=True):
+            if t in seen:
+                self.dropped["repeated_time"] += 1
+            else:
+                seen.add(t)
+                kept_times.append(t)
+                kept.append(v)
+        return kept_times, kept
 
     def _sift(self, times_ms: Sequence[int], values: Sequence[float], low: float,
               high: float, window: TimeWindow | None) -> tuple[list[int], list[float]]:
@@ -190,6 +218,7 @@ def batch_columns(batch: TelemetryBatch, units: NodeUnits,
     batch names must be one of `units` (the caller checks that first)."""
     out = ColumnsBuilder()
     times = batch.times_ms
+    out.times_may_repeat = len(set(times)) < len(times)
     times_window = row_window(times, window)
 
     def labels_for(metric: str, gpu_uuid: str, mig_uuid: str | None,

@@ -45,6 +45,7 @@ from gpufleet.store.database import StateStore
 from gpufleet.tsdb import SampleColumns, TelemetryStore
 from gpufleet.tsdb.protocol import TelemetryStoreUnavailable, to_ms
 from gpufleet.wire.base import BodyTooLarge
+from gpufleet.wire.nul_text import NulCharacter
 from gpufleet.wire.telemetry_batch import TelemetryAck, TelemetryBatch, decode
 from gpufleet.wire.validation import field_error, summary
 
@@ -150,6 +151,9 @@ class TelemetryIngest:
                                code="invalid_batch", details={"errors": errors}) from None
         except BodyTooLarge as exc:
             raise too_large(exc, limit) from None
+        except NulCharacter as exc:
+            raise InvalidInput(str(exc), code="nul_character",
+                               details={"field": exc.field}) from None
         except ValueError as exc:
             raise InvalidInput(str(exc), code="malformed_batch") from None
 
