@@ -5,11 +5,15 @@ exports for mig-parted must never drop instances the node has."""
 
 from __future__ import annotations
 
+import re
+
+import yaml
+
 from gpufleet.agent.dcgm_exporter import mig_uuids_of, snapshot_from_text
 from gpufleet.agent.dcgm_inventory import registration_from_page
 from gpufleet.agent.host import HostFacts
 from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH, columnar, encode
-from tests.helpers import create_environment, join_token
+from tests.helpers import create_environment, gpu, gpu_uuid, join_token, registration
 from tests.paths import DATA_DIR
 
 PAGE = (DATA_DIR / "dcgm_exporter" / "a100_mig.txt").read_text()
@@ -55,3 +59,38 @@ def test_a_query_by_mig_profile_finds_the_dcgm_instances(api, clock):
     assert response.status_code == 200, response.text
     groups = {s["labels"]["mig_profile"] for s in response.json()["series"]}
     assert groups == {"3g.20gb", "2g.10gb", "1g.5gb"}
+
+
+def export_notes(api) -> tuple[dict, str]:
+    body = api.get("/api/v1/mig/configs", params={"format": "json"}).json()
+    return body, api.get("/api/v1/mig/configs").text
+
+
+def test_a_page_without_model_name_exports_the_instances_it_has(api):
+    join_from_page(api, re.sub(r'modelName="[^"]*",?', "", PAGE))
+    body, text = export_notes(api)
+    (node,) = body["nodes"]
+    assert node["devices"][0]["model"] == "A100-40GB"
+    assert node["devices"][0]["mig_devices"] == {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+    assert "mig-devices: {}" not in text
+
+
+def test_a_mig_gpu_whose_instances_were_not_read_is_never_exported(api):
+    """What an agent sends for a page whose profiles it cannot identify: the node is left
+    out with a note naming the GPU, never exported as a MIG GPU without instances."""
+    create_environment(api, "onprem-slicing", default_sharing_mode="mig")
+    old_agent = {**gpu(1, 0, name="unknown", pci_device_id=None, mig_enabled=True)}
+    unread = {**gpu(2, 0, mig_enabled=True, mig_instances_unread=2, mig_instances=[
+        {"profile_id": 19, "gpu_instance_id": 13}])}
+    for number, reported in ((1, old_agent), (2, unread)):
+        body = {**registration(number, gpus=0), "gpus": [reported]}
+        reply = api.as_(join_token(api, "onprem-slicing")).post("/api/v1/agent/register",
+                                                                json=body)
+        assert reply.status_code == 200, reply.text
+    body, text = export_notes(api)
+    assert body["nodes"] == []
+    assert [n.split(":")[0] for n in body["notes"][:2]] == ["node node-1 left out",
+                                                           "node node-2 left out"]
+    assert gpu_uuid(1, 0) in body["notes"][0] and "could not be read" in body["notes"][0]
+    assert gpu_uuid(2, 0) in body["notes"][1] and "2 MIG instance(s)" in body["notes"][1]
+    assert "mig-configs" not in yaml.safe_load(text)

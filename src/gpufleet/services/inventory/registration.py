@@ -53,6 +53,7 @@ from gpufleet.wire.agent import (
     HeartbeatReply,
     NodeRegistration,
     RegistrationReply,
+    applies_mig_plans,
     mig_instance_key,
 )
 
@@ -117,6 +118,7 @@ def register(session: Session, caller: RegistrationCaller, body: NodeRegistratio
     node.os_name = body.os_name
     node.driver_version = body.driver_version
     node.cuda_version = body.cuda_version
+    node.applies_mig_plans = applies_mig_plans(body)
     node.last_seen_at = now
     node.reachable = True
     _replace_labels(node, body.labels)
@@ -319,6 +321,7 @@ def _update_gpu(gpu: Gpu, node: Node, environment: Environment, report: GpuRepor
     gpu.sharing_mode = _sharing_mode(report, environment)
     gpu.nvlink_peers = ([canonical_gpu_uuid(p) for p in report.nvlink_peers]
                         if report.nvlink_peers is not None else None)
+    gpu.mig_instances_unread = report.mig_instances_unread
 
 
 def _replace_mig_instances(gpu: Gpu, report: GpuReport) -> None:
