@@ -69,11 +69,15 @@ def test_no_instance_is_planned_on_a_read_only_node(api, people, store,  # noqa:
     assert len(api.get(f"/api/v1/gpus/{mig_gpu['uuid']}").json()["mig_instances"]) == 2
 
 
+@pytest.mark.parametrize(("backend", "says", "stored"), [
+    ("sim", False, False), ("nvml", True, True),  # what the node says wins
+    ("dcgm-exporter", None, False), ("nvml", None, False),  # older agents: their backend
+    ("sim", None, True), (None, None, True)])
 def test_the_node_says_what_it_can_do_and_old_agents_are_read_by_their_backend(
-        api, people, store):  # noqa: F811
-    join_mig_node(api, "sim", applies_mig_plans=False)
+        api, store, backend, says, stored):
+    join_mig_node(api, backend, **({} if says is None else {"applies_mig_plans": says}))
     with store.read() as session:
-        assert session.scalar(select(Node.applies_mig_plans)) is False
+        assert session.scalar(select(Node.applies_mig_plans)) is stored
 
 
 def test_a_node_that_applies_plans_still_gets_them(api, people, store):  # noqa: F811
