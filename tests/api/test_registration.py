@@ -410,14 +410,77 @@ def test_a_changed_inventory_is_audited(fleet, store):
     assert [e["details"].get("added_gpus") for e in events] == [[gpu_uuid(1, 2)]]
 
 
-@SQLITE_ONLY
-def test_rejoin_issues_a_new_credential_and_revokes_the_old(fleet, store):
+# --- a join token presented for a machine id that is already a node ----------------------
+
+
+def _go_silent(clock, gf, *names: str) -> None:
+    clock.advance(3 * 30 + 1)
+    assert gf.mark_silent_nodes_unreachable() == list(names)
+
+
+def _refusal(fleet) -> dict:
+    (event,) = fleet.get("/api/v1/audit-events",
+                         params={"action": "node.join_refused"}).json()["items"]
+    return event
+
+
+def test_join_token_cannot_take_over_a_live_node(fleet, store):
+    """The working agent keeps its credential and its node; the join token is not spent."""
+    old = register(fleet, 1, gpus=2)["credential"]
+    token = join_token(fleet)
+    before = snapshot(store)
+    response = post_registration(fleet, token, registration(1, gpus=2, hostname="intruder"))
+    assert response.status_code == 409, response.text
+    assert error_code(response) == "node_live"
+    assert response.json()["error"]["details"] == {"node": "node-1", "status": "ready"}
+    assert "desired_state" not in response.text
+    after = snapshot(store)
+    assert {k: v for k, v in after.items() if k != "audit"} == {
+        k: v for k, v in before.items() if k != "audit"}
+    assert fleet.as_(old).post(HEARTBEAT, json={}).status_code == 200
+    event = _refusal(fleet)
+    assert (event["subject"], event["details"]["machine_id"]) == ("node-1", "machine-1")
+    assert event["details"]["hostname"] == "intruder"
+    assert event["actor"].startswith("join-token:")
+
+
+def test_join_token_cannot_take_over_a_cordoned_node(fleet, store):
+    register(fleet, 1, gpus=1)
+    assert fleet.post("/api/v1/nodes/node-1/cordon").status_code == 200
+    response = post_registration(fleet, join_token(fleet), registration(1, gpus=1))
+    assert response.status_code == 409
+    assert error_code(response) == "node_live"
+    assert join_token_used(store) == [True, False]
+
+
+def test_join_token_cannot_take_over_a_node_of_another_environment(fleet, store, clock, gf):
+    create_environment(fleet, "azure-koreacentral", kind="cloud")
+    old = register(fleet, 1, gpus=1)["credential"]
+    _go_silent(clock, gf, "node-1")
+    response = post_registration(fleet, join_token(fleet, "azure-koreacentral"),
+                                 registration(1, gpus=1))
+    assert response.status_code == 409, response.text
+    assert error_code(response) == "environment_mismatch"
+    assert response.json()["error"]["details"] == {
+        "node": "node-1", "environment": "onprem-hpc", "join_token_environment":
+        "azure-koreacentral"}
+    assert fleet.get("/api/v1/nodes/node-1").json()["environment"] == "onprem-hpc"
+    assert count(store, ApiToken, ApiToken.node_id == _node_id(store, "node-1"),
+                 ApiToken.revoked_at.is_(None)) == 1
+    assert fleet.as_(old).post(HEARTBEAT, json={}).status_code == 200
+    assert _refusal(fleet)["details"]["join_token_environment"] == "azure-koreacentral"
+
+
+def test_join_token_takes_over_an_unreachable_node(fleet, store, clock, gf):
+    """A machine whose agent lost its state rejoins once its old agent has gone silent."""
     old = register(fleet, 1, gpus=2)["credential"]
     node_id = _node_id(store, "node-1")
+    _go_silent(clock, gf, "node-1")
     reply = post_registration(fleet, join_token(fleet), registration(1, gpus=2))
-    assert reply.status_code == 200
+    assert reply.status_code == 200, reply.text
     new = reply.json()["credential"]
     assert new and new != old
+    assert reply.json()["node_status"] == "ready"
     assert _node_id(store, "node-1") == node_id
     assert count(store, Node) == 1
     assert count(store, Gpu) == 2
@@ -427,7 +490,25 @@ def test_rejoin_issues_a_new_credential_and_revokes_the_old(fleet, store):
     assert fleet.as_(new).post(HEARTBEAT, json={}).status_code == 200
     assert count(store, ApiToken, ApiToken.node_id == node_id,
                  ApiToken.revoked_at.is_(None)) == 1
-    assert audit_actions(fleet, subject="node-1")[:2] == ["node.reregistered", "node.registered"]
+    assert audit_actions(fleet, subject="node-1")[:2] == ["node.reregistered", "node.unreachable"]
+
+
+def test_retired_node_stays_retired(fleet, store):
+    """A join token does not revive a node an operator retired (docs/lifecycle.md)."""
+    register(fleet, 1, gpus=1)
+    fleet.post("/api/v1/nodes/node-1/retire")
+    before = snapshot(store)
+    reply = post_registration(fleet, join_token(fleet), registration(1, gpus=1))
+    assert reply.status_code == 409, reply.text
+    assert error_code(reply) == "node_retired"
+    assert "retired" in reply.json()["error"]["message"]
+    after = snapshot(store)
+    assert after["nodes"] == before["nodes"]
+    assert after["tokens"] == before["tokens"]
+    assert join_token_used(store) == [True, False]
+    assert fleet.get("/api/v1/nodes/node-1").json()["status"] == "retired"
+    assert fleet.get(f"/api/v1/gpus/{gpu_uuid(1, 0)}").json()["status"] == "retired"
+    assert _refusal(fleet)["details"]["status"] == "retired"
 
 
 @SQLITE_ONLY
@@ -453,16 +534,6 @@ def test_hostname_of_a_retired_node_is_reused(fleet, store):
         names = dict(session.execute(select(Node.machine_id, Node.name)).all())
     assert names["machine-2"] == "node-1"
     assert names["machine-1"].startswith("node-1~retired-")
-
-
-@SQLITE_ONLY
-def test_retired_node_rejoins_with_a_new_join_token(fleet):
-    register(fleet, 1, gpus=1)
-    fleet.post("/api/v1/nodes/node-1/retire")
-    reply = post_registration(fleet, join_token(fleet), registration(1, gpus=1))
-    assert reply.status_code == 200
-    assert reply.json()["node_status"] == "ready"
-    assert fleet.get(f"/api/v1/gpus/{gpu_uuid(1, 0)}").json()["status"] == "free"
 
 
 def test_gpu_missing_from_a_reregistration_becomes_suspect(fleet, store):

@@ -264,7 +264,7 @@ class NvmlBackend:
         return NodeRegistration(
             machine_id=host.machine_id, hostname=host.hostname, cpu_cores=host.cpu_cores,
             memory_bytes=host.memory_bytes, backend=BACKEND, os_name=host.os_name,
-            driver_version=driver, gpus=gpus)
+            driver_version=driver, gpus=gpus, applies_mig_plans=False)
 
     def _gpu_report(self, nvml: NvmlAdapter, index: int, gpu: _Gpu, driver: str | None,
                     ) -> GpuReport:

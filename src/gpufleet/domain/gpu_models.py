@@ -10,6 +10,7 @@ reported and flagged `model_known = false`, never guessed.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -139,3 +140,18 @@ def normalise_model(reported_name: str, pci_device_id: int | None = None) -> Nor
 
 def model(key: str) -> GpuModel | None:
     return catalogue().get(key)
+
+
+def mig_models_naming(profile_names: Iterable[str]) -> list[GpuModel]:
+    """The MIG-capable models whose geometry has a profile of every name given.
+
+    For a source that may not say a GPU's model (a dcgm-exporter page without `modelName`)
+    but names its MIG instances' profiles: `1g.5gb` exists on the A100-40GB only, while
+    `1g.10gb` fits the A100-80GB and the H100-80GB alike (which number it the same). Empty
+    for no names: nothing was seen, so nothing is implied.
+    """
+    names = set(profile_names)
+    if not names:
+        return []
+    return [m for m in catalogue().values()
+            if m.mig is not None and names <= {p.name for p in m.mig.profiles}]

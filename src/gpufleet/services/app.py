@@ -229,6 +229,10 @@ class Gpufleet:
             with self.store.write() as session:
                 registration.mark_claims_suspect(session, conflict, body.machine_id, now)
             raise registration.claim_conflict_error(conflict) from None
+        except registration.JoinRefused as refused:
+            with self.store.write() as session:
+                registration.record_join_refusal(session, refused, caller.join_token_id, now)
+            raise refused.error from None
 
     def heartbeat(self, principal: Principal, body: Heartbeat) -> HeartbeatReply:
         with self.store.write() as session:

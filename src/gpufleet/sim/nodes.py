@@ -80,6 +80,7 @@ def build_node(shape: Shape, hostname: str, *, seed: int, environment: str | Non
         memory_bytes=shape.memory_bytes,
         labels=dict(labels or {}),
         backend="sim",
+        applies_mig_plans=True,
         os_name=shape.os_name,
         driver_version=shape.driver_version,
         cuda_version=shape.cuda_version,

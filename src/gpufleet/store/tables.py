@@ -72,6 +72,8 @@ class Node(Base):
     last_seen_at: Mapped[datetime | None] = mapped_column(UtcDateTime, index=True)
     desired_state_version: Mapped[int] = mapped_column(BigInteger, default=1)
     status_reason: Mapped[str | None] = mapped_column(Text)
+    # False: its backend cannot change MIG layouts; placement keeps its layouts as they are
+    applies_mig_plans: Mapped[bool] = mapped_column(Boolean, default=True)
 
     environment: Mapped[Environment] = relationship(lazy="joined")
     labels: Mapped[list[NodeLabel]] = relationship(cascade="all, delete-orphan",
@@ -119,6 +121,8 @@ class Gpu(Base):
     # The mode its node reports while bindings of `sharing_mode` are open; applied when the
     # last one ends (docs/lifecycle.md, "Sharing-mode changes under open bindings").
     pending_sharing_mode: Mapped[str | None] = mapped_column(String(16))
+    # MIG instances its node saw but could not identify: the layout known is incomplete
+    mig_instances_unread: Mapped[int] = mapped_column(Integer, default=0)
     first_seen_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
     node: Mapped[Node] = relationship(lazy="raise")

@@ -73,10 +73,14 @@ class GpuReport(StrictModel):
         "environment's default."))
     nvlink_peers: list[GpuUuid] | None = Field(default=None, max_length=64)
     mig_instances: list[MigInstanceReport] = Field(default_factory=list, max_length=16)
+    mig_instances_unread: int = Field(default=0, ge=0, le=64, description=(
+        "MIG instances the node saw on this GPU but could not identify (a profile its "
+        "model's geometry does not name): the layout in `mig_instances` is incomplete, so "
+        "gpufleet never exports it for mig-parted nor plans around it."))
 
     @model_validator(mode="after")
     def _mig_consistent(self) -> GpuReport:
-        if self.mig_instances and not self.mig_enabled:
+        if (self.mig_instances or self.mig_instances_unread) and not self.mig_enabled:
             raise ValueError("mig_instances reported on a GPU whose MIG mode is disabled")
         if self.sharing_mode is SharingMode.MIG and not self.mig_enabled:
             raise ValueError("sharing_mode 'mig' needs mig_enabled")
@@ -95,6 +99,12 @@ class NodeRegistration(StrictModel):
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
     agent_version: ShortText | None = None
     backend: ShortText | None = Field(default=None, description="sim, nvml or dcgm-exporter")
+    applies_mig_plans: bool | None = Field(default=None, description=(
+        "Whether the node's backend creates and destroys MIG instances to apply the MIG "
+        "plans of its desired state. False: placement uses only the instances the node "
+        "has. Empty: what `backend` implies (`sim` applies plans; `nvml` and "
+        "`dcgm-exporter` read only); a node naming neither applies plans, as the protocol "
+        "always assumed."))
     os_name: ShortText | None = None
     driver_version: ShortText | None = None
     cuda_version: ShortText | None = None
@@ -114,6 +124,16 @@ class NodeRegistration(StrictModel):
             seen_uuid.add(uuid)
             seen_index.add(gpu.index)
         return gpus
+
+
+READ_ONLY_BACKENDS = frozenset({"nvml", "dcgm-exporter"})
+
+
+def applies_mig_plans(registration: NodeRegistration) -> bool:
+    """What the node said it can do with MIG plans, else what its backend implies."""
+    if registration.applies_mig_plans is not None:
+        return registration.applies_mig_plans
+    return registration.backend not in READ_ONLY_BACKENDS
 
 
 class UnitBinding(View):

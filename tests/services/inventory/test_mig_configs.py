@@ -52,10 +52,15 @@ def instance(profile_id: int, start: int | None, **extra) -> dict:
 
 
 def join(api, number: int, environment: str, gpus: list[dict]) -> dict:
+    """Register node `number` as its agent would: with a join token the first time, then
+    with the credential that gave it (a join token takes over no live node)."""
     body = registration(number, gpus=0)
     body["gpus"] = gpus
-    reply = api.as_(join_token(api, environment)).post("/api/v1/agent/register", json=body)
+    credentials = vars(api.client).setdefault("node_credentials", {})
+    token = credentials.get(number) or join_token(api, environment)
+    reply = api.as_(token).post("/api/v1/agent/register", json=body)
     assert reply.status_code == 200, reply.text
+    credentials.setdefault(number, reply.json()["credential"])
     return reply.json()
 
 

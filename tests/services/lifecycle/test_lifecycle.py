@@ -184,17 +184,20 @@ def test_pool_is_reserved_for_its_project(h100s, api):
 
 
 # --- placement on MIG and shared GPUs -------------------------------------------------------
-def _register_mig_node(api, number: int, gpus: int = 2) -> None:
+def _register_mig_node(api, number: int, gpus: int = 2) -> str:
+    """Join a node of `gpus` MIG GPUs without instances; its credential."""
     token = join_token(api, "onprem-slicing")
     body = registration(number, gpus=0)
     body["gpus"] = [gpu(number, i, mig_enabled=True) for i in range(gpus)]
-    assert api.as_(token).post("/api/v1/agent/register", json=body).status_code == 200
+    reply = api.as_(token).post("/api/v1/agent/register", json=body)
+    assert reply.status_code == 200, reply.text
+    return reply.json()["credential"]
 
 
 def test_mig_request_repartitions_a_free_mig_gpu(api, people):
     member, operator = people
     create_environment(api, name="onprem-slicing")
-    _register_mig_node(api, 7)
+    credential = _register_mig_node(api, 7)
     code = create(member, count=4, mig_profile="1g.10gb")["code"]
     granted = act(operator, code, "approve")
     assert granted["state"] == "active"
@@ -211,7 +214,7 @@ def test_mig_request_repartitions_a_free_mig_gpu(api, people):
     token = api.post("/api/v1/tokens", json={"name": "probe", "role": "viewer"}).json()
     del token
     geometry = model("H100-80GB").mig
-    plans = _desired_state(api, 7)["mig_plans"]
+    plans = _desired_state(api, credential, 7)["mig_plans"]
     assert plans
     for plan in plans:
         layout = [MigInstanceSpec(i["profile_id"], i["placement_start"])
@@ -227,12 +230,11 @@ def test_mig_request_repartitions_a_free_mig_gpu(api, people):
     assert act(operator, last, "approve")["state"] == "approved"
 
 
-def _desired_state(api, number: int) -> dict:
+def _desired_state(api, credential: str, number: int) -> dict:
     """The node's desired state, as its agent gets it when it registers again."""
-    token = join_token(api, "onprem-slicing")
     body = registration(number, gpus=0)
     body["gpus"] = [gpu(number, i, mig_enabled=True) for i in range(2)]
-    reply = api.as_(token).post("/api/v1/agent/register", json=body)
+    reply = api.as_(credential).post("/api/v1/agent/register", json=body)
     assert reply.status_code == 200, reply.text
     return reply.json()["desired_state"]
 

@@ -86,6 +86,7 @@ def retire(
     """Take a node out of the fleet for good: its credential is revoked."""
     if not yes:
         typer.confirm(f"Retire node {name}? Its agent credential is revoked and its GPUs may "
-                      "move to other nodes; it returns only by joining again", abort=True)
+                      "move to other nodes; it never comes back (its machine may join again only "
+                      "under a new machine id)", abort=True)
     node = _change(name, "retire", reason)
     done(f"retired node {node['name']} (status {node['status']})")

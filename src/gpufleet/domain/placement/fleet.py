@@ -25,8 +25,9 @@ SHARED_LEVEL_MILLI = 50  # width of a shared-fraction bucket
 HOST_LEVEL_MILLI = 125  # width of a free-capacity bucket (host-only tasks)
 JSON_VERSION = 1
 
-# One GPU as placement sees it: (sharing mode, usable, free milli, MIG layout key).
-GpuPicture = tuple[str, bool, int, mig_plans.LayoutKey]
+# One GPU as placement sees it: (sharing mode, usable, free milli, MIG layout key, MIG
+# layout fixed).
+GpuPicture = tuple[str, bool, int, mig_plans.LayoutKey, bool]
 
 
 def layout_key(gpu: GpuState) -> mig_plans.LayoutKey:
@@ -51,11 +52,12 @@ _MODE_NAMES = {mode: mode.value for mode in SharingMode}  # the enum's .value is
 
 def picture(gpu: GpuState) -> GpuPicture:
     if gpu.sharing_mode is not SharingMode.MIG:
-        return (_MODE_NAMES[gpu.sharing_mode], gpu.usable, free_milli(gpu), ())
+        return (_MODE_NAMES[gpu.sharing_mode], gpu.usable, free_milli(gpu), (), False)
     layout = layout_key(gpu)
     if not gpu.usable or mig_plans.geometry_of(gpu.model) is None:
-        return ("mig", gpu.usable, 0, layout)
-    return ("mig", True, MILLI - mig_plans.bound_milli(gpu.model, layout), layout)
+        return ("mig", gpu.usable, 0, layout, gpu.mig_fixed)
+    return ("mig", True, MILLI - mig_plans.bound_milli(gpu.model, layout), layout,
+            gpu.mig_fixed)
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ _VIEWS: dict[tuple, GpuView] = {}  # by the GPU's state: a few hundred distinct 
 
 def _view(gpu: GpuState) -> GpuView:
     if gpu.sharing_mode is SharingMode.MIG:
-        key: tuple = (gpu.model, gpu.usable, layout_key(gpu))
+        key: tuple = (gpu.model, gpu.usable, layout_key(gpu), gpu.mig_fixed)
     else:
         key = (gpu.model, gpu.sharing_mode, gpu.usable, gpu.whole_bound, gpu.used_milli)
     found = _VIEWS.get(key)
@@ -126,7 +128,7 @@ def _view(gpu: GpuState) -> GpuView:
             any_ = int(gpu.used_milli == 0)
             shared = MILLI - gpu.used_milli
         elif mig_plans.geometry_of(gpu.model) is not None:
-            tiers = mig_plans.best_tiers(gpu.model, full[4])
+            tiers = mig_plans.best_tiers(gpu.model, full[4], gpu.mig_fixed)
     if len(_VIEWS) > 100_000:
         _VIEWS.clear()
     found = _VIEWS[key] = (full, exclusive, any_, shared, tiers)
@@ -338,6 +340,7 @@ def _node_json(node: NodeState) -> dict:
             "whole_bound": g.whole_bound, "used_milli": g.used_milli,
             "mig_instances": [{"profile_id": s.profile_id, "start": s.start, "bound": s.bound}
                               for s in g.mig_instances],
+            "mig_fixed": g.mig_fixed,
             "nvlink_peers": sorted(g.nvlink_peers),
         } for g in node.gpus],
     }
@@ -354,6 +357,7 @@ def _node_from_json(item: dict) -> NodeState:
         whole_bound=bool(g.get("whole_bound", False)), used_milli=int(g.get("used_milli", 0)),
         mig_instances=[MigSlot(int(s["profile_id"]), int(s["start"]), bool(s.get("bound")))
                        for s in g.get("mig_instances", [])],
+        mig_fixed=bool(g.get("mig_fixed", False)),
         nvlink_peers=frozenset(str(p) for p in g.get("nvlink_peers", [])),
     ) for g in item["gpus"]]
     return NodeState(

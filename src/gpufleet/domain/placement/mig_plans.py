@@ -8,6 +8,9 @@ Three sources, in order of preference (DESIGN.md §6):
 3. a re-partition of a GPU with no bound instance at all: its unbound instances are
    dropped and the new instance is the whole layout.
 
+A GPU whose layout is *fixed* — its node's backend cannot create or destroy instances
+(`nvml`, `dcgm-exporter`) — offers only the first: a plan there could never be applied.
+
 Results are cached by (model geometry, layout): layouts repeat across a fleet, and the
 same few dozen layouts cover most GPUs.
 """
@@ -97,13 +100,17 @@ def flexibility(model_key: str, layout: LayoutKey) -> int:
 
 
 @lru_cache(maxsize=65536)
-def options(model_key: str, layout: LayoutKey, profile_id: int) -> tuple[MigOption, ...]:
-    """Every distinct way to get one instance of `profile_id` on a GPU with `layout`."""
+def options(model_key: str, layout: LayoutKey, profile_id: int,
+            fixed: bool = False) -> tuple[MigOption, ...]:
+    """Every distinct way to get one instance of `profile_id` on a GPU with `layout`;
+    on a `fixed` layout, only an existing unbound instance."""
     found: list[MigOption] = []
     unbound = [(pid, start) for pid, start, bound in layout if pid == profile_id and not bound]
     for pid, start in unbound[:1]:  # unbound instances of one profile are interchangeable
         after = tuple(sorted((p, s, b or (p == pid and s == start)) for p, s, b in layout))
         found.append(MigOption(EXISTING, start, after, flexibility(model_key, after)))
+    if fixed:
+        return tuple(found)
     for start in _new_starts(model_key, layout, profile_id):
         after = _with(layout, (profile_id, start, True))
         found.append(MigOption(NEW_INSTANCE, start, after, flexibility(model_key, after)))
@@ -115,27 +122,29 @@ def options(model_key: str, layout: LayoutKey, profile_id: int) -> tuple[MigOpti
 
 
 @lru_cache(maxsize=65536)
-def best_option(model_key: str, layout: LayoutKey, profile_id: int) -> MigOption | None:
+def best_option(model_key: str, layout: LayoutKey, profile_id: int,
+                fixed: bool = False) -> MigOption | None:
     """The preferred option: lowest tier, then most flexibility left, then lowest start."""
-    found = options(model_key, layout, profile_id)
+    found = options(model_key, layout, profile_id, fixed)
     if not found:
         return None
     return min(found, key=lambda o: (o.tier, -o.flexibility, o.start))
 
 
 @lru_cache(maxsize=65536)
-def hostable(model_key: str, layout: LayoutKey) -> frozenset[int]:
+def hostable(model_key: str, layout: LayoutKey, fixed: bool = False) -> frozenset[int]:
     """Profile ids of which one more instance can be had on a GPU with `layout`."""
     return frozenset(p.profile_id for p in geometry_of(model_key).profiles
-                     if options(model_key, layout, p.profile_id))
+                     if options(model_key, layout, p.profile_id, fixed))
 
 
 @lru_cache(maxsize=65536)
-def best_tiers(model_key: str, layout: LayoutKey) -> tuple[tuple[int, int], ...]:
+def best_tiers(model_key: str, layout: LayoutKey,
+               fixed: bool = False) -> tuple[tuple[int, int], ...]:
     """(profile id, best tier) for every profile one more instance of can be had."""
     found = []
     for profile in geometry_of(model_key).profiles:
-        option = best_option(model_key, layout, profile.profile_id)
+        option = best_option(model_key, layout, profile.profile_id, fixed)
         if option is not None:
             found.append((profile.profile_id, option.tier))
     return tuple(found)

@@ -44,6 +44,9 @@ class GpuState:
     whole_bound: bool = False  # exclusive mode: the GPU is held
     used_milli: int = 0  # shared mode: milli-GPU held by bindings (0..1000)
     mig_instances: list[MigSlot] = field(default_factory=list)  # mig mode
+    # mig mode: the layout cannot change (the node's backend does not apply MIG plans), so
+    # only its existing, unbound instances can be had
+    mig_fixed: bool = False
     nvlink_peers: frozenset[str] = frozenset()  # keys of GPUs it has NVLink to
 
 

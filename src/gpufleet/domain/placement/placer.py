@@ -273,7 +273,7 @@ class Placer:
             free.sort(key=lambda g: (g.sharing_mode is SharingMode.SHARED, g.index))
             chosen = free[:count]
         units = [UnitChoice(node.name, g.key, g.index, UnitKind.WHOLE, MILLI) for g in chosen]
-        changes = {g.key: (g.sharing_mode.value, True, 0, ()) for g in chosen}
+        changes = {g.key: (g.sharing_mode.value, True, 0, (), False) for g in chosen}
         return [NodePlan(node, units, pictures_after=_pictures(self.fleet, node, changes),
                          gpu_free_after=0)]
 
@@ -295,7 +295,8 @@ class Placer:
         for chosen in groups:
             units = [UnitChoice(node.name, g.key, g.index, UnitKind.SHARED, milli)
                      for g in chosen]
-            changes = {g.key: ("shared", True, MILLI - g.used_milli - milli, ()) for g in chosen}
+            changes = {g.key: ("shared", True, MILLI - g.used_milli - milli, (), False)
+                       for g in chosen}
             plans.append(NodePlan(node, units,
                                   pictures_after=_pictures(self.fleet, node, changes),
                                   gpu_free_after=min(c[2] for c in changes.values())))
@@ -314,7 +315,8 @@ class Placer:
             best = None
             for gpu in gpus:
                 profile_id = context.profile_ids[gpu.model]
-                option = mig_plans.best_option(gpu.model, layouts[gpu.key], profile_id)
+                option = mig_plans.best_option(gpu.model, layouts[gpu.key], profile_id,
+                                               gpu.mig_fixed)
                 if option is None:
                     continue
                 bound = mig_plans.bound_milli(gpu.model, layouts[gpu.key])
@@ -336,7 +338,8 @@ class Placer:
             if layout == before[gpu.key]:
                 continue
             changes[gpu.key] = ("mig", True,
-                                MILLI - mig_plans.bound_milli(gpu.model, layout), layout)
+                                MILLI - mig_plans.bound_milli(gpu.model, layout), layout,
+                                gpu.mig_fixed)
             if _without_bound(layout) != _without_bound(before[gpu.key]):
                 changed[gpu.key] = layout  # instances created or dropped: part of the plan
         return [NodePlan(node, units, layouts=changed,

@@ -106,8 +106,9 @@ class Workload:
         self.weights_generation += 1
 
 
-# One GPU for the meter: (model, sharing mode, usable, free milli, MIG layout key).
-Picture = tuple[str, str, bool, int, mig_plans.LayoutKey]
+# One GPU for the meter: (model, sharing mode, usable, free milli, MIG layout key, MIG
+# layout fixed).
+Picture = tuple[str, str, bool, int, mig_plans.LayoutKey, bool]
 
 
 class FragmentationMeter:
@@ -222,7 +223,7 @@ class FragmentationMeter:
 
     def _fits(self, task: TaskClass, gpu: Picture) -> bool:
         """Whether one unit of `task` fits on a usable GPU with something free."""
-        model, mode, _, free, layout = gpu
+        model, mode, _, free, layout, fixed = gpu
         if task.models is not None and model not in task.models:
             return False
         if task.kind is UnitKind.WHOLE:
@@ -232,4 +233,4 @@ class FragmentationMeter:
             return mode == "shared" and free >= task.milli
         profile_id = task.mig_id(model)
         return (mode == "mig" and profile_id is not None
-                and profile_id in mig_plans.hostable(model, layout))
+                and profile_id in mig_plans.hostable(model, layout, fixed))

@@ -120,7 +120,7 @@ def _selection(session: Session, node: str | None, environment: str | None,
 
 
 _GPU_COLUMNS = (Gpu.id, Gpu.node_id, Gpu.index, Gpu.uuid, Gpu.model, Gpu.model_known,
-                Gpu.sharing_mode, Gpu.health, Gpu.health_reason)
+                Gpu.sharing_mode, Gpu.health, Gpu.health_reason, Gpu.mig_instances_unread)
 
 
 def _read(session: Session, conditions: list) -> tuple[dict[int, _NodeRows], dict, dict]:
@@ -151,7 +151,26 @@ def _read(session: Session, conditions: list) -> tuple[dict[int, _NodeRows], dic
 
 # --- layouts -------------------------------------------------------------------------------
 class _Unnamed(Exception):
-    """A profile mig-parted cannot be told about: no name in its grammar."""
+    """A GPU whose layout cannot be written faithfully: a profile with no name in
+    mig-parted's grammar, or instances its node could not read."""
+
+
+def _check_read(gpu: Any, reported: list, plan: list | None) -> None:
+    """Refuse a layout that may lack instances the GPU has: mig-parted applies a config
+    as the whole layout, so an instance missing from it would be destroyed, work and all.
+    Unread instances are the node's word for it; a MIG GPU of a model gpufleet does not
+    know that reports no instance at all is what a source that could not read them sends
+    (an older dcgm-exporter agent on a page without `modelName`)."""
+    if plan is not None:
+        return
+    if gpu.mig_instances_unread:
+        raise _Unnamed(f"GPU {gpu.index} ({gpu.uuid}): {gpu.mig_instances_unread} MIG "
+                       "instance(s) its node could not read; exporting its layout would "
+                       "destroy them")
+    if not gpu.model_known and not reported and gpu.sharing_mode == SharingMode.MIG.value:
+        raise _Unnamed(f"GPU {gpu.index} ({gpu.uuid}): model {gpu.model!r} is not known, so "
+                       "its MIG instances could not be read; exporting an empty layout "
+                       "would destroy any it has")
 
 
 def _profile_name(gpu: Any, profile_id: int, reported: str | None) -> str:
@@ -170,6 +189,7 @@ def _profile_order(name: str) -> tuple:
 
 
 def _device(gpu: Any, reported: list, plan: list[list[int]] | None) -> DeviceMigConfig:
+    _check_read(gpu, reported, plan)
     if plan is not None:
         wanted = [(_profile_name(gpu, p, None), s) for p, s in plan]
     else:

@@ -47,8 +47,9 @@ def _set_admin_state(session: Session, principal: Principal, name: str, target: 
     node = get_node(session, name)
     current = NodeAdminState(node.admin_state)
     if current is NodeAdminState.RETIRED and target is not NodeAdminState.RETIRED:
-        raise Conflict(f"node '{name}' is retired; it returns only by joining again with a "
-                       "new join token", code="node_retired", details={"node": name})
+        raise Conflict(f"node '{name}' is retired, and retired nodes stay retired; its "
+                       "machine returns only as a new node, under a new machine id",
+                       code="node_retired", details={"node": name})
     if current is target:
         return node
     node.admin_state = target.value

@@ -1,7 +1,11 @@
 """Node registration and heartbeat: how agents enter and stay in the inventory.
 
 Registration is idempotent: the node is found by its credential (or, when joining with a
-join token, by its machine id), and its reported inventory replaces what was known. A GPU
+join token, by its machine id), and its reported inventory replaces what was known. A join
+token takes over an existing node by its machine id only when that node is unreachable (its
+old agent has gone silent) and in the join token's environment; a live node and a retired
+one (retired stays retired) are refused with 409 and the refusal is audited, so a leaked
+join token cannot revoke a working agent's credential or read a node's bindings. A GPU
 UUID already on another node moves only when that node is unreachable or retired, or an
 operator approved the move; otherwise the whole registration is refused (409), the GPU is
 marked `suspect`, and the refusal is audited — the audit and the mark are written in their
@@ -49,6 +53,7 @@ from gpufleet.wire.agent import (
     HeartbeatReply,
     NodeRegistration,
     RegistrationReply,
+    applies_mig_plans,
     mig_instance_key,
 )
 
@@ -59,6 +64,16 @@ class GpuClaimConflict(Exception):
 
     node_name: str
     claims: list[tuple[str, str]] = field(default_factory=list)  # (gpu uuid, current node)
+
+
+@dataclass
+class JoinRefused(Exception):
+    """A join token presented for a machine id it may not take over; raised inside the
+    registration transaction, audited and turned into `error` (409) after rollback."""
+
+    error: Conflict
+    node_name: str
+    details: dict
 
 
 @dataclass(frozen=True)
@@ -95,8 +110,6 @@ def register(session: Session, caller: RegistrationCaller, body: NodeRegistratio
         session.add(node)
     environment_id = join_token.environment_id if join_token else node.environment_id
     environment = session.get(Environment, environment_id)
-    if join_token is not None and node.admin_state == NodeAdminState.RETIRED.value:
-        node.admin_state = NodeAdminState.ACTIVE.value  # an operator's new join token revives it
     node.environment_id = environment.id
     node.name = body.hostname
     node.cpu_cores = body.cpu_cores
@@ -105,6 +118,7 @@ def register(session: Session, caller: RegistrationCaller, body: NodeRegistratio
     node.os_name = body.os_name
     node.driver_version = body.driver_version
     node.cuda_version = body.cuda_version
+    node.applies_mig_plans = applies_mig_plans(body)
     node.last_seen_at = now
     node.reachable = True
     _replace_labels(node, body.labels)
@@ -145,7 +159,42 @@ def _find_node(session: Session, caller: RegistrationCaller, body: NodeRegistrat
         if node.admin_state == NodeAdminState.RETIRED.value:
             raise Conflict(f"node '{node.name}' is retired", code="node_retired")
         return node
-    return session.scalar(select(Node).where(Node.machine_id == body.machine_id))
+    node = session.scalar(select(Node).where(Node.machine_id == body.machine_id))
+    if node is not None:
+        _check_takeover(node, join_token, body)
+    return node
+
+
+def _check_takeover(node: Node, join_token: JoinToken, body: NodeRegistration) -> None:
+    """A join token may take over `node` (the node already holding the machine id) only
+    when the node is unreachable and in the token's environment; otherwise JoinRefused."""
+    details = {"node": node.name, "status": node.status}
+    if node.status == NodeStatus.RETIRED.value:
+        error = Conflict(
+            f"machine id {body.machine_id} is node '{node.name}', which an operator retired; "
+            "retired nodes stay retired. To bring this machine back, give it a new machine id "
+            "(regenerate /etc/machine-id) and join again", code="node_retired",
+            details={"node": node.name})
+    elif node.environment_id != join_token.environment_id:
+        details.update(environment=node.environment.name,
+                       join_token_environment=join_token.environment.name)
+        error = Conflict(
+            f"machine id {body.machine_id} is node '{node.name}' in environment "
+            f"'{node.environment.name}'; a join token for '{join_token.environment.name}' "
+            "cannot move it. Retire the node first, or join with a token of its environment",
+            code="environment_mismatch",
+            details={k: details[k] for k in ("node", "environment", "join_token_environment")})
+    elif node.status != NodeStatus.UNREACHABLE.value:
+        error = Conflict(
+            f"machine id {body.machine_id} is node '{node.name}', which is {node.status} with "
+            "a working agent; a join token takes over a node only once it is unreachable. "
+            "Restart the node's agent with its credential, or stop that agent and wait for "
+            "the node to become unreachable", code="node_live",
+            details={"node": node.name, "status": node.status})
+    else:
+        return
+    raise JoinRefused(error, node.name, {**details, "machine_id": body.machine_id,
+                                         "hostname": body.hostname, "code": error.code})
 
 
 def _free_hostname(session: Session, hostname: str, node: Node | None) -> None:
@@ -274,6 +323,7 @@ def _update_gpu(gpu: Gpu, node: Node, environment: Environment, report: GpuRepor
     gpu.driver_version = report.driver_version
     gpu.nvlink_peers = ([canonical_gpu_uuid(p) for p in report.nvlink_peers]
                         if report.nvlink_peers is not None else None)
+    gpu.mig_instances_unread = report.mig_instances_unread
 
 
 def _take_reported_mode(session: Session, gpu: Gpu, reported: str, node: Node,
@@ -354,6 +404,15 @@ def mark_claims_suspect(session: Session, conflict: GpuClaimConflict, machine_id
                      reason="GPU registered on another live node; approve the move or retire "
                             "the old node", current_node=current_node,
                      claiming_node=conflict.node_name, claiming_machine_id=machine_id)
+
+
+def record_join_refusal(session: Session, refused: JoinRefused, join_token_id: int,
+                        now: datetime) -> None:
+    """The refused join's lasting trace, written after the registration rolled back."""
+    join_token = session.get(JoinToken, join_token_id)
+    audit.record(session, at=now, actor=f"join-token:{join_token.prefix}",
+                 action="node.join_refused", subject_kind="node", subject=refused.node_name,
+                 reason=refused.error.message, **refused.details)
 
 
 def claim_conflict_error(conflict: GpuClaimConflict) -> Conflict:

@@ -4,8 +4,11 @@ Only what can take new units is loaded: GPUs in the requested sharing mode, on `
 nodes, not quarantined, and not draining for a sharing-mode change (`pending_sharing_mode`:
 their node already reports another mode, so only their current holders stay). A MIG GPU's
 layout is its pending MIG plan when it has one (the agent has not applied it yet),
-otherwise the instances its node reports. Host CPU and memory left on a node are its
-capacity less what the requests bound there asked per unit.
+otherwise the instances its node reports. The layout is fixed — only its existing
+instances can be had — on a node whose backend does not apply MIG plans
+(`nodes.applies_mig_plans`), and on a GPU with instances its node could not read: a plan
+there could never be applied, or would be applied over instances in use. Host CPU and
+memory left on a node are its capacity less what the requests bound there asked per unit.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ def load(session: Session, *, kinds: Iterable[FlavourKind] = tuple(FlavourKind),
     modes = [MODE_OF_KIND[k].value for k in kinds]
     query = (select(Gpu.id, Gpu.uuid, Gpu.index, Gpu.model, Gpu.sharing_mode, Gpu.allocated,
                     Gpu.used_milli, Gpu.nvlink_peers, Node.id, Node.name, Node.cpu_cores,
-                    Node.memory_bytes, Environment.name)
+                    Node.memory_bytes, Environment.name, Node.applies_mig_plans,
+                    Gpu.mig_instances_unread)
              .join(Node, Node.id == Gpu.node_id)
              .join(Environment, Environment.id == Node.environment_id)
              .where(Node.status == NodeStatus.READY.value,
@@ -74,7 +78,7 @@ def load(session: Session, *, kinds: Iterable[FlavourKind] = tuple(FlavourKind),
     live = LiveFleet(state=FleetState([]))
     nodes: dict[int, NodeState] = {}
     for (gpu_id, uuid, index, model, mode, allocated, used_milli, peers, node_id, node_name,
-         cores, memory_bytes, env_name) in rows:
+         cores, memory_bytes, env_name, applies_mig_plans, mig_unread) in rows:
         node = nodes.get(node_id)
         if node is None:
             node = nodes[node_id] = NodeState(
@@ -86,6 +90,7 @@ def load(session: Session, *, kinds: Iterable[FlavourKind] = tuple(FlavourKind),
             key=uuid, index=index, model=model, sharing_mode=SharingMode(mode),
             whole_bound=allocated if mode == SharingMode.EXCLUSIVE.value else False,
             used_milli=used_milli, mig_instances=layouts.get(gpu_id, []),
+            mig_fixed=not applies_mig_plans or mig_unread > 0,
             nvlink_peers=frozenset(peers or ())))
         live.gpu_ids[uuid] = gpu_id
     live.state = FleetState(nodes.values())

@@ -38,8 +38,13 @@ from gpufleet.domain.telemetry.funnel import (
 )
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.paging import SortSpec, apply_page, split_page
-from gpufleet.services.telemetry.ownership import Slot, UnitKey, read_slots
-from gpufleet.store.tables import Binding, Environment, Gpu, MigInstance, Node, Project
+from gpufleet.services.telemetry.ownership import (
+    Slot,
+    UnitKey,
+    mig_instance_units,
+    read_slots,
+)
+from gpufleet.store.tables import Binding, Environment, Gpu, Node, Project
 from gpufleet.tsdb import LatestValue, SeriesLabels, TelemetryStore
 from gpufleet.tsdb.protocol import to_ms
 from gpufleet.wire import telemetry_queries as wt
@@ -139,10 +144,7 @@ def latest_snapshots(q: LiveSources, principal: Principal, f: UnitFilter,
         page, next_cursor = _gpu_page(session, principal, f, cursor, limit)
         uuids = [g[0] for g in page]
         slots = read_slots(session, principal, now, now + _EPSILON, gpu_uuids=uuids)
-        mig_rows = session.execute(
-            select(Gpu.uuid, MigInstance.mig_uuid, MigInstance.profile_name)
-            .join(Gpu, Gpu.id == MigInstance.gpu_id)
-            .where(Gpu.uuid.in_(uuids), MigInstance.mig_uuid.is_not(None))).all()
+        mig_rows = mig_instance_units(session, uuids)
     held = _open_now(slots, now)
     values = q.telemetry.latest({"gpu_uuid": uuids}, since=now - FRESH) if uuids else []
     by_unit: dict[UnitKey, list[LatestValue]] = defaultdict(list)

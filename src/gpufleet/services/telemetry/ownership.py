@@ -24,6 +24,7 @@ from gpufleet.clock import Clock
 from gpufleet.domain.inventory import GpuStatus
 from gpufleet.domain.placement.model import MILLI
 from gpufleet.domain.requests import request_code
+from gpufleet.domain.telemetry.dcgm_mapping import derived_mig_uuid
 from gpufleet.services.access.principal import Principal
 from gpufleet.store.tables import Binding, Environment, Gpu, MigInstance, Node, Project
 from gpufleet.tsdb import Binding as TelemetryBinding
@@ -174,11 +175,26 @@ def _mig_instances(session: Session, gpu_ids: set[int]) -> dict[tuple, tuple[str
     return {(g, p, s): (u or f"pending:{p}@{s}", name) for g, p, s, u, name in rows}
 
 
+def mig_instance_units(session: Session, gpu_uuids: list[str] | None = None
+                       ) -> list[tuple[str, str, str | None]]:
+    """(GPU UUID, MIG UUID, profile name) of every MIG instance the inventory knows (on
+    `gpu_uuids` when given), the MIG UUID as telemetry names the instance: its real one,
+    else — a node read through dcgm-exporter, which never says it — the stand-in that
+    telemetry derives from (GPU UUID, GPU instance id), so both sides name one unit."""
+    query = (select(Gpu.uuid, MigInstance.mig_uuid, MigInstance.gpu_instance_id,
+                    MigInstance.profile_name).join(Gpu, Gpu.id == MigInstance.gpu_id)
+             .where(or_(MigInstance.mig_uuid.is_not(None),
+                        MigInstance.gpu_instance_id.is_not(None))))
+    if gpu_uuids is not None:
+        query = query.where(Gpu.uuid.in_(gpu_uuids))
+    return [(gpu, mig or derived_mig_uuid(gpu, instance_id), name)
+            for gpu, mig, instance_id, name in session.execute(query)]
+
+
 def mig_profiles(session: Session) -> dict[str, str]:
-    """MIG UUID → profile name, for every MIG instance the inventory knows."""
-    return {u: name for u, name in session.execute(
-        select(MigInstance.mig_uuid, MigInstance.profile_name)
-        .where(MigInstance.mig_uuid.is_not(None)))}
+    """MIG UUID (as telemetry names it) → profile name, for every MIG instance the
+    inventory knows."""
+    return {mig: name for _, mig, name in mig_instance_units(session)}
 
 
 def telemetry_bindings(slots: list[Slot]) -> Bindings:
