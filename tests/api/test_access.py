@@ -63,7 +63,7 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/v1/projects/{name}/members"): OPERATORS,
     ("GET", "/api/v1/audit-events"): OPERATORS,
     ("GET", "/api/v1/fleet/summary"): READERS,
-    ("GET", "/metrics"): READERS,
+    ("GET", "/metrics"): READERS - {"member"},  # every project's allocations
     ("GET", "/api/v1/gpus"): READERS,
     ("GET", "/api/v1/gpus/{uuid}"): READERS,
     ("POST", "/api/v1/gpus/{uuid}/health"): OPERATORS,

@@ -36,6 +36,7 @@ class Action(StrEnum):
     REQUEST_GPUS = "requests:create"
     APPROVE_REQUESTS = "requests:approve"
     MANAGE_QUOTAS = "quotas:manage"
+    READ_FLEET_METRICS = "metrics:read"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -59,6 +60,9 @@ GRANTS: dict[Action, frozenset[Role]] = {
     Action.REQUEST_GPUS: frozenset({Role.ADMIN, Role.OPERATOR, Role.MEMBER}),
     Action.APPROVE_REQUESTS: frozenset(_OPERATORS),
     Action.MANAGE_QUOTAS: frozenset(_OPERATORS),
+    # The server's /metrics is for monitoring (a viewer token): it shows every project's
+    # allocations and the fleet's requests, which members may not see, so they get none.
+    Action.READ_FLEET_METRICS: frozenset({Role.ADMIN, Role.OPERATOR, Role.VIEWER}),
 }
 
 
