@@ -14,7 +14,7 @@ import uvicorn
 
 from gpufleet.api.app import create_app
 from gpufleet.clock import Clock
-from gpufleet.private_files import write_private_file
+from gpufleet.private_files import ensure_private_dir, write_private_file
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.telemetry.store import open_telemetry_store
 from gpufleet.settings import Settings
@@ -39,7 +39,8 @@ def bootstrap_admin_token(gf: Gpufleet, token_file: Path) -> str:
 
 def build_gpufleet(settings: Settings, clock: Clock | None = None) -> Gpufleet:
     """The services over a migrated state store; the data dir is created when needed."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # Owner-only: the state and telemetry stores in it hold every project's allocations.
+    ensure_private_dir(settings.data_dir, tighten=True)
     store = StateStore(settings.effective_database_url,
                        sqlite_synchronous=settings.sqlite_synchronous,
                        pool_size=settings.database_pool_size)

@@ -64,7 +64,7 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/v1/projects/{name}/members"): OPERATORS,
     ("GET", "/api/v1/audit-events"): OPERATORS,
     ("GET", "/api/v1/fleet/summary"): READERS,
-    ("GET", "/metrics"): READERS,
+    ("GET", "/metrics"): READERS - {"member"},  # every project's allocations
     ("GET", "/api/v1/gpus"): READERS,
     ("GET", "/api/v1/gpus/{uuid}"): READERS,
     ("POST", "/api/v1/gpus/{uuid}/health"): OPERATORS,
@@ -382,9 +382,10 @@ def test_public_routes_need_no_token(world, route):
 
 
 @pytest.fixture
-def scoped(api, store):
+def scoped(api, store, gf):
     """Two projects; `mia` is a member of `vision` only. GPUs of both carry allocation labels
-    (stamped directly: the allocation lifecycle that stamps them is not built yet)."""
+    of their (pending) requests GR-1001 and GR-1002, stamped directly so each lands on the
+    GPU a test expects."""
     create_environment(api)
     register(api, 1, gpus=3)
     api.post("/api/v1/users", json={"name": "mia", "role": "member"})
@@ -394,6 +395,9 @@ def scoped(api, store):
     member = api.post("/api/v1/tokens", json={"name": "mia", "user": "mia"}).json()["token"]
     viewer = api.post("/api/v1/tokens", json={"name": "v", "role": "viewer"}).json()["token"]
     stamps = {gpu_uuid(1, 0): ("vision", "GR-1001"), gpu_uuid(1, 1): ("speech", "GR-1002")}
+    for project, allocation in stamps.values():
+        made = gf.lifecycle.create_request(SYSTEM, RequestCreate(project=project, count=1))
+        assert made.code == allocation
     with store.write() as session:
         for uuid, (project, allocation) in stamps.items():
             gpu = session.scalar(select(Gpu).where(Gpu.uuid == uuid))
@@ -504,3 +508,49 @@ def test_join_token_is_no_bearer_even_before_use(api):
     registered = api.as_(join).post("/api/v1/agent/register", json=registration(1, gpus=1))
     assert registered.status_code == 200
 
+
+
+@pytest.fixture
+def shared_gpu(api, gf):
+    """One shared GPU held by vision (GR-1001, GR-1003) and speech (GR-1002) at once, as
+    granting stamps it; `mia` is a member of vision only."""
+    create_environment(api, "onprem-slicing", default_sharing_mode="shared")
+    register(api, 1, "onprem-slicing", gpus=1)
+    api.post("/api/v1/users", json={"name": "mia", "role": "member"})
+    for project in ("vision", "speech"):
+        api.post("/api/v1/projects", json={"name": project, "organisation": "research"})
+    api.post("/api/v1/projects/vision/members", json={"user": "mia"})
+    codes = []
+    for project in ("vision", "speech", "vision"):
+        view = gf.lifecycle.create_request(SYSTEM, RequestCreate(project=project, count=1,
+                                                                fraction=0.25))
+        assert gf.lifecycle.approve(SYSTEM, view.code, None).state == "active"
+        codes.append(view.code)
+    member = api.post("/api/v1/tokens", json={"name": "mia", "user": "mia"}).json()["token"]
+    return api.as_(member), codes
+
+
+def test_labels_of_a_gpu_held_by_several_allocations_keep_every_value(api, shared_gpu):
+    """They collapsed to one `allocation` and one `project`, maybe of different allocations."""
+    _, (vision_1, speech, vision_2) = shared_gpu
+    (gpu,) = api.get("/api/v1/gpus").json()["items"]
+    assert gpu["labels"] == {"allocation": ",".join(sorted([vision_1, speech, vision_2])),
+                             "project": "speech,vision"}
+    for code in (vision_1, speech, vision_2):
+        found = api.get("/api/v1/gpus", params={"label": f"allocation={code}"}).json()
+        assert [g["uuid"] for g in found["items"]] == [gpu_uuid(1, 0)], code
+
+
+def test_a_member_sees_only_their_allocations_on_a_shared_gpu(api, shared_gpu):
+    member, (vision_1, speech, vision_2) = shared_gpu
+    (gpu,) = member.get("/api/v1/gpus").json()["items"]
+    assert gpu["labels"] == {"allocation": ",".join(sorted([vision_1, vision_2])),
+                             "project": "vision"}
+    assert member.get(f"/api/v1/gpus/{gpu_uuid(1, 0)}").json()["labels"] == gpu["labels"]
+    (listed,) = member.get("/api/v1/nodes/node-1").json()["gpu_list"]
+    assert listed["labels"] == gpu["labels"]
+    # Filtering on the other project's values finds nothing: that would reveal them.
+    for selector in (f"allocation={speech}", "project=speech"):
+        assert member.get("/api/v1/gpus", params={"label": selector}).json()["items"] == []
+    for selector in (f"allocation={vision_2}", "project=vision"):
+        assert len(member.get("/api/v1/gpus", params={"label": selector}).json()["items"]) == 1

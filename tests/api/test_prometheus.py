@@ -66,3 +66,17 @@ def test_a_registered_node_appears(api):
     create_environment(api)
     register(api, 1, gpus=4)
     assert sum(scrape(api)["gpufleet_gpus"].values()) == 4
+
+
+def test_a_member_gets_no_metrics_a_viewer_does(api, h100s):
+    """/metrics shows every project's allocations (`gpufleet_allocated_gpus{project}`) and
+    the fleet's requests: a member's token, which sees only its own projects, gets a 403."""
+    member, operator = h100s
+    act(operator, create(member, count=1)["code"], "approve")
+    refused = member.get("/metrics")
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["code"] == "forbidden"
+    assert "gpufleet_allocated_gpus" not in refused.text
+    viewer = api.as_(api.post("/api/v1/tokens", json={"name": "prometheus",
+                                                       "role": "viewer"}).json()["token"])
+    assert scrape(viewer)["gpufleet_allocated_gpus"]

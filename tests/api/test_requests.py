@@ -62,3 +62,25 @@ def test_placement_fleet_state_round_trips(h100s, api):
     state = FleetState.from_json(data)
     bound = [g for n in state.nodes for g in n.gpus if g.whole_bound]
     assert len(bound) == 3 and sum(len(n.gpus) for n in state.nodes) == 16
+
+
+def test_lengths_and_times_out_of_range_are_refused_naming_the_field(h100s, api):
+    """A year-1 start was accepted (a request pending until then), and a year-9999 start or
+    a 10¹² h duration failed in the state store with a message naming neither."""
+    member, _ = h100s
+    base = {"project": "vision", "count": 1, "reason": "r"}
+    for extra, field in [({"duration_hours": 1e12}, "duration_hours"),
+                         ({"duration_hours": 1e300}, "duration_hours"),
+                         ({"starts_at": "9999-12-31T23:00:00Z", "duration_hours": 5},
+                          "starts_at"),
+                         ({"starts_at": "0001-01-01T00:00:00Z", "duration_hours": 5},
+                          "starts_at"),
+                         ({"ends_at": "9999-12-31T23:59:59Z"}, "ends_at")]:
+        response = member.post("/api/v1/requests", json={**base, **extra})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["details"]["errors"][0]["field"] == field, extra
+    assert member.get("/api/v1/requests").json()["items"] == []
+    code = create(member, count=1, duration_hours=5, reason="r")["code"]
+    response = member.post(f"/api/v1/requests/{code}/extend",
+                           json={"ends_at": "0001-01-01T00:00:00Z"})
+    assert response.status_code == 422, response.text

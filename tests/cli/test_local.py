@@ -223,7 +223,8 @@ def test_timestamps_in_utc(timestamp, text):
 
 
 def test_labels_text_is_sorted():
-    assert labels_text({"rack": "r1", "project": "vision"}) == "project=vision,rack=r1"
+    assert labels_text({"rack": "r1", "project": "vision"}) == "project=vision rack=r1"
+    assert labels_text({"allocation": "GR-1001,GR-1002"}) == "allocation=GR-1001,GR-1002"
     assert labels_text({}) == "-"
 
 

@@ -229,3 +229,25 @@ def test_bad_input_is_one_error_line_from_the_server(fleet):
     assert_one_error_line(invoke("request", "approve", "GR-9999"), "(request_not_found)")
     assert_one_error_line(invoke("pool", "approve", "POOL-77"), "pool 'POOL-77' does not")
     assert json_of("request", "ls")["items"] == []  # nothing was created on the way
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (("--hours", "1e400"), "--hours"), (("--hours", "nan"), "--hours"),
+    (("--days", "99999999999999999999"), "--days"), (("--days", "-1"), "--days"),
+    (("--days", "36501"), "--days")])
+def test_a_length_out_of_range_is_a_usage_error_naming_the_flag(fleet, args, flag):
+    """`--hours 1e400` was a traceback (inf is no JSON), `--days 1e20` a vague 400."""
+    for command in (("request", "create", "-p", "vision", "--gpus", 1, "--reason", "r"),
+                    ("request", "extend", "GR-1")):
+        result = invoke(*command, *args)
+        assert result.exit_code == 2, result.output
+        assert flag in result.output and "Traceback" not in result.output
+    assert json_of("request", "ls")["items"] == []
+
+
+@pytest.mark.parametrize("start", ["0001-01-01T00:00:00", "9999-12-31T00:00:00"])
+def test_a_time_out_of_range_is_refused_naming_it(fleet, start):
+    result = invoke("request", "create", "-p", "vision", "--gpus", 1, "--reason", "r",
+                    "--start", start, "--hours", 5)
+    assert_one_error_line(result, "starts_at", "must lie between 1970 and 2999")
+    assert json_of("request", "ls")["items"] == []

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.private_files import ensure_private_dir, open_private
 from gpufleet.text_limits import BATCH_ID, check_batch_id
 
 from .options import TelemetryOptions
@@ -48,7 +49,7 @@ class Spool:
         if max_bytes < 1:
             raise ValueError("a spool needs room for at least one byte")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ensure_private_dir(self.directory, tighten=True)
         self.max_bytes = max_bytes
         self.dropped_batches = 0  # since start: batches given up to stay within max_bytes
         for leftover in self.directory.glob("*.tmp"):  # a write a crash interrupted
@@ -66,7 +67,7 @@ class Spool:
         sequence = batches[-1].sequence + 1 if batches else 1
         final = self.directory / f"{sequence:012d}-{batch_id}.batch"
         temporary = final.with_suffix(".tmp")
-        with open(temporary, "wb") as handle:
+        with os.fdopen(open_private(temporary, os.O_WRONLY | os.O_TRUNC), "wb") as handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())

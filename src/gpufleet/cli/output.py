@@ -151,4 +151,5 @@ def plural(count: int, noun: str) -> str:
 def labels_text(labels: Mapping[str, str] | None) -> str:
     if not labels:
         return EMPTY
-    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+    # Pairs apart by spaces: a value held by several allocations is itself comma-separated.
+    return " ".join(f"{key}={value}" for key, value in sorted(labels.items()))

@@ -37,6 +37,7 @@ class Action(StrEnum):
     APPROVE_REQUESTS = "requests:approve"
     MANAGE_QUOTAS = "quotas:manage"
     READ_SERVER_SETTINGS = "server_settings:read"
+    READ_FLEET_METRICS = "metrics:read"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -58,6 +59,7 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.APPROVE_REQUESTS: "approve requests",
     Action.MANAGE_QUOTAS: "manage quotas",
     Action.READ_SERVER_SETTINGS: "read the server's settings",
+    Action.READ_FLEET_METRICS: "read the fleet's /metrics",
 }
 
 
@@ -97,6 +99,9 @@ GRANTS: dict[Action, frozenset[Role]] = {
     Action.MANAGE_QUOTAS: frozenset(_OPERATORS),
     # Where the server keeps its data and how it is tuned: the administrator's business.
     Action.READ_SERVER_SETTINGS: frozenset({Role.ADMIN}),
+    # The server's /metrics is for monitoring (a viewer token): it shows every project's
+    # allocations and the fleet's requests, which members may not see, so they get none.
+    Action.READ_FLEET_METRICS: frozenset({Role.ADMIN, Role.OPERATOR, Role.VIEWER}),
 }
 
 

@@ -267,7 +267,9 @@ class Gpufleet:
 
     def server_metrics(self, principal: Principal) -> list[server_metrics.Family]:
         """Everything the server's Prometheus `/metrics` shows: the fleet's state, the
-        funnel by environment, and what telemetry ingest has done since start."""
+        funnel by environment, and what telemetry ingest has done since start. Not for
+        members: it shows every project's allocations (`metrics:read`)."""
+        principal.require(Action.READ_FLEET_METRICS)
         with self.store.read() as session:
             families = server_metrics.gather(session, principal, self.clock.now())
         # A telemetry store without funnel queries leaves the state gauges to count alone.

@@ -32,6 +32,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.domain.errors import Conflict, InvalidInput, Unavailable
+from gpufleet.private_files import ensure_private_dir, ensure_private_file, make_private
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -65,9 +66,14 @@ class StateStore:
 
     # --- engines -------------------------------------------------------------------------
     def _prepare_sqlite_file(self) -> None:
+        """The database file made owner-only before SQLite opens it: SQLite creates its
+        -wal and -shm files with the database file's mode, so they stay private too."""
         database = self.url.database
-        if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        if database and database != ":memory:" and not database.startswith("file:"):
+            path = Path(database)
+            ensure_private_dir(path.parent)
+            ensure_private_file(path)
+            make_private(Path(f"{database}-wal"), Path(f"{database}-shm"))
 
     def _sqlite_engine(self, begin: str, synchronous: str, pool_size: int) -> Engine:
         engine = create_engine(self.url, pool_size=pool_size, max_overflow=0, pool_timeout=60,

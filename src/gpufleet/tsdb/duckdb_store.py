@@ -42,6 +42,7 @@ import duckdb
 
 from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.private_files import make_private
 from gpufleet.tsdb.compaction import compact_rollups, compact_samples
 from gpufleet.tsdb.duckdb_masks import DuckDBMinuteMasks, series_minutes
 from gpufleet.tsdb.duckdb_query import SLOTS_TABLE, fill_pieces, plan_range, select_slots
@@ -96,6 +97,10 @@ class DuckDBTelemetryStore:
         self.max_unapplied_samples = max_unapplied_samples
         config = {} if threads is None else {"threads": threads}
         self._con = duckdb.connect(self.path, config=config)
+        if self.path != ":memory:":
+            # DuckDB creates its files 0644 less the umask, and re-creates its WAL after
+            # every checkpoint: the owner-only data dir guards those; these are tightened.
+            make_private(Path(self.path), Path(f"{self.path}.wal"))
         self._lock = threading.Lock()
         self._ingest_lock = threading.RLock()
         self._dictionary_lock = threading.Lock()

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.private_files import ensure_private_dir, open_private
 from gpufleet.tsdb.protocol import SeriesLabels
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class Journal:
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.directory, tighten=True)  # batches name pods, projects
         self._fd: int | None = None
         # Numbers never repeat while a kept corrupt segment holds one.
         self._number = max([*self._segment_numbers(),
@@ -212,8 +213,7 @@ class Journal:
 
     def _open_next(self) -> None:
         self._number += 1
-        self._fd = os.open(self._path(self._number), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                           0o600)
+        self._fd = open_private(self._path(self._number), os.O_WRONLY | os.O_APPEND)
         self._size_bytes = 0
         directory = os.open(self.directory, os.O_RDONLY)
         try:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, StringConstraints
+
+from gpufleet.domain.telemetry.durations import EARLIEST_TIME, LATEST_TIME, MAX_DURATION
 
 T = TypeVar("T")
 
@@ -38,3 +41,15 @@ LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=63,
                                             pattern=r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")]
 LabelValue = Annotated[str, StringConstraints(max_length=255)]
 Text = Annotated[str, StringConstraints(max_length=2000)]
+
+
+def _accepted_time(at: datetime) -> datetime:
+    if not EARLIEST_TIME <= at < LATEST_TIME:
+        raise ValueError(f"must lie between {EARLIEST_TIME.year} and {LATEST_TIME.year - 1}")
+    return at
+
+
+# A time a client gives: with a zone, within the years any duration can be added to
+# without overflowing (domain/telemetry/durations.py).
+Time = Annotated[AwareDatetime, AfterValidator(_accepted_time)]
+MAX_HOURS = MAX_DURATION.total_seconds() / 3600

@@ -71,6 +71,8 @@ class GpuView(View):
     health: GpuHealth
     health_reason: str | None
     status: GpuStatus
+    # A key with several values (`allocation`, `project` on a GPU held by several
+    # allocations) holds them sorted and comma-separated (docs/lifecycle.md).
     labels: dict[str, str]
     mig_instances: list[MigInstanceView]
     first_seen_at: datetime

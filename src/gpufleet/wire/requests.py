@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import AwareDatetime, Field, model_validator
+from pydantic import Field, model_validator
 
 from gpufleet.domain.requests import FlavourKind
-from gpufleet.wire.base import Name, StrictModel, Text, View
+from gpufleet.wire.base import MAX_HOURS, Name, StrictModel, Text, Time, View
 
 ModelKey = str
 
@@ -31,9 +31,9 @@ class RequestCreate(StrictModel):
     nvlink: bool = Field(default=False,
                          description="All GPUs NVLink-connected (implies same node).")
     environment: Name | None = None
-    starts_at: AwareDatetime | None = Field(default=None, description="Reservation start.")
-    ends_at: AwareDatetime | None = None
-    duration_hours: float | None = Field(default=None, gt=0, description=(
+    starts_at: Time | None = Field(default=None, description="Reservation start.")
+    ends_at: Time | None = None
+    duration_hours: float | None = Field(default=None, gt=0, le=MAX_HOURS, description=(
         "How long it is held once active; ignored when `ends_at` is given."))
     reason: Text | None = None
 
@@ -68,7 +68,7 @@ class Extend(StrictModel):
     """Move the end of a request: to `ends_at`, or `hours` later than it is now."""
 
     hours: float | None = Field(default=None, gt=0, le=24 * 366)
-    ends_at: AwareDatetime | None = None
+    ends_at: Time | None = None
     reason: Text | None = None
 
     @model_validator(mode="after")

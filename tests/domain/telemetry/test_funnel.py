@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.domain.errors import InvalidInput
-from gpufleet.domain.telemetry.durations import parse_duration
+from gpufleet.domain.telemetry.durations import (
+    EARLIEST_TIME,
+    LATEST_TIME,
+    MAX_DURATION,
+    check_time,
+    parse_duration,
+)
 from gpufleet.domain.telemetry.funnel import (
     ActivitySource,
     BindingState,
@@ -181,10 +187,33 @@ def test_parse_duration(text, seconds):
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "6", "h", "-1h", "0m", "6 hours", "1h 30m", "1y"])
+@pytest.mark.parametrize("text", ["", "6", "h", "-1h", "0m", "6 hours", "1h 30m", "1y",
+                                  "99999999999999999999d", "3000000w", "36501d", "9" * 400 + "s"])
 def test_bad_durations_are_refused_with_their_name(text):
     with pytest.raises(InvalidInput) as raised:
         parse_duration(text, name="since")
     assert raised.value.code == "invalid_duration"
-    assert raised.value.details == {"since": text}
+    assert raised.value.details["since"] == text
+
+
+def test_the_longest_duration_is_accepted():
+    assert parse_duration("36500d") == MAX_DURATION
+
+
+@pytest.mark.parametrize(("at", "code"), [
+    (datetime(1, 1, 1, tzinfo=UTC), "time_out_of_range"),
+    (datetime(1969, 12, 31, 23, 59, tzinfo=UTC), "time_out_of_range"),
+    (datetime(9999, 12, 31, tzinfo=UTC), "time_out_of_range"),
+    (datetime(2026, 11, 2, 9, 0), "naive_time")])
+def test_times_outside_the_accepted_range_are_refused(at, code):
+    with pytest.raises(InvalidInput) as raised:
+        check_time(at, name="end")
+    assert raised.value.code == code
+
+
+
+def test_any_accepted_time_plus_or_minus_any_accepted_duration_is_a_time():
+    assert check_time(EARLIEST_TIME, name="end") - MAX_DURATION < EARLIEST_TIME
+    latest = LATEST_TIME - timedelta(microseconds=1)
+    assert check_time(latest, name="end") + MAX_DURATION > LATEST_TIME
 

@@ -160,6 +160,44 @@ def test_bad_funnel_input_is_a_400(api, fleet):
     assert get(api, "funnel", 400, window="soon")["error"]["code"] == "invalid_duration"
 
 
+@pytest.mark.parametrize(("path", "params", "code"), [
+    ("query", {"since": "99999999999999999999d"}, "invalid_duration"),
+    ("query", {"step": "99999999999999999999d"}, "invalid_duration"),
+    ("query", {"since": "9" * 400 + "s"}, "invalid_duration"),
+    ("query", {"end": "0001-01-01T00:30:00Z"}, "time_out_of_range"),
+    ("query", {"start": "0001-01-01T00:00:00Z", "end": "0001-01-01T00:30:00Z"},
+     "time_out_of_range"),
+    ("query", {"start": "9999-12-31T23:00:00Z", "end": "9999-12-31T23:59:59Z"},
+     "time_out_of_range"),
+    ("query", {"end": "2026-11-02T09:00:00"}, "naive_time"),
+    ("funnel", {"window": "3000000w"}, "invalid_duration"),
+    ("funnel", {"window": "99999999999999999999d"}, "invalid_duration"),
+    ("funnel", {"end": "0001-01-01T00:30:00Z"}, "time_out_of_range"),
+    ("funnel", {"end": "9999-12-31T23:59:59Z"}, "time_out_of_range"),
+])
+def test_out_of_range_durations_and_times_are_400s(api, fleet, path, params, code):
+    """Each of these overflowed Python's timedelta / datetime: a 500, and the client's next
+    request on that keep-alive connection was reset."""
+    if path == "query":
+        params = {"metric": "gpu.sm_active", **params}
+    error = get(api, path, 400, **params)["error"]
+    assert error["code"] == code, error
+    assert get(api, "funnel", window="1h")["fleet"]["allocated_gpu_hours"] > 0  # still serving
+
+
+def test_the_funnel_never_counts_hours_after_now(api, fleet, clock):
+    """A window reaching past now is cut at now: no GPU-hours that have not happened."""
+    now = clock.now()
+    ahead = get(api, "funnel", window="2h", end=(now + timedelta(hours=1)).isoformat())
+    assert ahead["window_end"] == get(api, "funnel", window="1h")["window_end"]
+    assert ahead["window_start"] == (now - timedelta(hours=1)).isoformat().replace("+00:00",
+                                                                                   "Z")
+    assert ahead["fleet"]["total_gpu_hours"] == pytest.approx(4)  # 4 GPUs × the past 1 h
+    assert ahead["fleet"]["allocated_gpu_hours"] == pytest.approx(2)
+    future = get(api, "funnel", 400, window="1h", end=(now + timedelta(hours=2)).isoformat())
+    assert future["error"]["code"] == "window_in_future"
+
+
 def test_latest_snapshots_charge_processes_to_the_binding(api, fleet):
     items = {s["gpu_uuid"]: s for s in get(api, "latest")["items"]}
     assert set(items) == {gpu_uuid(1, i) for i in range(4)}

@@ -33,6 +33,7 @@ from gpufleet.cli.errors import CliError
 from gpufleet.cli.output import done, emit, fields, note, print_json, table, when
 from gpufleet.cli.views import quota_table
 from gpufleet.domain.requests import FlavourKind, RequestState
+from gpufleet.wire.base import MAX_HOURS
 
 app = typer.Typer(help="GPU requests: ask, approve, use, release.", no_args_is_help=True)
 
@@ -59,9 +60,16 @@ def instant(text: str | None) -> str | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
 
 
-def _one_length(days: float | None, hours: float | None, until: str | None) -> None:
+def _one_length(days: float | None, hours: float | None, until: str | None) -> float | None:
+    """The hours --days or --hours give (None: neither); one at most, each a positive
+    number no longer than the server accepts (`inf`, `1e400` and `nan` parse as floats)."""
     if sum(value is not None for value in (days, hours, until)) > 1:
         raise typer.BadParameter("give one of --days, --hours and --until")
+    for flag, value, most in (("--days", days, MAX_HOURS / 24), ("--hours", hours, MAX_HOURS)):
+        if value is not None and not 0 < value <= most:  # False for nan
+            raise typer.BadParameter(f"{flag} must be a number above 0 and at most {most:g}, "
+                                     f"not {value:g}")
+    return days * 24 if days is not None else hours
 
 
 def _count(gpus: int | None, count: int | None) -> int:
@@ -249,8 +257,7 @@ def create(
     as_json: JsonFlag = False,
 ) -> None:
     """Ask for GPUs; prints its code and state (and the exports when granted at once)."""
-    _one_length(days, hours, until)
-    duration = days * 24 if days is not None else hours
+    duration = _one_length(days, hours, until)
     with connect() as api:
         request = api.post(api_path("requests"), body(
             project=project, count=_count(gpus, count), models=model or None,
@@ -384,8 +391,7 @@ def release(code: Code, reason: Reason = None, as_json: JsonFlag = False) -> Non
 def extend(code: Code, days: Days = None, hours: Hours = None, until: Until = None,
            reason: Reason = None, as_json: JsonFlag = False) -> None:
     """Move a request's end: --days / --hours later than now planned, or --until a time."""
-    _one_length(days, hours, until)
-    later = days * 24 if days is not None else hours
+    later = _one_length(days, hours, until)
     request = _act(code, "extend", as_json,
                    body(hours=later, ends_at=instant(until), reason=reason))
     if not as_json:

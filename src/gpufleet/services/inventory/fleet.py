@@ -1,7 +1,8 @@
 """Reading the inventory: the fleet summary, GPU and node listings, and GPU details.
 
 Members see the whole inventory but only their own projects' allocation details: the
-`allocation` / `project` labels of units held by other projects are withheld.
+`allocation` / `project` label values of other projects are withheld, value by value (a
+shared or MIG GPU carries one value per allocation and project holding it).
 """
 
 from __future__ import annotations
@@ -9,16 +10,17 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import exists, false, func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.inventory import GpuStatus, canonical_gpu_uuid
+from gpufleet.domain.requests import request_id_from_code
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.lookup import not_found
 from gpufleet.services.paging import apply_page, parse_sort, split_page
-from gpufleet.store.tables import Environment, Gpu, GpuLabel, Node, NodeLabel
+from gpufleet.store.tables import Environment, Gpu, GpuLabel, GpuRequest, Node, NodeLabel, Project
 from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import (
     EnvironmentSummary,
@@ -86,10 +88,15 @@ class NodeFilter:
     label: list[str] = field(default_factory=list)
 
 
-def _own_projects(principal: Principal):
-    """GPUs whose `project` label is one of the caller's projects."""
-    return exists().where(GpuLabel.gpu_id == Gpu.id, GpuLabel.key == "project",
-                          GpuLabel.value.in_(sorted(principal.project_names)))
+def _own_label(principal: Principal, key: str, value: str):
+    """Whether a member may see (and so filter on) this `allocation` / `project` value: one
+    of their projects, or an allocation of one; a condition, true or false in SQL."""
+    if key == "project":
+        return exists().where(Project.name == value) if principal.sees_project(value) \
+            else false()
+    return exists().where(GpuRequest.id == (request_id_from_code(value) or -1),
+                          Project.id == GpuRequest.project_id,
+                          Project.name.in_(sorted(principal.project_names)))
 
 
 def _gpu_conditions(f: GpuFilter, principal: Principal) -> list:
@@ -112,22 +119,51 @@ def _gpu_conditions(f: GpuFilter, principal: Principal) -> list:
         conditions.append(exists().where(GpuLabel.gpu_id == Gpu.id, GpuLabel.key == key,
                                          GpuLabel.value == value))
         if key in ALLOCATION_LABELS and principal.visible_projects is not None:
-            # A label the listing withholds must not be found by filtering on it either.
-            conditions.append(_own_projects(principal))
+            # A label value the listing withholds must not be found by filtering on it.
+            conditions.append(_own_label(principal, key, value))
     for key, value in parse_labels(f.node_label):
         conditions.append(exists().where(NodeLabel.node_id == Gpu.node_id, NodeLabel.key == key,
                                          NodeLabel.value == value))
     return conditions
 
 
-def _visible_labels(principal: Principal, labels: dict[str, str]) -> dict[str, str]:
-    if principal.sees_project(labels.get("project")):
-        return labels
-    return {k: v for k, v in labels.items() if k not in ALLOCATION_LABELS}
+def visible_allocations(session: Session, principal: Principal,
+                        gpus: list[Gpu]) -> frozenset[str] | None:
+    """The `allocation` label values of `gpus` the caller may see: None for all (operators,
+    viewers); a member's, those of their projects (one query for the whole page)."""
+    if principal.visible_projects is None:
+        return None
+    ids = {request_id_from_code(label.value): label.value for gpu in gpus
+           for label in gpu.labels if label.key == "allocation"}
+    ids.pop(None, None)
+    if not ids or not principal.project_names:
+        return frozenset()
+    owned = session.scalars(select(GpuRequest.id).join(Project, Project.id ==
+                                                       GpuRequest.project_id)
+                            .where(GpuRequest.id.in_(ids),
+                                   Project.name.in_(sorted(principal.project_names))))
+    return frozenset(ids[i] for i in owned)
 
 
-def gpu_view(principal: Principal, gpu: Gpu, node_name: str, environment: str) -> GpuView:
-    labels = _visible_labels(principal, {label.key: label.value for label in gpu.labels})
+def gpu_labels(principal: Principal, gpu: Gpu,
+               allocations: frozenset[str] | None) -> dict[str, str]:
+    """The GPU's labels, a key with several values (`allocation`, `project` on a shared or
+    MIG GPU held by several allocations) as its values sorted and comma-separated; a
+    member's view keeps only their projects and `allocations`."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for label in gpu.labels:
+        if label.key == "project" and not principal.sees_project(label.value):
+            continue
+        if label.key == "allocation" and allocations is not None and \
+                label.value not in allocations:
+            continue
+        values[label.key].add(label.value)
+    return {key: ",".join(sorted(vs)) for key, vs in sorted(values.items())}
+
+
+def gpu_view(principal: Principal, gpu: Gpu, node_name: str, environment: str,
+             allocations: frozenset[str] | None = None) -> GpuView:
+    labels = gpu_labels(principal, gpu, allocations)
     return GpuView(
         uuid=gpu.uuid, node=node_name, environment=environment, index=gpu.index,
         model=gpu.model, model_known=gpu.model_known, reported_name=gpu.reported_name,
@@ -151,8 +187,9 @@ def list_gpus(session: Session, principal: Principal, f: GpuFilter, sort: str,
     rows = session.execute(apply_page(query, spec, cursor, limit)).all()
     width = len(spec.columns)
     rows, next_cursor = split_page(rows, limit, lambda row: tuple(row)[-width:])
-    return Page[GpuView](items=[gpu_view(principal, gpu, node, env) for gpu, node, env, *_ in rows],
-                         next_cursor=next_cursor)
+    allocations = visible_allocations(session, principal, [row[0] for row in rows])
+    return Page[GpuView](items=[gpu_view(principal, gpu, node, env, allocations)
+                                for gpu, node, env, *_ in rows], next_cursor=next_cursor)
 
 
 def get_gpu(session: Session, principal: Principal, uuid: str) -> GpuView:
@@ -164,7 +201,8 @@ def get_gpu(session: Session, principal: Principal, uuid: str) -> GpuView:
     if row is None:
         raise not_found("gpu", uuid, label="GPU")
     gpu, node, environment = row
-    return gpu_view(principal, gpu, node, environment)
+    return gpu_view(principal, gpu, node, environment,
+                    visible_allocations(session, principal, [gpu]))
 
 
 def _node_conditions(f: NodeFilter) -> list:
@@ -220,8 +258,9 @@ def get_node_detail(session: Session, principal: Principal, name: str) -> NodeDe
     node, environment = row
     gpus = session.scalars(select(Gpu).where(Gpu.node_id == node.id).order_by(Gpu.index)).all()
     view = node_view(node, environment, len(gpus))
-    return NodeDetail(**view.model_dump(),
-                      gpu_list=[gpu_view(principal, g, node.name, environment) for g in gpus])
+    allocations = visible_allocations(session, principal, list(gpus))
+    return NodeDetail(**view.model_dump(), gpu_list=[
+        gpu_view(principal, g, node.name, environment, allocations) for g in gpus])
 
 
 def summary(session: Session, principal: Principal) -> FleetSummary:

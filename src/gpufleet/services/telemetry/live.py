@@ -36,7 +36,7 @@ from gpufleet.domain.telemetry.funnel import (
     unit_activity,
     zombie_reason,
 )
-from gpufleet.services.access.principal import Principal
+from gpufleet.services.access.principal import SYSTEM, Principal
 from gpufleet.services.paging import SortSpec, apply_page, split_page
 from gpufleet.services.telemetry.ownership import (
     Slot,
@@ -135,6 +135,32 @@ def _owned(principal: Principal, slots: list[Slot]) -> bool:
                                                      for s in slots)
 
 
+def _visible(principal: Principal, slots: list[Slot]) -> list[Slot]:
+    """The slots whose allocations the caller may see."""
+    return [s for s in slots if principal.sees_project(s.project)]
+
+
+def _sees_workload(principal: Principal, holders: list[Slot], claimed: str | None) -> bool:
+    """Whether the caller may see one workload (a process, a workload claim) on a unit
+    `holders` hold now: everyone but members; members when the unit is held by their
+    projects alone, or the workload claims one of their allocations. On a GPU shared with
+    another project a workload that claims none of theirs may be the other project's:
+    its pid, pod, namespace and claim are not theirs to see."""
+    if principal.visible_projects is None:
+        return True
+    mine = _visible(principal, holders)
+    return bool(mine) and (len(mine) == len(holders)
+                           or claimed in {s.allocation for s in mine})
+
+
+def _open_slots(session, principal: Principal, start: datetime, now: datetime, **options
+                ) -> tuple[list[Slot], dict[UnitKey, list[Slot]]]:
+    """The slots the caller may see over [start, now], and every binding holding each unit
+    now, whoever's: what decides which of a shared unit's workloads a member may see."""
+    every = read_slots(session, SYSTEM, start, now + _EPSILON, **options)
+    return _visible(principal, every), _open_now(every, now)
+
+
 # --- latest snapshots ---------------------------------------------------------------------
 
 def latest_snapshots(q: LiveSources, principal: Principal, f: UnitFilter,
@@ -143,7 +169,7 @@ def latest_snapshots(q: LiveSources, principal: Principal, f: UnitFilter,
     with q.state.read() as session:
         page, next_cursor = _gpu_page(session, principal, f, cursor, limit)
         uuids = [g[0] for g in page]
-        slots = read_slots(session, principal, now, now + _EPSILON, gpu_uuids=uuids)
+        slots, holders = _open_slots(session, principal, now, now, gpu_uuids=uuids)
         mig_rows = mig_instance_units(session, uuids)
     held = _open_now(slots, now)
     values = q.telemetry.latest({"gpu_uuid": uuids}, since=now - FRESH) if uuids else []
@@ -162,8 +188,9 @@ def latest_snapshots(q: LiveSources, principal: Principal, f: UnitFilter,
             unit = (uuid, mig)
             if not _owned(principal, held.get(unit, [])):
                 continue
-            items.append(_snapshot(unit, node, environment, model, profiles.get(mig or ""),
-                                   by_unit.get(unit, []), held.get(unit, [])))
+            items.append(_snapshot(principal, unit, node, environment, model,
+                                   profiles.get(mig or ""), by_unit.get(unit, []),
+                                   held.get(unit, []), holders.get(unit, [])))
     return Page[wt.UnitSnapshotView](items=items, next_cursor=next_cursor)
 
 
@@ -198,15 +225,19 @@ def _gpu_page(session, principal: Principal, f: UnitFilter, cursor: str | None, 
     return split_page(rows, limit, lambda row: [row[0]])
 
 
-def _snapshot(unit: UnitKey, node: str, environment: str, model: str, profile: str | None,
-              values: list[LatestValue], held: list[Slot]) -> wt.UnitSnapshotView:
-    bound = [s.allocation for s in held]
+def _snapshot(principal: Principal, unit: UnitKey, node: str, environment: str, model: str,
+              profile: str | None, values: list[LatestValue], held: list[Slot],
+              holders: list[Slot]) -> wt.UnitSnapshotView:
+    """One unit as the caller may see it: `held` (its visible bindings) are the charges,
+    `holders` (all of them) the truth the claims are checked against."""
     plain = {v.series.metric: v for v in values if not v.series.labels}
     activity, source = _activity({m: v.value for m, v in plain.items()}, unit, model,
                                  any(v.series.metric == PROCESS_MEMORY for v in values))
-    processes = _processes(values, bound)
+    processes = [p for p in _processes(values, [s.allocation for s in holders])
+                 if _sees_workload(principal, holders, p.claimed_allocation)]
     claims = [dict(v.series.labels) for v in values
-              if v.series.metric == WORKLOAD_CLAIMED and v.value >= 1]
+              if v.series.metric == WORKLOAD_CLAIMED and v.value >= 1
+              and _sees_workload(principal, holders, None)]
     newest = max((v.at for v in values), default=None)
     return wt.UnitSnapshotView(
         gpu_uuid=unit[0], mig_uuid=unit[1], mig_profile=profile, node=node,
@@ -260,8 +291,8 @@ def zombies(q: LiveSources, principal: Principal) -> list[wt.ZombieProcess]:
     now = q.clock.now()
     t = q.thresholds
     with q.state.read() as session:
-        slots = read_slots(session, principal, now - timedelta(days=1), now + _EPSILON,
-                           cache=q.slot_cache)
+        slots, holders = _open_slots(session, principal, now - timedelta(days=1), now,
+                                     cache=q.slot_cache)
     held = _open_now(slots, now)
     ended: dict[UnitKey, Slot] = {}
     for s in slots:
@@ -281,7 +312,9 @@ def zombies(q: LiveSources, principal: Principal) -> list[wt.ZombieProcess]:
         state = BindingState.BOUND if unit in held else \
             BindingState.ENDED if unit in ended else BindingState.NEVER
         owner = held.get(unit) or ([ended[unit]] if unit in ended else [])
-        if not _owned(principal, owner):
+        labels = dict(p.series.labels)
+        if not _owned(principal, owner) or not _sees_workload(
+                principal, holders.get(unit) or owner, labels.get("claimed_allocation")):
             continue
         sm = busy.get(as_sm.get(p.series), (0, 0, None))
         reason = zombie_reason(memory_used_bytes=p.value, binding=state,
@@ -290,7 +323,6 @@ def zombies(q: LiveSources, principal: Principal) -> list[wt.ZombieProcess]:
                                sm_known_minutes=sm[0], sm_busy_minutes=sm[1])
         if reason is None:
             continue
-        labels = dict(p.series.labels)
         last_owner = owner[0] if owner else None
         found.append(wt.ZombieProcess(
             gpu_uuid=unit[0], mig_uuid=unit[1], node=p.series.node,
@@ -311,20 +343,21 @@ def _relabel(labels: SeriesLabels, metric: str) -> SeriesLabels:
 def unattributed(q: LiveSources, principal: Principal) -> list[wt.UnattributedUsage]:
     now = q.clock.now()
     with q.state.read() as session:
-        slots = read_slots(session, principal, now, now + _EPSILON, cache=q.slot_cache)
-    held = _open_now(slots, now)
+        _, held = _open_slots(session, principal, now, now, cache=q.slot_cache)
     found: list[wt.UnattributedUsage] = []
     busy_units: set[UnitKey] = set()
 
-    def visible(unit: UnitKey) -> bool:
-        return _owned(principal, held.get(unit, []))
+    def visible(unit: UnitKey, claimed: str | None = None) -> bool:
+        holders = held.get(unit, [])
+        return _owned(principal, holders) and _sees_workload(principal, holders, claimed)
 
     for p in _live_processes(q, now):
         unit, labels = _unit(p.series), dict(p.series.labels)
-        bound = [s.allocation for s in held.get(unit, [])]
-        match = check_claim(labels.get("claimed_allocation"), bound)
+        holders = held.get(unit, [])
+        match = check_claim(labels.get("claimed_allocation"), [s.allocation for s in holders])
         busy_units.add(unit)
-        if is_unattributed(match) and visible(unit):
+        if is_unattributed(match) and visible(unit, labels.get("claimed_allocation")):
+            bound = [s.allocation for s in _visible(principal, holders)]
             found.append(_usage(p, "process", match, bound, pid=int(labels.get("pid", "0")),
                                 name=labels.get("process_name"),
                                 claimed_allocation=labels.get("claimed_allocation"),

@@ -22,7 +22,7 @@ from gpufleet.clock import Clock
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import InvalidInput, Unavailable
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
-from gpufleet.domain.telemetry.durations import parse_duration
+from gpufleet.domain.telemetry.durations import check_time, parse_duration
 from gpufleet.domain.telemetry.funnel import (
     IDLE_MIN_KNOWN_SHARE,
     MINUTES_PER_HOUR,
@@ -158,13 +158,10 @@ class TelemetryQueries:
 
     def _window(self, start: datetime | None, end: datetime | None,
                 since: str | None) -> tuple[datetime, datetime]:
-        now = self.clock.now()
-        end = end or now
+        end = self.clock.now() if end is None else check_time(end, name="end")
         if start is None:
             start = end - parse_duration(since or "1h", name="since")
-        if start.tzinfo is None or end.tzinfo is None:
-            raise InvalidInput("start and end need a time zone (e.g. 2026-11-02T09:00Z)",
-                               code="naive_time")
+        check_time(start, name="start")
         if end <= start:
             raise InvalidInput("start must be before end", code="invalid_range",
                                details={"start": start.isoformat(), "end": end.isoformat()})
@@ -201,10 +198,7 @@ class TelemetryQueries:
                                    f"{', '.join(FUNNEL_LABELS)}", code="unknown_label",
                                    details={"label": name, "allowed": list(FUNNEL_LABELS)})
         masks = self.masks  # a store without them: 503 before any work
-        now = self.clock.now()
-        end = window_end or now
-        start, end = self._window(end - parse_duration(window or "24h", name="window"), end,
-                                  None)
+        start, end = self._funnel_window(window_end, window)
         scoped = principal.visible_projects is not None
         with self.state.read() as session:
             slots = read_slots(session, principal, start, end, cache=self.slot_cache)
@@ -229,6 +223,20 @@ class TelemetryQueries:
             rows=[_funnel_row(dict(zip(by, key, strict=True)), f)
                   for key, f in sorted(rows.items(), key=lambda kv: [str(v) for v in kv[0]])],
             fleet=_funnel_row({}, fleet))
+
+    def _funnel_window(self, window_end: datetime | None,
+                       window: str | None) -> tuple[datetime, datetime]:
+        """[end − window, end), its part after now cut off: no GPU-hour is counted before
+        it happened. A window wholly after now is a 400 `window_in_future`."""
+        now = self.clock.now()
+        end = now if window_end is None else check_time(window_end, name="end")
+        start = end - parse_duration(window or "24h", name="window")
+        if start >= now:
+            raise InvalidInput(f"the window starts at {start.isoformat()}, after now: nothing "
+                               "has happened in it yet", code="window_in_future",
+                               details={"window_start": start.isoformat(),
+                                        "now": now.isoformat()})
+        return self._window(start, min(end, now), None)
 
     def _funnel_rows(self, masks: MinuteMasks, done: int, slots: list[Slot],
                      by: tuple[str, ...], start: datetime, end: datetime,

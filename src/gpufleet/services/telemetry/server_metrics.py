@@ -46,7 +46,8 @@ class Family:
 
 
 def gather(session: Session, principal: Principal, now: datetime) -> list[Family]:
-    principal.require(Action.READ_INVENTORY)
+    """Every project's allocations and requests: for monitoring tokens, never a member."""
+    principal.require(Action.READ_FLEET_METRICS)
     environments = dict(session.execute(select(Environment.id, Environment.name)).all())
     return [_gpus(session, environments), _nodes(session, environments),
             _allocated(session, environments), _requests(session),
