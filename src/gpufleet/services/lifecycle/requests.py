@@ -279,12 +279,19 @@ def approve(session: Session, principal: Principal, code: str, now: datetime,
             reason: str | None) -> GpuRequest:
     principal.require(Action.APPROVE_REQUESTS)
     request = get_request(session, principal, code)
-    if (principal.role is not Role.ADMIN and principal.user_id is not None
-            and request.requester_user_id == principal.user_id):
+    if principal.role is not Role.ADMIN and _is_own(principal, request):
         raise Forbidden("nobody approves their own request (an admin may)",
                         code="self_approval", details={"request": code})
     _transition(session, request, RequestState.APPROVED, principal.actor, now, reason)
     return request
+
+
+def _is_own(principal: Principal, request: GpuRequest) -> bool:
+    """The same person, or the same user-less token, asked for it. The actor is compared as
+    pools do; the user id as well, so a user's request stays theirs across their tokens."""
+    same_user = (principal.user_id is not None
+                 and request.requester_user_id == principal.user_id)
+    return same_user or request.requested_by == principal.actor
 
 
 def reject(session: Session, principal: Principal, code: str, now: datetime,
