@@ -276,6 +276,7 @@ class Gpufleet:
             canonical = gpus.set_health(session, principal, uuid, body, self.clock.now())
         view = self.get_gpu(principal, canonical)
         self.lifecycle.placement.mark_stale([view.node])
+        self.lifecycle.shape.invalidate()  # a quarantined GPU is no longer capacity
         return view
 
     def approve_gpu_move(self, principal: Principal, uuid: str,
@@ -302,6 +303,7 @@ class Gpufleet:
             change[action](session, principal, name, self.clock.now(), reason)
         self.principals.clear()  # retiring a node revokes its credential
         self.lifecycle.placement.mark_stale([name])
+        self.lifecycle.shape.invalidate()  # a retired node's GPUs are no longer capacity
         return self.get_node(principal, name)
 
     def audit_events(self, principal: Principal, *, subject_kind: str | None,

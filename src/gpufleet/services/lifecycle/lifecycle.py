@@ -54,7 +54,8 @@ class Lifecycle:
     def create_request(self, principal: Principal, body: wr.RequestCreate) -> wr.RequestView:
         with self._write() as session:
             request = requests.create(session, principal, body, self.clock.now(),
-                                      self.settings.max_request_days, self.shape)
+                                      self.settings.max_request_days, self.shape,
+                                      self.settings.default_request_days)
             request_id, approved = request.id, request.state == RequestState.APPROVED.value
         return self._grant(request_id) if approved else self._view(request_id)
 

@@ -18,7 +18,6 @@ from gpufleet.domain.access import Action, Role
 from gpufleet.domain.admission import AdmissionFacts, Outcome, Verdict
 from gpufleet.domain.errors import Forbidden, InvalidInput
 from gpufleet.domain.gpu_models import catalogue
-from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.placement import Decision
 from gpufleet.domain.requests import (
     Flavour,
@@ -32,7 +31,7 @@ from gpufleet.domain.requests import (
 from gpufleet.services.access import audit, people
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.inventory.fleet_shape import FleetShape
-from gpufleet.services.lifecycle import bindings, granting, quotas
+from gpufleet.services.lifecycle import bindings, feasibility, granting, quotas
 from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND
 from gpufleet.services.lookup import not_found
 from gpufleet.store.tables import AutoApprovePolicy, GpuRequest, Project
@@ -113,14 +112,18 @@ def list_requests(session: Session, principal: Principal, *, state: str | None =
 
 # --- creating ----------------------------------------------------------------------------
 def create(session: Session, principal: Principal, body: RequestCreate, now: datetime,
-           max_request_days: float, shape: FleetShape) -> GpuRequest:
+           max_request_days: float, shape: FleetShape,
+           default_request_days: float | None = None) -> GpuRequest:
+    """`default_request_days`: how long a request that names no end lasts (capped at
+    `max_request_days`); None leaves it open-ended."""
     principal.require(Action.REQUEST_GPUS)
     project = people.get_project(session, body.project)
     people.require_member(principal, project)
+    feasibility.check_environment(session, body)
     try:
-        _check_feasible(body, shape.largest(session))
+        feasibility.check_feasible(body, shape.cells(session))
     except InvalidInput:  # the memo may predate GPUs that make it feasible: ask again
-        _check_feasible(body, shape.largest(session, fresh=True))
+        feasibility.check_feasible(body, shape.cells(session, fresh=True))
     fleet_models = shape.models(session, MODE_OF_KIND[body.kind].value)
     request = GpuRequest(
         project_id=project.id, project=project, requested_by=principal.actor,
@@ -131,8 +134,7 @@ def create(session: Session, principal: Principal, body: RequestCreate, now: dat
         memory_mib_per_unit=round(body.memory_gib_per_unit * 1024),
         same_node=body.same_node or body.nvlink, nvlink=body.nvlink,
         environment=body.environment, starts_at=body.starts_at, ends_at=body.ends_at,
-        duration_s=None if body.ends_at or body.duration_hours is None
-        else round(body.duration_hours * 3600),
+        duration_s=_duration_s(body, max_request_days, default_request_days),
         justification=body.reason, state=RequestState.PENDING.value, created_at=now)
     verdicts = _admission(session, request, now, max_request_days, admission.ON_CREATE,
                           fleet_models=fleet_models)
@@ -154,57 +156,17 @@ def create(session: Session, principal: Principal, body: RequestCreate, now: dat
     return request
 
 
-def _check_feasible(body: RequestCreate, largest: dict[tuple[str, str], int]) -> None:
-    """Refuse what no fleet state could ever grant: unknown models and profiles, groups
-    larger than any node (`largest`: the most GPUs per sharing mode and model on a node)."""
-    mode = MODE_OF_KIND[body.kind].value
-    for key in body.models or ():
-        found = catalogue_model(key)
-        if found is None:
-            raise InvalidInput(f"unknown GPU model '{key}'", code="unknown_model",
-                               details={"model": key})
-        if found.key != key:
-            raise InvalidInput(f"GPU model '{key}' is spelled '{found.key}'",
-                               code="unknown_model", details={"model": key})
-    candidates = body.models or sorted(model for m, model in largest if m == mode)
-    if body.kind is FlavourKind.MIG:
-        _check_mig_profile(body, candidates)
-    if not candidates:
-        raise InvalidInput(f"the fleet has no GPUs in {mode} mode", code="no_such_gpus",
-                           details={"sharing_mode": mode})
-    if body.same_node or body.nvlink:
-        most = _largest_group(body, {model: largest.get((mode, model), 0)
-                                     for model in candidates})
-        if body.count > most:
-            raise InvalidInput(
-                f"{body.count} units cannot be on one node: the largest node offers "
-                f"{most} of this kind", code="too_many_for_one_node",
-                details={"count": body.count, "largest_node": most})
-
-
-def _check_mig_profile(body: RequestCreate, candidates: list[str]) -> None:
-    for key in body.models or ():
-        if catalogue_model(key).mig is None:
-            raise InvalidInput(f"{key} cannot do MIG", code="mig_model_unknown",
-                               details={"model": key})
-    knowing = [m for m in candidates if granting.has_mig_profile(m, body.mig_profile)]
-    if not knowing:
-        raise InvalidInput(f"no GPU model in the fleet has MIG profile '{body.mig_profile}'",
-                           code="unknown_mig_profile", details={"mig_profile": body.mig_profile})
-
-
-def _largest_group(body: RequestCreate, gpus_per_node: dict[str, int]) -> int:
-    """The most units of the request's kind one node can hold, over its candidate models."""
-    best = 0
-    for model_key, gpus in gpus_per_node.items():
-        if body.kind is FlavourKind.MIG:
-            profile = catalogue_model(model_key).mig.profile_named(body.mig_profile)
-            best = max(best, gpus * (profile.max_instances if profile else 0))
-        elif body.kind is FlavourKind.SHARED:
-            best = max(best, gpus)  # the engine puts a request's fractions on distinct GPUs
-        else:
-            best = max(best, gpus)
-    return best
+def _duration_s(body: RequestCreate, max_request_days: float,
+                default_request_days: float | None) -> int | None:
+    """How long the request is held once active; a request that names no end gets the
+    default, so none waits or holds forever and none escapes `max_request_days`."""
+    if body.ends_at is not None:
+        return None
+    if body.duration_hours is not None:
+        return round(body.duration_hours * 3600)
+    if default_request_days is None:
+        return None
+    return round(min(default_request_days, max_request_days) * 86400)
 
 
 def _admission(session: Session, request: GpuRequest, now: datetime, max_request_days: float,
