@@ -250,10 +250,13 @@ def bump_desired_state(session: Session, node_ids: Iterable[int]) -> None:
 
 
 def close_bindings(session: Session, request: GpuRequest, project_name: str, now: datetime,
-                   reason: str) -> list[Binding]:
-    """End every open binding of the request; free its slots, fractions and labels."""
-    bindings = list(session.scalars(select(Binding).where(
-        Binding.request_id == request.id, Binding.ended_at.is_(None))))
+                   reason: str, *, on_gpu_ids: Iterable[int] | None = None) -> list[Binding]:
+    """End every open binding of the request (only those on `on_gpu_ids`, when given: the
+    units a retirement or quarantine takes away); free their slots, fractions and labels."""
+    query = select(Binding).where(Binding.request_id == request.id, Binding.ended_at.is_(None))
+    if on_gpu_ids is not None:
+        query = query.where(Binding.gpu_id.in_(list(on_gpu_ids)))
+    bindings = list(session.scalars(query))
     if not bindings:
         return []
     for binding in bindings:

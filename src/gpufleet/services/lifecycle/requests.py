@@ -414,7 +414,8 @@ def why(session: Session, principal: Principal, code: str, now: datetime,
               for rule, v in zip(rules, verdicts, strict=True)]
     summary = _summary(request, state, waiting_on, position, length)
     return RequestWhy(code=code, state=state.value, waiting=bool(waiting_on),
-                      wait_code=waiting_on[0].code if waiting_on else None, summary=summary,
+                      wait_code=waiting_on[0].code if waiting_on else request.wait_code
+                      if state is RequestState.ACTIVE else None, summary=summary,
                       queue_position=position, queue_length=length, verdicts=views_,
                       quotas=_quota_views_for(session, request))
 
@@ -430,6 +431,8 @@ def _rules_for(state: RequestState) -> tuple[admission.Rule, ...]:
 def _summary(request: GpuRequest, state: RequestState, waiting_on: list[Verdict],
              position: int | None, length: int | None) -> str:
     code = request_code(request.id)
+    if state is RequestState.ACTIVE and request.wait_code == "units_lost":
+        return f"{code} is active but degraded: {request.wait_message}"
     if state is RequestState.ACTIVE:
         return f"{code} is active: its units are bound"
     if state.is_final:
