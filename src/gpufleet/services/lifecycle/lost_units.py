@@ -17,9 +17,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from gpufleet.domain.inventory import canonical_gpu_uuid
 from gpufleet.domain.requests import request_code
 from gpufleet.services.access import audit
 from gpufleet.services.lifecycle import bindings
@@ -39,6 +40,18 @@ def gpu_quarantined(session: Session, uuid: str, actor: str, now: datetime,
                     reason: str | None) -> list[str]:
     gpu_ids = session.scalars(select(Gpu.id).where(Gpu.uuid == uuid))
     return end_units_on(session, gpu_ids, "gpu_quarantined", actor, now, reason)
+
+
+def holding(*, node: str | None = None, gpu_uuid: str | None = None) -> Select:
+    """The ids of the requests with an open binding on the node or GPU named, as a subquery:
+    what retiring the node or quarantining the GPU would take units from."""
+    query = (select(Binding.request_id).join(Gpu, Gpu.id == Binding.gpu_id)
+             .join(Node, Node.id == Binding.node_id).where(Binding.ended_at.is_(None)))
+    if node is not None:
+        query = query.where(Node.name == node)
+    if gpu_uuid is not None:
+        query = query.where(Gpu.uuid == canonical_gpu_uuid(gpu_uuid))
+    return query
 
 
 def affected_request_ids(session: Session, gpu_ids: Iterable[int]) -> list[int]:

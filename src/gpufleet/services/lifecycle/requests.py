@@ -31,7 +31,7 @@ from gpufleet.domain.requests import (
 from gpufleet.services.access import audit, people
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.inventory.fleet_shape import FleetShape
-from gpufleet.services.lifecycle import bindings, feasibility, granting, quotas
+from gpufleet.services.lifecycle import bindings, feasibility, granting, lost_units, quotas
 from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND
 from gpufleet.services.lookup import not_found
 from gpufleet.store.tables import AutoApprovePolicy, GpuRequest, Project
@@ -91,9 +91,12 @@ def views(session: Session, requests: list[GpuRequest], *, with_history_units: b
 
 
 def list_requests(session: Session, principal: Principal, *, state: str | None = None,
-                  project: str | None = None, before: int | None = None,
+                  project: str | None = None, node: str | None = None,
+                  gpu: str | None = None, before: int | None = None,
                   limit: int = 100) -> tuple[list[GpuRequest], int | None]:
-    """Newest first; the second value is the id to pass as `before` for the next page."""
+    """Newest first; the second value is the id to pass as `before` for the next page.
+    `node`, `gpu`: only requests holding a unit there now (what a retirement or a
+    quarantine would take away)."""
     query = (select(GpuRequest).join(Project, Project.id == GpuRequest.project_id)
              .order_by(GpuRequest.id.desc()).limit(limit + 1))
     if state:
@@ -102,6 +105,8 @@ def list_requests(session: Session, principal: Principal, *, state: str | None =
         query = query.where(Project.name == project)
     if principal.visible_projects is not None:
         query = query.where(Project.name.in_(principal.visible_projects or {""}))
+    if node is not None or gpu is not None:
+        query = query.where(GpuRequest.id.in_(lost_units.holding(node=node, gpu_uuid=gpu)))
     if before is not None:
         query = query.where(GpuRequest.id < before)
     rows = list(session.scalars(query))
