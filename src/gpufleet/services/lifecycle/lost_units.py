@@ -75,7 +75,7 @@ def end_units_on(session: Session, gpu_ids: Iterable[int], cause: str, actor: st
         lost = _describe(session, closed, cause)
         code = request_code(request_id)
         request.wait_message = _append(request, f"lost {len(closed)} of {held_before} "
-                                       f"units at {now.isoformat()}: {lost}")
+                                       f"units at {now.isoformat(timespec='seconds')}: {lost}")
         request.wait_code = UNITS_LOST
         audit.record(session, at=now, actor=actor, action="request.units_lost",
                      subject_kind="request", subject=code, reason=reason, cause=cause,
