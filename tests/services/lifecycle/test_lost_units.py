@@ -3,6 +3,9 @@ held them is flagged as degraded (issue 12, item 5). SQLite and PostgreSQL, real
 
 from __future__ import annotations
 
+from sqlalchemy import update
+
+from gpufleet.store.tables import Gpu
 from tests.lifecycle_world import act, create
 
 
@@ -72,3 +75,14 @@ def test_a_retired_node_with_no_allocations_changes_no_request(h100s, api):
     api.post(f"/api/v1/nodes/{idle}/retire", json={"reason": "spare"})
     request = member.get(f"/api/v1/requests/{code}").json()
     assert request["wait_code"] is None and len(request["units"]) == 8
+
+
+def test_a_grant_refuses_gpus_retired_or_quarantined_after_its_checks(h100s, api, gf):
+    """The race on PostgreSQL: the operator's change commits between the grant's checks and
+    its write. Simulated by the one thing the grant's write can still see, the GPUs' status
+    column, changed without the health and node state the checks read."""
+    member, operator = h100s
+    with gf.store.write() as session:
+        session.execute(update(Gpu).values(status="quarantined"))
+    approved = act(operator, create(member, count=1, duration_hours=1)["code"], "approve")
+    assert approved["state"] == "approved" and approved["units"] == []

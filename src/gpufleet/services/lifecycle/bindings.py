@@ -110,9 +110,7 @@ def open_bindings(session: Session, openings: Sequence[Opening], gpu_ids: dict[s
         session.execute(insert(SlotClaim), claims)
     for gpu_id, milli in shared_milli.items():
         _raise_shared_use(session, gpus[gpu_id], milli)
-    session.execute(update(Gpu).where(Gpu.id.in_(list(gpus)))
-                    .values(allocated=True, status=GpuStatus.ALLOCATED.value)
-                    .execution_options(synchronize_session=False))
+    _mark_allocated(session, gpus.values())
     _check_host_capacity(session, openings, node_ids)
     _stamp_labels(session, [(o.request.id, o.project_name,
                              {b.gpu_id for b in opened[o.request.id]}) for o in openings])
@@ -140,6 +138,23 @@ def _check_usable(session: Session, gpus: Iterable[Gpu],
     if not_ready:
         raise UnitTaken(f"node {not_ready[0]} is no longer ready")
     _check_mig_layouts(session, placed, gpu_ids)
+
+
+def _mark_allocated(session: Session, gpus: Iterable[Gpu]) -> None:
+    """Mark the GPUs allocated, unless a retirement or quarantine committed meanwhile.
+
+    `_check_usable` reads without a lock, so on PostgreSQL an operator's retirement or
+    quarantine can commit after it and before this grant; that transaction has already
+    ended the bindings it saw and will not see this one. This update waits for its row lock
+    and then re-reads the row, so the status condition refuses such a GPU here."""
+    ids = [gpu.id for gpu in gpus]
+    marked = session.execute(
+        update(Gpu).where(Gpu.id.in_(ids), Gpu.status.not_in(
+            (GpuStatus.RETIRED.value, GpuStatus.QUARANTINED.value)))
+        .values(allocated=True, status=GpuStatus.ALLOCATED.value)
+        .execution_options(synchronize_session=False))
+    if marked.rowcount != len(ids):
+        raise UnitTaken("a GPU was retired or quarantined meanwhile")
 
 
 def _check_mig_layouts(session: Session, placed: list[tuple[Opening, list[UnitChoice]]],
