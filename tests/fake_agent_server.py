@@ -45,6 +45,7 @@ class FakeServer:
     # Answer telemetry with 409 foreign_gpus until the node has registered this many more
     # times: its registration lacks GPUs its batches name (a MIG layout changed since).
     stale_registrations: int = 0
+    retired: set[str] = field(default_factory=set)  # hostnames an operator retired
     _ids: itertools.count = field(default_factory=itertools.count)
 
     def transport(self) -> httpx.MockTransport:
@@ -61,6 +62,8 @@ class FakeServer:
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
         if request.url.path == TELEMETRY_BATCHES_PATH:
             return self._telemetry(bearer, request)
+        if request.url.path == "/api/v1/nodes":
+            return self._nodes(bearer, request)
         body = json.loads(request.content or b"{}")
         route = {"/api/v1/environments": self._environment,
                  "/api/v1/join-tokens": self._join_tokens,
@@ -69,6 +72,14 @@ class FakeServer:
         if route is None:
             return _error(404, "not_found", "no such route")
         return route(bearer, body)
+
+    def _nodes(self, bearer: str, request: httpx.Request) -> httpx.Response:
+        if bearer != self.operator_token:
+            return _error(401, "unauthenticated", "bad token")
+        wanted = request.url.params.get("status")
+        names = sorted(self.retired) if wanted == "retired" else []
+        return httpx.Response(200, json={"items": [{"name": n, "status": "retired"}
+                                                   for n in names], "next_cursor": None})
 
     def _environment(self, bearer: str, body: dict) -> httpx.Response:
         if bearer != self.operator_token:

@@ -116,6 +116,9 @@ class Settings(BaseSettings):
             "`spread` (docs/placement.md)."))
     max_request_days: float = Field(default=90.0, gt=0, le=3660, description=(
         "Longest a GPU request may last, from its start to its end."))
+    default_request_days: float = Field(default=7.0, gt=0, le=3660, description=(
+        "How long a GPU request that names no end (`--days`, `--hours`, `--until`) is held "
+        "once active; never more than `max_request_days`."))
     lifecycle_interval_s: float = Field(default=15.0, gt=0, le=3600, description=(
         "How often the server expires ended allocations and grants approved requests that "
         "wait for capacity or their start time."))

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli import client as cli_client
+from gpufleet.cli.commands import losing_units
 from gpufleet.cli.main import app
 from gpufleet.settings import login_file_path
 from tests.helpers import create_environment, gpu, join_token, register, registration
@@ -273,7 +274,13 @@ def test_node_cordon_and_uncordon(cli, fleet):
     assert "status ready" in ok("node", "uncordon", "node-1").stdout
 
 
-def test_node_retire_asks_first(cli, fleet):
+@pytest.fixture
+def a_terminal(monkeypatch):
+    """The CLI runs as if on a terminal, so it may ask (CliRunner's stdin is none)."""
+    monkeypatch.setattr(losing_units, "interactive", lambda: True)
+
+
+def test_node_retire_asks_first(cli, fleet, a_terminal):
     refused = invoke("node", "retire", "node-2", input="n\n")
     assert refused.exit_code == 1
     assert json_of("node", "show", "node-2")["status"] == "ready"
@@ -287,6 +294,47 @@ def test_an_empty_listing_says_so_and_a_misspelt_filter_names_the_choices(cli, f
     misspelt = invoke("audit", "ls", "--subject-kind", "nodes")
     assert misspelt.exit_code == 2
     assert "'nodes' is not one of" in misspelt.output and "'node'" in misspelt.output
+
+
+def test_node_retire_without_a_terminal_needs_yes(cli, fleet):
+    assert_one_error_line(invoke("node", "retire", "node-2"), "--yes")
+    assert json_of("node", "show", "node-2")["status"] == "ready"
+
+
+def held_on_node_2(api) -> tuple[str, str]:
+    """An allocation of 10 H100s (8 + 2 over the two nodes); its code and a GPU on node-2."""
+    api.post("/api/v1/projects", json={"name": "vision", "organisation": "research"})
+    code = api.post("/api/v1/requests", json={"project": "vision", "count": 10,
+                                              "models": ["H100-80GB"]}).json()["code"]
+    units = api.post(f"/api/v1/requests/{code}/approve").json()["units"]
+    return code, next(u["gpu_uuid"] for u in units if u["node"] == "node-2")
+
+
+def test_node_retire_lists_the_allocations_that_lose_units(cli, fleet, api, a_terminal):
+    code, _ = held_on_node_2(api)
+    node_2_units = sum(u["node"] == "node-2" for u in
+                       api.get(f"/api/v1/requests/{code}").json()["units"])
+    refused = invoke("node", "retire", "node-2", input="n\n")
+    assert refused.exit_code == 1
+    assert f"{code}  project vision" in refused.stderr
+    assert f"{node_2_units} of 10 units" in refused.stderr
+    assert api.get(f"/api/v1/requests/{code}").json()["wait_code"] is None
+    ok("node", "retire", "node-2", "--yes")
+    shown = " ".join(ok("request", "show", code).stdout.split())
+    assert f"degraded lost {node_2_units} of 10 units" in shown and "(node retired)" in shown
+    assert api.get(f"/api/v1/requests/{code}").json()["wait_code"] == "units_lost"
+
+
+def test_gpu_quarantine_asks_when_an_allocation_holds_it(cli, fleet, api):
+    code, uuid = held_on_node_2(api)
+    result = invoke("gpu", "quarantine", uuid, "--reason", "XID 79")
+    assert result.exit_code == 1 and result.stdout == ""
+    listing, error = result.stderr.strip().rsplit("\n", 1)
+    assert f"{code}  project vision" in listing and "1 of 10 units" in listing
+    assert error.startswith("error: ") and "add --yes" in error
+    assert json_of("fleet", "show", uuid)["health"] == "healthy"
+    ok("gpu", "quarantine", uuid, "--reason", "XID 79", "--yes")
+    assert api.get(f"/api/v1/requests/{code}").json()["wait_code"] == "units_lost"
 
 
 def test_node_ls_and_show(cli, fleet):

@@ -250,4 +250,20 @@ def test_a_time_out_of_range_is_refused_naming_it(fleet, start):
     result = invoke("request", "create", "-p", "vision", "--gpus", 1, "--reason", "r",
                     "--start", start, "--hours", 5)
     assert_one_error_line(result, "starts_at", "must lie between 1970 and 2999")
+
+
+def test_impossible_requests_are_refused_in_the_clis_words(fleet):
+    """Issue 12, item 4: the limit and what exists, with the flags a person typed."""
+    for args, message in [
+        (("--gpus", 17), "--gpus 17: the fleet has 16 H100-80GB; largest node 8"),
+        (("--gpus", 1, "--model", "A100-80GB"),
+         "--model A100-80GB: the fleet has none in exclusive mode; it has H100-80GB"),
+        (("--gpus", 1, "--env", "nowhere"), "--env nowhere: no such environment"),
+        (("--gpus", 2, "--same-node", "--cpu", 60),
+         "--cpu 60 cores per unit × 2 units on one node: the largest node has 112 cores"),
+        (("--gpus", 1, "--memory", 3000),
+         "--memory 3000 GiB per unit: the largest node has 2048 GiB"),
+    ]:
+        result = invoke("request", "create", "-p", "vision", "--reason", "r", *args)
+        assert_one_error_line(result, f"error: {message}")
     assert json_of("request", "ls")["items"] == []

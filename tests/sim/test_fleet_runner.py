@@ -195,3 +195,18 @@ def test_an_unavailable_server_backs_off_then_the_schedule_resumes():
     first, second, third = time.tick_starts_s
     assert second - first > 1.0  # a backoff delay after the failed upload
     assert third - second == 60.0
+
+
+def test_a_restarted_fleet_does_not_join_a_retired_node_again(tmp_path):
+    """Retiring revokes the node's credential; the fleet must not answer that by joining it
+    again with a new join token (issue 12, item 5)."""
+    server = FakeServer()
+    run_fleet(server, tmp_path)
+    machine_id, registration = next(iter(server.nodes.items()))
+    server.retired.add(registration.hostname)
+    server.credentials = {c: m for c, m in server.credentials.items() if m != machine_id}
+    server.nodes.clear()
+    final = run_fleet(server, tmp_path)
+    assert machine_id not in server.nodes
+    assert len(server.nodes) == NODES - 1
+    assert (final.nodes_total, final.nodes_registered) == (NODES - 1, NODES - 1)

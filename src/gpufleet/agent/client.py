@@ -100,6 +100,19 @@ async def post(http: httpx.AsyncClient, url: str, bearer: str,
     return response
 
 
+async def get(http: httpx.AsyncClient, url: str, bearer: str,
+              params: dict | None = None) -> httpx.Response:
+    """GET with a bearer token; the 2xx response, or the AgentError for anything else."""
+    try:
+        response = await http.get(url, params=params,
+                                  headers={"Authorization": f"Bearer {bearer}"})
+    except httpx.TransportError as exc:
+        raise ServerUnavailable(f"{url}: {type(exc).__name__}: {exc}") from exc
+    if not response.is_success:
+        raise error_from_response(response)
+    return response
+
+
 def parse_reply(response: httpx.Response, model: type[ReplyT]) -> ReplyT:
     try:
         return model.model_validate_json(response.content)

@@ -507,6 +507,21 @@ def _allocate(seeder: Seeder, world: _World, plan: _Plan) -> None:
         seeder.cancel(project, code, "ran it elsewhere")
 
 
+def _model_to_wait_for(seeder: Seeder, groups: list[GpuGroup]
+                       ) -> tuple[GpuGroup, int, int] | None:
+    """The first group whose model has GPUs in use (so a request can wait for them): the
+    group, its free and its total exclusive GPUs."""
+    with seeder.gf.store.read() as session:
+        for group in groups:
+            in_model = (select(func.count()).select_from(Gpu)
+                        .where(Gpu.model == group.model, Gpu.sharing_mode == "exclusive"))
+            total = session.scalar(in_model) or 0
+            free = session.scalar(in_model.where(Gpu.allocated.is_(False))) or 0
+            if free < total:
+                return group, free, total
+    return None
+
+
 def _queue(seeder: Seeder, world: _World, rng: random.Random) -> None:
     """Pending requests, and approved ones that wait (for capacity, for their start)."""
     whole = [g for g in world.groups if g.mode == "exclusive"]
@@ -530,16 +545,13 @@ def _queue(seeder: Seeder, world: _World, rng: random.Random) -> None:
         # A quota smaller than the ask refuses it: that request simply is not made.
         seeder.create(project, wr.RequestCreate(project=project, **body), refusable=True)
 
-    # Waiting for capacity: more L40S (or the smallest whole model) than are free.
-    group = next((g for g in whole if g.model == "L40S-48GB"), None) or (whole[0] if whole
-                                                                         else None)
-    if group is not None:
-        with seeder.gf.store.read() as session:
-            free = session.scalar(select(func.count()).select_from(Gpu).where(
-                Gpu.model == group.model, Gpu.sharing_mode == "exclusive",
-                Gpu.allocated.is_(False))) or 0
+    # Waiting for capacity: more L40S (or another whole model) than are free, yet no more
+    # than the fleet has (a request larger than the fleet is refused at once).
+    waiting = _model_to_wait_for(seeder, sorted(whole, key=lambda g: g.model != "L40S-48GB"))
+    if waiting is not None:
+        group, free, total = waiting
         project = projects[7 % len(projects)]
-        count = free + 8
+        count = min(free + 8, total)
         admin = seeder.operator()
         held = seeder.lc.project_quotas(admin, project)
         used = next((q.used for q in held.quotas if q.flavour == group.model), 0)

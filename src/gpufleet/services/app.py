@@ -16,11 +16,12 @@ from gpufleet import __version__
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
-from gpufleet.domain.inventory import NodeStatus
+from gpufleet.domain.inventory import GpuHealth, NodeStatus
 from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
+from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
@@ -289,10 +290,15 @@ class Gpufleet:
 
     def set_gpu_health(self, principal: Principal, uuid: str,
                        body: wi.GpuHealthChange) -> wi.GpuView:
+        now = self.clock.now()
         with self.store.write() as session:
-            canonical = gpus.set_health(session, principal, uuid, body, self.clock.now())
+            canonical = gpus.set_health(session, principal, uuid, body, now)
+            if body.health is GpuHealth.QUARANTINED:
+                lost_units.gpu_quarantined(session, canonical, principal.actor, now,
+                                           body.reason)
         view = self.get_gpu(principal, canonical)
         self.lifecycle.placement.mark_stale([view.node])
+        self.lifecycle.shape.invalidate()  # a quarantined GPU is no longer capacity
         return view
 
     def approve_gpu_move(self, principal: Principal, uuid: str,
@@ -315,10 +321,14 @@ class Gpufleet:
     def change_node(self, principal: Principal, name: str, action: str,
                     reason: str | None) -> wi.NodeDetail:
         change = {"cordon": nodes.cordon, "uncordon": nodes.uncordon, "retire": nodes.retire}
+        now = self.clock.now()
         with self.store.write() as session:
-            change[action](session, principal, name, self.clock.now(), reason)
+            node = change[action](session, principal, name, now, reason)
+            if action == "retire":
+                lost_units.node_retired(session, node.id, principal.actor, now, reason)
         self.principals.clear()  # retiring a node revokes its credential
         self.lifecycle.placement.mark_stale([name])
+        self.lifecycle.shape.invalidate()  # a retired node's GPUs are no longer capacity
         return self.get_node(principal, name)
 
     def audit_events(self, principal: Principal, *, subject_kind: str | None,

@@ -156,6 +156,7 @@ class _FleetRun:
     async def run(self) -> None:
         self.report("environments")
         await self.operator.ensure_environments(self.spec.environments)
+        await self._leave_out_retired()
         rejected = await self._join(
             self.agents, to_mint=[a for a in self.agents if a.session.credential is None])
         if rejected:
@@ -173,6 +174,18 @@ class _FleetRun:
                 group.create_task(self._heartbeat_forever(agent))
                 if agent.uploader is not None:
                     group.create_task(self._telemetry_forever(agent))
+
+    async def _leave_out_retired(self) -> None:
+        """An operator retired these nodes: their agents stay down (re-joining would undo
+        the operator's decision), and the fleet's progress counts without them."""
+        retired = await self.operator.retired_node_names()
+        kept = [a for a in self.agents if a.backend.node.hostname not in retired]
+        if len(kept) == len(self.agents):
+            return
+        log.info("%d nodes are retired; their agents stay down", len(self.agents) - len(kept))
+        self.agents = kept
+        self.progress.nodes_total = len(kept)
+        self.progress.gpus_total = sum(a.backend.node.gpu_count for a in kept)
 
     async def _join(self, agents: list[_Agent], to_mint: list[_Agent]) -> list[_Agent]:
         """Mint join tokens for `to_mint`, then register `agents`; returns the agents whose

@@ -1,4 +1,4 @@
-"""The two operator calls a simulated fleet needs before its agents can join.
+"""The operator calls a simulated fleet needs before its agents can join.
 
 Creating an environment that already exists answers 409, which is success here: a fleet
 restarted against the same server must not fail on what its first run created. A server
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from gpufleet.agent.backoff import Backoff
-from gpufleet.agent.client import ApiError, ServerUnavailable, post
+from gpufleet.agent.client import ApiError, ServerUnavailable, get, post
 
 from .fleet_spec import EnvironmentSpec
 
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 ENVIRONMENTS_PATH = "/api/v1/environments"
 JOIN_TOKENS_PATH = "/api/v1/join-tokens"
+NODES_PATH = "/api/v1/nodes"
 MAX_TOKENS_PER_CALL = 1000
 
 
@@ -41,9 +42,19 @@ class OperatorApi:
 
     async def _post(self, path: str, body: dict, *, conflict_ok: bool = False) -> dict | None:
         """The reply body; None for an accepted 409. Retries while the server is away."""
+        return await self._call("POST", path, lambda: post(
+            self.http, self.server_url + path, self.token, body), conflict_ok=conflict_ok)
+
+    async def _get(self, path: str, params: dict) -> dict | None:
+        return await self._call("GET", path, lambda: get(
+            self.http, self.server_url + path, self.token, params))
+
+    async def _call(self, method: str, path: str,
+                    send: Callable[[], Awaitable[httpx.Response]], *,
+                    conflict_ok: bool = False) -> dict | None:
         while True:
             try:
-                response = await post(self.http, self.server_url + path, self.token, body)
+                response = await send()
             except ServerUnavailable as exc:
                 delay_s = self.backoff.next_delay_s()
                 log.warning("server unavailable (%s); retrying in %.1f s", exc, delay_s)
@@ -52,12 +63,12 @@ class OperatorApi:
             except ApiError as exc:
                 if conflict_ok and exc.status_code == 409:
                     return None
-                raise OperatorApiError(f"POST {path} refused: {exc}") from exc
+                raise OperatorApiError(f"{method} {path} refused: {exc}") from exc
             self.backoff.reset()
             try:
                 return response.json()
             except ValueError as exc:
-                raise OperatorApiError(f"POST {path}: the reply is not JSON") from exc
+                raise OperatorApiError(f"{method} {path}: the reply is not JSON") from exc
 
     async def ensure_environments(self, environments: list[EnvironmentSpec]) -> None:
         for env in environments:
@@ -82,3 +93,18 @@ class OperatorApi:
                                        f"got {len(minted)}")
             tokens += minted
         return tokens
+
+    async def retired_node_names(self) -> set[str]:
+        """The nodes an operator retired: a restarted fleet must not join them again."""
+        names: set[str] = set()
+        cursor = None
+        while True:
+            params = {"status": "retired", "limit": 1000, **({"cursor": cursor} if cursor else {})}
+            reply = await self._get(NODES_PATH, params)
+            try:
+                names |= {item["name"] for item in reply["items"]}
+            except (KeyError, TypeError) as exc:
+                raise OperatorApiError(f"GET {NODES_PATH}: unexpected reply") from exc
+            cursor = reply.get("next_cursor")
+            if not cursor:
+                return names

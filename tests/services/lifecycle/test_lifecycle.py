@@ -312,3 +312,17 @@ def test_approvals_need_an_operator_and_never_ones_own(h100s, api):
     assert member.get(f"/api/v1/requests/{other['code']}").status_code == 404
     assert act(member, other["code"], "cancel", expect=404)["error"]["code"] \
         == "request_not_found"
+
+
+def test_a_user_less_operator_token_cannot_approve_its_own_request(h100s, api):
+    """Self-approval is judged by the caller's actor, so a token bound to no user is held to
+    the same rule as a user's token (issue 12, item 11)."""
+    robot = api.as_(api.post("/api/v1/tokens", json={"name": "ci-bot", "role": "operator"})
+                    .json()["token"])
+    own = robot.post("/api/v1/requests", json={"project": "vision", "count": 1}).json()
+    assert own["requested_by"] == "token:ci-bot"
+    refused = act(robot, own["code"], "approve", expect=403)["error"]
+    assert refused["code"] == "self_approval"
+    assert api.get(f"/api/v1/requests/{own['code']}").json()["state"] == "pending"
+    _member, operator = h100s
+    assert act(operator, own["code"], "approve")["state"] == "active"

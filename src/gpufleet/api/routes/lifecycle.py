@@ -45,11 +45,16 @@ def create_request(body: RequestCreate, p: Principal = Depends(principal),
 
 @router.get("/requests", response_model=Page[RequestView], tags=REQUESTS)
 def list_requests(state: RequestState | None = None, project: str | None = None,
+                  node: str | None = Query(default=None, description=(
+                      "Only those holding a unit on this node now.")),
+                  gpu: str | None = Query(default=None, description=(
+                      "Only those holding a unit on this GPU (UUID) now.")),
                   cursor: str | None = None, limit: int | None = Query(default=None),
                   p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
     """Newest first. Members see their own projects' requests."""
     return gf.lifecycle.list_requests(p, state=state.value if state else None, project=project,
-                                      cursor=cursor, limit=page_limit(limit, gf))
+                                      node=node, gpu=gpu, cursor=cursor,
+                                      limit=page_limit(limit, gf))
 
 
 @router.get("/requests/{code}", response_model=RequestView, tags=REQUESTS)

@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli.client import api_path, connect
+from gpufleet.cli.commands import losing_units
 from gpufleet.cli.commands.common import Reason, body
 from gpufleet.cli.output import done
 from gpufleet.domain.inventory import GpuHealth
@@ -22,8 +23,13 @@ def _set_health(uuid: str, health: GpuHealth, reason: str) -> dict:
 
 
 @app.command("quarantine")
-def quarantine(uuid: Uuid, reason: RequiredReason) -> None:
-    """Take a GPU out of placement until it is unquarantined."""
+def quarantine(uuid: Uuid, reason: RequiredReason, yes: losing_units.Yes = False) -> None:
+    """Take a GPU out of placement until it is unquarantined. When allocations hold it,
+    they lose it: they are listed and it asks first."""
+    with connect() as api:
+        affected = losing_units.holders(api, gpu=uuid)
+        losing_units.confirm(f"Quarantine GPU {uuid}?", affected, yes,
+                             only_if_affected=True, gpu=uuid)
     gpu = _set_health(uuid, GpuHealth.QUARANTINED, reason)
     done(f"quarantined GPU {gpu['uuid']} on node {gpu['node']} (status {gpu['status']})")
 

@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli.client import api_path, connect
+from gpufleet.cli.commands import losing_units
 from gpufleet.cli.commands.common import (
     AllPages,
     Environments,
@@ -77,16 +78,14 @@ def uncordon(name: NodeName, reason: Reason = None) -> None:
 
 
 @app.command("retire")
-def retire(
-    name: NodeName,
-    reason: Reason = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-    = False,
-) -> None:
-    """Take a node out of the fleet for good: its credential is revoked."""
-    if not yes:
-        typer.confirm(f"Retire node {name}? Its agent credential is revoked and its GPUs may "
-                      "move to other nodes; it never comes back (its machine may join again only "
-                      "under a new machine id)", abort=True)
-    node = _change(name, "retire", reason)
+def retire(name: NodeName, reason: Reason = None, yes: losing_units.Yes = False) -> None:
+    """Take a node out of the fleet for good: its credential is revoked, and the
+    allocations holding its GPUs lose those units (listed first)."""
+    with connect() as api:
+        affected = losing_units.holders(api, node=name)
+        losing_units.confirm(
+            f"Retire node {name}? Its agent credential is revoked and its GPUs may move to "
+            "other nodes; it never comes back (its machine may join again only under a new "
+            "machine id)", affected, yes, node=name)
+        node = api.post(api_path("nodes", name, "retire"), body(reason=reason))
     done(f"retired node {node['name']} (status {node['status']})")

@@ -115,6 +115,13 @@ def _wait(request: dict[str, Any]) -> str | None:
     return f"{request['wait_code']}: {request['wait_message']}"
 
 
+def _degraded(request: dict[str, Any]) -> str | None:
+    """An active allocation that lost units to a retirement or quarantine says which."""
+    if request["state"] != "active" or request["wait_code"] != "units_lost":
+        return None
+    return request["wait_message"]
+
+
 def requests_table(items: list[dict[str, Any]]) -> RenderableType:
     return table(["code", "project", "state", "count", "flavour", "by", "created", "ends",
                   "waiting on"],
@@ -144,7 +151,8 @@ def export_lines(exports: dict[str, str]) -> list[str]:
 def request_detail(request: dict[str, Any]) -> RenderableType:
     about = fields({
         "code": request["code"], "project": request["project"], "state": request["state"],
-        "waiting on": _wait(request), "count": request["count"],
+        "waiting on": _wait(request), "degraded": _degraded(request),
+        "count": request["count"],
         "flavour": flavour_text(request),
         "CPU cores / unit": f"{request['cpu_milli_per_unit'] / 1000:g}",
         "memory GiB / unit": f"{request['memory_mib_per_unit'] / 1024:g}",

@@ -158,12 +158,21 @@ def sharing_mode_of_kind(kind: str) -> str:
     return MODE_OF_KIND[FlavourKind(kind)].value
 
 
+# A GPU that a retirement or quarantine took out: never bound, even by a grant racing it.
+_GONE = (GpuStatus.RETIRED.value, GpuStatus.QUARANTINED.value)
+
+
 def _guard_binding_kinds(session: Session, gpus: dict[int, Gpu],
                          opened: list[Binding]) -> None:
     """The binding guard (module docstring): count the new bindings on their GPUs, in one
     conditional update per (kind, bindings per GPU) — matching only GPUs in the kind's
-    sharing mode, not draining, that hold nothing or bindings of the same kind. A GPU it
-    does not match raises UnitTaken, and the transaction rolls back."""
+    sharing mode, not draining, not retired or quarantined, that hold nothing or bindings of
+    the same kind. A GPU it does not match raises UnitTaken, and the transaction rolls back.
+
+    `_check_usable` reads without a lock, so on PostgreSQL an operator's retirement or
+    quarantine can commit after it and before this grant; that transaction has already
+    ended the bindings it saw and will not see this one. This update waits for the row lock
+    and re-reads the row, so its status condition refuses such a GPU here."""
     kinds: dict[int, set[str]] = defaultdict(set)
     counts: dict[int, int] = defaultdict(int)
     for binding in opened:
@@ -180,6 +189,7 @@ def _guard_binding_kinds(session: Session, gpus: dict[int, Gpu],
             update(Gpu).where(Gpu.id.in_(gpu_ids),
                               Gpu.sharing_mode == sharing_mode_of_kind(kind),
                               Gpu.pending_sharing_mode.is_(None),
+                              Gpu.status.not_in(_GONE),
                               or_(Gpu.open_bindings == 0, Gpu.bound_kind == kind))
             .values(open_bindings=Gpu.open_bindings + n, bound_kind=kind, allocated=True,
                     status=GpuStatus.ALLOCATED.value)
@@ -188,9 +198,11 @@ def _guard_binding_kinds(session: Session, gpus: dict[int, Gpu],
             held = session.scalars(select(Gpu.uuid).where(
                 Gpu.id.in_(gpu_ids), or_(Gpu.sharing_mode != sharing_mode_of_kind(kind),
                                          Gpu.pending_sharing_mode.is_not(None),
+                                         Gpu.status.in_(_GONE),
                                          Gpu.bound_kind != kind))).first()
             raise UnitTaken(f"GPU {held} is no longer in {sharing_mode_of_kind(kind)} mode, "
-                            f"is draining for another, or holds units of another kind")
+                            f"is draining for another, was retired or quarantined meanwhile, "
+                            f"or holds units of another kind")
 
 
 def _check_mig_layouts(session: Session, placed: list[tuple[Opening, list[UnitChoice]]],
@@ -301,10 +313,13 @@ def bump_desired_state(session: Session, node_ids: Iterable[int]) -> None:
 
 
 def close_bindings(session: Session, request: GpuRequest, project_name: str, now: datetime,
-                   reason: str) -> list[Binding]:
-    """End every open binding of the request; free its slots, fractions and labels."""
-    bindings = list(session.scalars(select(Binding).where(
-        Binding.request_id == request.id, Binding.ended_at.is_(None))))
+                   reason: str, *, on_gpu_ids: Iterable[int] | None = None) -> list[Binding]:
+    """End every open binding of the request (only those on `on_gpu_ids`, when given: the
+    units a retirement or quarantine takes away); free their slots, fractions and labels."""
+    query = select(Binding).where(Binding.request_id == request.id, Binding.ended_at.is_(None))
+    if on_gpu_ids is not None:
+        query = query.where(Binding.gpu_id.in_(list(on_gpu_ids)))
+    bindings = list(session.scalars(query))
     if not bindings:
         return []
     for binding in bindings:

@@ -54,18 +54,20 @@ class Lifecycle:
     def create_request(self, principal: Principal, body: wr.RequestCreate) -> wr.RequestView:
         with self._write() as session:
             request = requests.create(session, principal, body, self.clock.now(),
-                                      self.settings.max_request_days, self.shape)
+                                      self.settings.max_request_days, self.shape,
+                                      self.settings.default_request_days)
             request_id, approved = request.id, request.state == RequestState.APPROVED.value
         return self._grant(request_id) if approved else self._view(request_id)
 
     def list_requests(self, principal: Principal, *, state: str | None, project: str | None,
-                      cursor: str | None, limit: int) -> Page[wr.RequestView]:
+                      cursor: str | None, limit: int, node: str | None = None,
+                      gpu: str | None = None) -> Page[wr.RequestView]:
         principal.require(Action.READ_REQUESTS)
         before = requests.request_id_from_code(cursor) if cursor else None
         with self.store.read() as session:
             rows, next_id = requests.list_requests(session, principal, state=state,
-                                                   project=project, before=before,
-                                                   limit=limit)
+                                                   project=project, node=node, gpu=gpu,
+                                                   before=before, limit=limit)
             items = requests.views(session, rows)
         return Page[wr.RequestView](items=items, next_cursor=(
             requests.request_code(next_id) if next_id is not None else None))

@@ -18,7 +18,6 @@ from gpufleet.domain.access import Action, Role
 from gpufleet.domain.admission import AdmissionFacts, Outcome, Verdict
 from gpufleet.domain.errors import Forbidden, InvalidInput
 from gpufleet.domain.gpu_models import catalogue
-from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.placement import Decision
 from gpufleet.domain.requests import (
     Flavour,
@@ -32,7 +31,7 @@ from gpufleet.domain.requests import (
 from gpufleet.services.access import audit, people
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.inventory.fleet_shape import FleetShape
-from gpufleet.services.lifecycle import bindings, granting, quotas
+from gpufleet.services.lifecycle import bindings, feasibility, granting, lost_units, quotas
 from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND
 from gpufleet.services.lookup import not_found
 from gpufleet.store.tables import AutoApprovePolicy, GpuRequest, Project
@@ -92,9 +91,12 @@ def views(session: Session, requests: list[GpuRequest], *, with_history_units: b
 
 
 def list_requests(session: Session, principal: Principal, *, state: str | None = None,
-                  project: str | None = None, before: int | None = None,
+                  project: str | None = None, node: str | None = None,
+                  gpu: str | None = None, before: int | None = None,
                   limit: int = 100) -> tuple[list[GpuRequest], int | None]:
-    """Newest first; the second value is the id to pass as `before` for the next page."""
+    """Newest first; the second value is the id to pass as `before` for the next page.
+    `node`, `gpu`: only requests holding a unit there now (what a retirement or a
+    quarantine would take away)."""
     query = (select(GpuRequest).join(Project, Project.id == GpuRequest.project_id)
              .order_by(GpuRequest.id.desc()).limit(limit + 1))
     if state:
@@ -103,6 +105,8 @@ def list_requests(session: Session, principal: Principal, *, state: str | None =
         query = query.where(Project.name == project)
     if principal.visible_projects is not None:
         query = query.where(Project.name.in_(principal.visible_projects or {""}))
+    if node is not None or gpu is not None:
+        query = query.where(GpuRequest.id.in_(lost_units.holding(node=node, gpu_uuid=gpu)))
     if before is not None:
         query = query.where(GpuRequest.id < before)
     rows = list(session.scalars(query))
@@ -113,14 +117,18 @@ def list_requests(session: Session, principal: Principal, *, state: str | None =
 
 # --- creating ----------------------------------------------------------------------------
 def create(session: Session, principal: Principal, body: RequestCreate, now: datetime,
-           max_request_days: float, shape: FleetShape) -> GpuRequest:
+           max_request_days: float, shape: FleetShape,
+           default_request_days: float | None = None) -> GpuRequest:
+    """`default_request_days`: how long a request that names no end lasts (capped at
+    `max_request_days`); None leaves it open-ended."""
     principal.require(Action.REQUEST_GPUS)
     project = people.get_project(session, body.project)
     people.require_member(principal, project)
+    feasibility.check_environment(session, body)
     try:
-        _check_feasible(body, shape.largest(session))
+        feasibility.check_feasible(body, shape.cells(session))
     except InvalidInput:  # the memo may predate GPUs that make it feasible: ask again
-        _check_feasible(body, shape.largest(session, fresh=True))
+        feasibility.check_feasible(body, shape.cells(session, fresh=True))
     fleet_models = shape.models(session, MODE_OF_KIND[body.kind].value)
     request = GpuRequest(
         project_id=project.id, project=project, requested_by=principal.actor,
@@ -131,8 +139,7 @@ def create(session: Session, principal: Principal, body: RequestCreate, now: dat
         memory_mib_per_unit=round(body.memory_gib_per_unit * 1024),
         same_node=body.same_node or body.nvlink, nvlink=body.nvlink,
         environment=body.environment, starts_at=body.starts_at, ends_at=body.ends_at,
-        duration_s=None if body.ends_at or body.duration_hours is None
-        else round(body.duration_hours * 3600),
+        duration_s=_duration_s(body, max_request_days, default_request_days),
         justification=body.reason, state=RequestState.PENDING.value, created_at=now)
     verdicts = _admission(session, request, now, max_request_days, admission.ON_CREATE,
                           fleet_models=fleet_models)
@@ -154,57 +161,17 @@ def create(session: Session, principal: Principal, body: RequestCreate, now: dat
     return request
 
 
-def _check_feasible(body: RequestCreate, largest: dict[tuple[str, str], int]) -> None:
-    """Refuse what no fleet state could ever grant: unknown models and profiles, groups
-    larger than any node (`largest`: the most GPUs per sharing mode and model on a node)."""
-    mode = MODE_OF_KIND[body.kind].value
-    for key in body.models or ():
-        found = catalogue_model(key)
-        if found is None:
-            raise InvalidInput(f"unknown GPU model '{key}'", code="unknown_model",
-                               details={"model": key})
-        if found.key != key:
-            raise InvalidInput(f"GPU model '{key}' is spelled '{found.key}'",
-                               code="unknown_model", details={"model": key})
-    candidates = body.models or sorted(model for m, model in largest if m == mode)
-    if body.kind is FlavourKind.MIG:
-        _check_mig_profile(body, candidates)
-    if not candidates:
-        raise InvalidInput(f"the fleet has no GPUs in {mode} mode", code="no_such_gpus",
-                           details={"sharing_mode": mode})
-    if body.same_node or body.nvlink:
-        most = _largest_group(body, {model: largest.get((mode, model), 0)
-                                     for model in candidates})
-        if body.count > most:
-            raise InvalidInput(
-                f"{body.count} units cannot be on one node: the largest node offers "
-                f"{most} of this kind", code="too_many_for_one_node",
-                details={"count": body.count, "largest_node": most})
-
-
-def _check_mig_profile(body: RequestCreate, candidates: list[str]) -> None:
-    for key in body.models or ():
-        if catalogue_model(key).mig is None:
-            raise InvalidInput(f"{key} cannot do MIG", code="mig_model_unknown",
-                               details={"model": key})
-    knowing = [m for m in candidates if granting.has_mig_profile(m, body.mig_profile)]
-    if not knowing:
-        raise InvalidInput(f"no GPU model in the fleet has MIG profile '{body.mig_profile}'",
-                           code="unknown_mig_profile", details={"mig_profile": body.mig_profile})
-
-
-def _largest_group(body: RequestCreate, gpus_per_node: dict[str, int]) -> int:
-    """The most units of the request's kind one node can hold, over its candidate models."""
-    best = 0
-    for model_key, gpus in gpus_per_node.items():
-        if body.kind is FlavourKind.MIG:
-            profile = catalogue_model(model_key).mig.profile_named(body.mig_profile)
-            best = max(best, gpus * (profile.max_instances if profile else 0))
-        elif body.kind is FlavourKind.SHARED:
-            best = max(best, gpus)  # the engine puts a request's fractions on distinct GPUs
-        else:
-            best = max(best, gpus)
-    return best
+def _duration_s(body: RequestCreate, max_request_days: float,
+                default_request_days: float | None) -> int | None:
+    """How long the request is held once active; a request that names no end gets the
+    default, so none waits or holds forever and none escapes `max_request_days`."""
+    if body.ends_at is not None:
+        return None
+    if body.duration_hours is not None:
+        return round(body.duration_hours * 3600)
+    if default_request_days is None:
+        return None
+    return round(min(default_request_days, max_request_days) * 86400)
 
 
 def _admission(session: Session, request: GpuRequest, now: datetime, max_request_days: float,
@@ -281,12 +248,19 @@ def approve(session: Session, principal: Principal, code: str, now: datetime,
             reason: str | None) -> GpuRequest:
     principal.require(Action.APPROVE_REQUESTS)
     request = get_request(session, principal, code)
-    if (principal.role is not Role.ADMIN and principal.user_id is not None
-            and request.requester_user_id == principal.user_id):
+    if principal.role is not Role.ADMIN and _is_own(principal, request):
         raise Forbidden("nobody approves their own request (an admin may)",
                         code="self_approval", details={"request": code})
     _transition(session, request, RequestState.APPROVED, principal.actor, now, reason)
     return request
+
+
+def _is_own(principal: Principal, request: GpuRequest) -> bool:
+    """The same person, or the same user-less token, asked for it. The actor is compared as
+    pools do; the user id as well, so a user's request stays theirs across their tokens."""
+    same_user = (principal.user_id is not None
+                 and request.requester_user_id == principal.user_id)
+    return same_user or request.requested_by == principal.actor
 
 
 def reject(session: Session, principal: Principal, code: str, now: datetime,
@@ -454,7 +428,8 @@ def why(session: Session, principal: Principal, code: str, now: datetime,
                           message=v.message, details=v.details) for name, v in steps]
     summary = _summary(request, state, waiting_on, position, length)
     return RequestWhy(code=code, state=state.value, waiting=bool(waiting_on),
-                      wait_code=waiting_on[0].code if waiting_on else None, summary=summary,
+                      wait_code=waiting_on[0].code if waiting_on else request.wait_code
+                      if state is RequestState.ACTIVE else None, summary=summary,
                       queue_position=position, queue_length=length, verdicts=views_,
                       quotas=_quota_views_for(session, request))
 
@@ -489,6 +464,8 @@ def _grant_steps(request: GpuRequest, outcome: granting.Grant | granting.NoGrant
 def _summary(request: GpuRequest, state: RequestState, waiting_on: list[Verdict],
              position: int | None, length: int | None) -> str:
     code = request_code(request.id)
+    if state is RequestState.ACTIVE and request.wait_code == "units_lost":
+        return f"{code} is active but degraded: {request.wait_message}"
     if state is RequestState.ACTIVE:
         return f"{code} is active: its units are bound"
     if state.is_final:
