@@ -36,8 +36,17 @@ def join_token(api, environment: str = "onprem-hpc") -> str:
 
 
 def register(api, node: int, environment: str = "onprem-hpc", **extra) -> dict:
-    """Join a node with a fresh join token; returns the registration reply."""
-    token = join_token(api, environment)
-    response = api.as_(token).post("/api/v1/agent/register", json=registration(node, **extra))
+    """Register node `node` as its agent would: with a fresh join token the first time, then
+    with the credential that gave it (a join token takes over no live node); returns the
+    registration reply."""
+    credentials = vars(api.client).setdefault("node_credentials", {})
+    body = registration(node, **extra)
+    response = None
+    if node in credentials:  # unknown to a store emptied since (a module-scoped client)
+        response = api.as_(credentials[node]).post("/api/v1/agent/register", json=body)
+    if response is None or response.status_code == 401:
+        response = api.as_(join_token(api, environment)).post("/api/v1/agent/register",
+                                                              json=body)
     assert response.status_code == 200, response.text
+    credentials[node] = response.json()["credential"]
     return response.json()
