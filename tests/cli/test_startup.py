@@ -19,8 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
-from gpufleet.cli.main import COMMANDS, COMMANDS_PACKAGE, load_command
+from gpufleet.cli.main import COMMANDS, COMMANDS_PACKAGE, app, load_command
 from tests.serve_process import serve_process
 
 # Run the console script's code, then list every module loaded, on stderr's last line.
@@ -182,3 +183,17 @@ def test_a_redirect_is_not_followed_so_the_token_stays_home(receivers, tmp_path)
     assert done.returncode == 1
     assert done.stderr == "error: HTTP 307 from the server: no body (http_error)"
     assert received == []
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("http://host:notaport",
+     "is not a valid URL: Port could not be cast to integer value as 'notaport'"),
+    ("http://[::1", "is not a valid URL: Invalid IPv6 URL"),
+    ("http://:8080", "names no host"),
+])
+def test_a_malformed_server_url_is_one_error_line(url, problem, monkeypatch):
+    monkeypatch.setenv("GPUFLEET_URL", url)
+    monkeypatch.setenv("GPUFLEET_TOKEN", "gfa_anything")
+    result = CliRunner().invoke(app, ["whoami"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == f"error: server URL '{url}' {problem}\n"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from gpufleet.cli.errors import ApiError, CliError, NotLoggedIn, ServerUnreachable
 from gpufleet.cli.http import ConnectFailed, TimedOut, TransportError, urllib_http
@@ -174,6 +174,13 @@ def _checked_url(url: str) -> str:
     url = url.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise CliError(f"server URL '{url}' must start with http:// or https://")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading it checks it
+    except ValueError as exc:
+        raise CliError(f"server URL '{url}' is not a valid URL: {exc}") from None
+    if not parts.hostname:
+        raise CliError(f"server URL '{url}' names no host")
     return url
 
 

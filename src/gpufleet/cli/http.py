@@ -95,7 +95,7 @@ class UrllibHttp:
             if isinstance(exc.reason, TimeoutError):
                 raise TimedOut(str(exc.reason)) from exc
             raise ConnectFailed(str(exc.reason)) from exc
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             raise TransportError(str(exc) or type(exc).__name__) from exc
 
 
