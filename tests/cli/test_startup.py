@@ -86,14 +86,20 @@ def test_help_lists_every_command_and_loads_none(tmp_path):
     assert "pydantic" not in modules
 
 
-def test_a_json_command_loads_its_own_module_and_nothing_heavy(as_admin, server):
+@pytest.mark.parametrize(("command", "path"), [
+    (["fleet", "summary"], "/api/v1/fleet/summary"),
+    (["request", "ls"], "/api/v1/requests"),
+    (["pool", "ls"], "/api/v1/pools"),
+    (["user", "ls"], "/api/v1/users"),
+])
+def test_a_json_command_loads_its_own_module_and_nothing_heavy(command, path, as_admin,
+                                                               server):
     url, token = server
-    done, modules = gpufleet("fleet", "summary", "--json", env=as_admin)
+    done, modules = gpufleet(*command, "--json", env=as_admin)
     assert done.returncode == 0, done.stderr
-    reply = httpx.get(f"{url}/api/v1/fleet/summary",
-                      headers={"Authorization": f"Bearer {token}"})
+    reply = httpx.get(url + path, headers={"Authorization": f"Bearer {token}"})
     assert json.loads(done.stdout) == reply.json()
-    assert heavy_in(modules, running="fleet") == []
+    assert heavy_in(modules, running=command[0]) == []
 
 
 def test_a_table_loads_rich_but_not_the_rest(as_admin):

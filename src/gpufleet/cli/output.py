@@ -21,12 +21,30 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import Console
     from rich.table import Table
 
 GIB = 1024**3
 PIPE_WIDTH_COLUMNS = 200  # piped tables are not wrapped at 80 columns
 EMPTY = "-"
+
+
+# Rich's own names, loaded on first use, for the command modules: they build renderables
+# with these and still answer `--json` without loading Rich. `RenderableType` is for
+# annotations only.
+RenderableType = Any
+
+
+def Group(*renderables: Any) -> Any:
+    from rich.console import Group as RichGroup
+
+    return RichGroup(*renderables)
+
+
+def Text(text: str = "", **options: Any) -> Any:
+    from rich.text import Text as RichText
+
+    return RichText(text, **options)
 
 
 def _console(*, stderr: bool = False) -> Console:
