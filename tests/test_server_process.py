@@ -5,53 +5,24 @@ the in-process tests (TestClient) never run these."""
 from __future__ import annotations
 
 import gzip
-import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from gpufleet.server import GC_THRESHOLDS
 from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.serve_process import serve_process
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[tuple[str, str]]:
     """A `gpufleet serve` process on a free loopback port: (its URL, the admin token)."""
-    data_dir = tmp_path_factory.mktemp("serve")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-    env.update({"GPUFLEET_DATA_DIR": str(data_dir), "GPUFLEET_PORT": str(port),
-                "GPUFLEET_HOST": "127.0.0.1", "GPUFLEET_LOG_LEVEL": "warning",
-                "GPUFLEET_TELEMETRY_MAX_BATCH_BYTES": "4096"})
-    process = subprocess.Popen([sys.executable, "-m", "gpufleet", "serve"], env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, "gpufleet serve exited"
-            assert time.monotonic() < deadline, "gpufleet serve did not become ready"
-            time.sleep(0.1)
-        yield url, (Path(data_dir) / "admin-token").read_text().strip()
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with serve_process(tmp_path_factory.mktemp("serve"),
+                       telemetry_max_batch_bytes=4096) as served:
+        yield served
 
 
 def upload(url: str, token: str | None, body: bytes) -> httpx.Response:

@@ -15,8 +15,6 @@ Nothing is read at import time: settings are loaded by the entry points and pass
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -32,36 +30,27 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from gpufleet.private_files import write_private_file
+from gpufleet.config_files import (
+    DEFAULT_SERVER_URL,
+    ENV_PREFIX,
+    SettingsFileError,
+    config_dir,
+    config_file_path,
+    config_file_to_read,
+    default_data_dir,
+    login_file_path,
+    read_login_file,
+    store_login,
+    stored_login_url,
+)
 
-ENV_PREFIX = "GPUFLEET_"
-
-
-class SettingsFileError(ValueError):
-    """A settings file that was asked for but cannot be used."""
-
-
-def config_dir() -> Path:
-    """Where the CLI keeps its config and login files (XDG, overridable for tests)."""
-    explicit = os.environ.get("GPUFLEET_CONFIG_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "gpufleet"
-
-
-def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "gpufleet"
-
-
-def config_file_path() -> Path:
-    explicit = os.environ.get(f"{ENV_PREFIX}CONFIG_FILE")
-    return Path(explicit) if explicit else config_dir() / "config.toml"
-
-
-def login_file_path() -> Path:
-    return config_dir() / "login.json"
+# Where the files are and how a login is stored live in `gpufleet.config_files` (standard
+# library only, for the CLI's start-up); they are named here too for the server's callers.
+__all__ = [
+    "ENV_PREFIX", "Settings", "SettingsFileError", "config_dir", "config_file_path",
+    "default_data_dir", "describe_settings", "load_settings", "login_file_path",
+    "settings_markdown", "store_login", "stored_login_url",
+]
 
 
 class Settings(BaseSettings):
@@ -186,7 +175,7 @@ class Settings(BaseSettings):
         "nothing computed."))
 
     # --- CLI client ----------------------------------------------------------------------
-    url: str = Field(default="http://127.0.0.1:8080", description=(
+    url: str = Field(default=DEFAULT_SERVER_URL, description=(
         "Server URL the CLI talks to (`gpufleet login` stores it; `GPUFLEET_URL` overrides)."))
     token: SecretStr | None = Field(default=None, description=(
         "Bearer token the CLI sends (`gpufleet login` stores it; `GPUFLEET_TOKEN` overrides)."))
@@ -230,26 +219,15 @@ class LoginFileSource(PydanticBaseSettingsSource):
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        path = login_file_path()
-        if not path.is_file():
-            return {}
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return {k: v for k, v in data.items() if k in ("url", "token") and v}
+        return read_login_file()
 
 
 def _sources(settings_cls: type[BaseSettings], init_kwargs: dict[str, Any]) -> list:
-    toml_path = config_file_path()
-    if os.environ.get(f"{ENV_PREFIX}CONFIG_FILE") and not toml_path.is_file():
-        raise SettingsFileError(f"{ENV_PREFIX}CONFIG_FILE names {toml_path}, which is not a "
-                                "file")
+    toml_path = config_file_to_read()
     return [
         InitSettingsSource(settings_cls, init_kwargs=init_kwargs),
         EnvSettingsSource(settings_cls, env_prefix=ENV_PREFIX),
-        TomlConfigSettingsSource(settings_cls,
-                                 toml_file=toml_path if toml_path.is_file() else None),
+        TomlConfigSettingsSource(settings_cls, toml_file=toml_path),
         LoginFileSource(settings_cls),
     ]
 
@@ -334,18 +312,3 @@ def settings_markdown() -> str:
         lines.append(f"| `{name}` | {env} | {default} | {field.description} |")
     lines.append("")
     return "\n".join(lines)
-
-
-def store_login(url: str, token: str) -> Path:
-    """Write the CLI's login file (mode 600 in a 700 directory); returns its path."""
-    path = login_file_path()
-    write_private_file(path, json.dumps({"url": url, "token": token}, indent=2) + "\n")
-    return path
-
-
-def stored_login_url() -> str | None:
-    """The server URL of the stored login, if there is a readable one."""
-    try:
-        return json.loads(login_file_path().read_text()).get("url")
-    except (OSError, ValueError, AttributeError):
-        return None

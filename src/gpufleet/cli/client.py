@@ -1,36 +1,55 @@
 """A small synchronous client for the gpufleet REST API.
 
-The server URL and token come from `gpufleet.settings.load_settings()`, so the
-`GPUFLEET_URL` / `GPUFLEET_TOKEN` environment variables override what `gpufleet login`
-stored. Every failure leaves here as a `CliError`: the server's error body becomes an
-`ApiError`, a refused connection a `ServerUnreachable` naming the URL and what to do.
+The server URL and token come from `gpufleet.config_files.server_login()` (the same sources
+as `gpufleet.settings`, without its cost), so the `GPUFLEET_URL` / `GPUFLEET_TOKEN`
+environment variables override what `gpufleet login` stored. Every failure leaves here as
+a `CliError`: the server's error body becomes an `ApiError`, a refused connection a
+`ServerUnreachable` naming the URL and what to do.
 
-`http_factory` is the one seam to the network: tests replace it to send the CLI's requests
-through the ASGI app in-process.
+`http_factory` is the one seam to the network (`gpufleet.cli.http`, standard library): tests
+replace it with an `httpx.Client` bound to the ASGI app, to run the CLI in-process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
-from urllib.parse import quote
-
-import httpx
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote, urlsplit
 
 from gpufleet.cli.errors import ApiError, CliError, NotLoggedIn, ServerUnreachable
-from gpufleet.settings import Settings, SettingsFileError, load_settings
+from gpufleet.cli.http import ConnectFailed, TimedOut, TransportError, urllib_http
+from gpufleet.config_files import ServerLogin, SettingsFileError, config_file_path, server_login
+
+if TYPE_CHECKING:
+    from gpufleet.settings import Settings
 
 TIMEOUT_S = 30.0
 Params = list[tuple[str, str]]
-HttpFactory = Callable[[str], AbstractContextManager[httpx.Client]]
 
 
-@contextmanager
-def _network_http(base_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=base_url, timeout=TIMEOUT_S) as http:
-        yield http
+class HttpResponse(Protocol):
+    status_code: int
+
+    @property
+    def content(self) -> bytes: ...
+    @property
+    def text(self) -> str: ...
+    def json(self) -> Any: ...
+
+
+class Http(Protocol):
+    """What the client needs of a connection: `gpufleet.cli.http.UrllibHttp`, or in tests
+    an `httpx.Client`."""
+
+    def request(self, method: str, url: str, **kwargs: Any) -> HttpResponse: ...
+
+
+HttpFactory = Callable[[str], AbstractContextManager[Http]]
+
+
+def _network_http(base_url: str) -> AbstractContextManager[Http]:
+    return urllib_http(base_url, TIMEOUT_S)
 
 
 http_factory: HttpFactory = _network_http
@@ -46,7 +65,7 @@ def _unreachable(url: str) -> ServerUnreachable:
                              "set GPUFLEET_URL or run `gpufleet login`)")
 
 
-def _error_from(response: httpx.Response) -> ApiError:
+def _error_from(response: HttpResponse) -> ApiError:
     """The server's canonical error body as an `ApiError`; anything else, summarised."""
     try:
         error = response.json()["error"]
@@ -64,7 +83,7 @@ class ApiClient:
     """One server and one token; `get` / `post` / `put` / `delete` return decoded JSON or
     raise `CliError`."""
 
-    def __init__(self, http: httpx.Client, url: str, token: str):
+    def __init__(self, http: Http, url: str, token: str):
         self.http = http
         self.url = url
         self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
@@ -97,14 +116,14 @@ class ApiClient:
     def _send(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self.http.request(method, path, headers=self._headers, **kwargs)
-        except httpx.ConnectError as exc:
+        except ConnectFailed as exc:
             raise _unreachable(self.url) from exc
-        except httpx.TimeoutException as exc:
+        except TimedOut as exc:
             raise ServerUnreachable(f"the gpufleet server at {self.url} did not answer "
                                     f"within {TIMEOUT_S:.0f} s") from exc
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             raise CliError(f"talking to the gpufleet server at {self.url} failed: {exc}") from exc
-        if response.status_code >= 400:
+        if not 200 <= response.status_code < 300:  # a 3xx too: redirects are not followed
             raise _error_from(response)
         if not response.content:
             return None
@@ -118,6 +137,10 @@ class ApiClient:
 @contextmanager
 def settings_errors() -> Iterator[None]:
     """An invalid setting (say `GPUFLEET_PORT=http`) as one `CliError` naming it."""
+    import tomllib
+
+    from pydantic import ValidationError  # only the commands that load every setting pay
+
     try:
         yield
     except ValidationError as exc:
@@ -126,18 +149,38 @@ def settings_errors() -> Iterator[None]:
         raise CliError(f"invalid setting: {problems}") from None
     except SettingsFileError as exc:
         raise CliError(str(exc)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CliError(f"cannot read the settings file {config_file_path()}: {exc}") from None
 
 
 def cli_settings(**overrides: Any) -> Settings:
-    """`load_settings(**overrides)`, failing as one clear line."""
+    """`load_settings(**overrides)`, failing as one clear line (for `serve`: a command that
+    talks to a server reads only its URL and token, with `connect`)."""
+    from gpufleet.settings import load_settings
+
     with settings_errors():
         return load_settings(**overrides)
+
+
+def configured_login() -> ServerLogin:
+    """The configured server URL and token, or one `CliError` naming the unusable file."""
+    try:
+        return server_login()
+    except SettingsFileError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _checked_url(url: str) -> str:
     url = url.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise CliError(f"server URL '{url}' must start with http:// or https://")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading it checks it
+    except ValueError as exc:
+        raise CliError(f"server URL '{url}' is not a valid URL: {exc}") from None
+    if not parts.hostname:
+        raise CliError(f"server URL '{url}' names no host")
     return url
 
 
@@ -152,8 +195,8 @@ def connect_to(url: str, token: str) -> Iterator[ApiClient]:
 @contextmanager
 def connect() -> Iterator[ApiClient]:
     """A client for the configured server: flags aside, env beats config file beats login."""
-    settings = cli_settings()
-    if settings.token is None or not settings.token.get_secret_value():
+    login = configured_login()
+    if not login.token:
         raise NotLoggedIn("no API token: run `gpufleet login --url URL` or set GPUFLEET_TOKEN")
-    with connect_to(settings.url, settings.token.get_secret_value()) as api:
+    with connect_to(login.url, login.token) as api:
         yield api

@@ -4,6 +4,9 @@ With `--json` a command writes exactly `json.dumps(<API reply>, indent=2)` to st
 nothing else there; hints and warnings go to stderr so they never corrupt a pipe.
 Timestamps are shown in UTC as `2026-11-02 09:00Z` and sizes in GiB, whatever the
 machine's locale or time zone, so two operators reading the same table see the same text.
+
+Rich is imported by the functions that draw, not by this module: a `--json` command never
+loads it (~40 ms of a command's start-up; BENCHMARKS.md, "CLI start-up").
 """
 
 from __future__ import annotations
@@ -13,14 +16,13 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich import box
-from rich.console import Console, Group, RenderableType
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 GIB = 1024**3
 PIPE_WIDTH_COLUMNS = 200  # piped tables are not wrapped at 80 columns
@@ -30,7 +32,27 @@ EMPTY = "-"
 WHOLE_IDS = ("GPU-", "MIG-")
 
 
+# Rich's own names, loaded on first use, for the command modules: they build renderables
+# with these and still answer `--json` without loading Rich. `RenderableType` is for
+# annotations only.
+RenderableType = Any
+
+
+def Group(*renderables: Any) -> Any:
+    from rich.console import Group as RichGroup
+
+    return RichGroup(*renderables)
+
+
+def Text(text: str = "", **options: Any) -> Any:
+    from rich.text import Text as RichText
+
+    return RichText(text, **options)
+
+
 def _console(*, stderr: bool = False) -> Console:
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     wide = not stream.isatty() and "COLUMNS" not in os.environ
     return Console(file=stream, width=PIPE_WIDTH_COLUMNS if wide else None, soft_wrap=False)
@@ -40,9 +62,14 @@ def show(*renderables: RenderableType) -> None:
     """Print for a person. A table wider than the terminal is printed at its own width (the
     terminal wraps its lines, as `kubectl get` does) rather than squeezed into cells cut
     to '…': a cut UUID or name cannot be pasted into the next command."""
+    from rich.console import Console
+    from rich.console import Group as RichGroup
+    from rich.measure import Measurement
+    from rich.table import Table
+
     console = _console()
     for renderable in renderables:
-        if isinstance(renderable, Table | Group):
+        if isinstance(renderable, Table | RichGroup):
             unbounded = console.options.update(max_width=UNBOUNDED_COLUMNS)
             needed = Measurement.get(console, unbounded, renderable).maximum
             if needed > console.width:
@@ -84,6 +111,10 @@ def note(message: str) -> None:
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *,
           title: str | None = None, caption: str | None = None) -> Table:
     """A listing: a header rule and no vertical bars, so `awk` / `grep` read it as well."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     result = Table(*columns, title=title, caption=caption, title_justify="left",
                    caption_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
                    pad_edge=False)
@@ -105,6 +136,9 @@ def fields(pairs: Mapping[str, Any], *, title: str | None = None) -> Table:
 
     Cells are plain `Text`, never Rich markup: a label or reason such as `[red]` is data.
     """
+    from rich.table import Table
+    from rich.text import Text
+
     result = Table.grid(padding=(0, 2))
     result.title = title
     result.title_justify = "left"

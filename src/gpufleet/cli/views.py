@@ -2,17 +2,19 @@
 
 Each function takes the API's JSON (a dict, exactly as `--json` would print it) and
 returns a Rich renderable, so what a table shows can never drift from what the API said.
+Rich is imported where a table is drawn, so `--json` never loads it (see `output`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
-
-from rich.console import Group, RenderableType
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.cli.output import fields, gib, labels_text, plural, table, when
 from gpufleet.domain.inventory import GpuStatus
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 STATUS_ORDER = [status.value for status in GpuStatus]
 RETIRED = GpuStatus.RETIRED.value
@@ -103,6 +105,8 @@ def gpu_detail(gpu: dict[str, Any]) -> RenderableType:
     }, title=f"GPU {gpu['uuid']}")
     if not gpu["mig_instances"]:
         return about
+    from rich.console import Group
+
     mig = table(["profile id", "profile", "start", "size", "GiB", "MIG uuid", "GI", "CI"],
                 [[m["profile_id"], m["profile_name"], m["placement_start"],
                   m["placement_size"], gib(m["memory_bytes"]), m["mig_uuid"],
@@ -124,6 +128,8 @@ def node_detail(node: dict[str, Any]) -> RenderableType:
         "registered": when(node["registered_at"]), "last seen": when(node["last_seen_at"]),
         "GPUs": node["gpus"], "desired state version": node["desired_state_version"],
     }, title=f"node {node['name']}")
+    from rich.console import Group
+
     return Group(about, "", gpus_table(node["gpu_list"], title="GPUs"))
 
 

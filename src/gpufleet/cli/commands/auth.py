@@ -5,11 +5,11 @@ from typing import Annotated, Any
 
 import typer
 
-from gpufleet.cli.client import api_path, cli_settings, connect, connect_to
+from gpufleet.cli.client import api_path, configured_login, connect, connect_to
 from gpufleet.cli.commands.common import JsonFlag
 from gpufleet.cli.errors import ApiError, CliError
 from gpufleet.cli.output import done, emit, fields, note
-from gpufleet.settings import login_file_path, store_login
+from gpufleet.config_files import login_file_path, store_login
 
 OVERRIDING_ENV = ("GPUFLEET_URL", "GPUFLEET_TOKEN")
 
@@ -26,7 +26,7 @@ def login(
         "--token", help="API token; asked for (hidden) when not given.")] = None,
 ) -> None:
     """Check a token against a server, then store both for later commands (mode 600)."""
-    url = url or cli_settings().url
+    url = url or configured_login().url
     if token is None:
         token = typer.prompt("API token", hide_input=True)
     token = token.strip()

@@ -4,12 +4,10 @@
 from typing import Annotated, Any
 
 import typer
-from rich.console import Group
-from rich.text import Text
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import JsonFlag, body
-from gpufleet.cli.output import done, emit, emit_done, fields, table, when
+from gpufleet.cli.output import Group, Text, done, emit, emit_done, fields, table, when
 from gpufleet.cli.views import quota_table
 from gpufleet.domain.access import Role
 

@@ -8,11 +8,19 @@ other projects' requests may then not take. Billing starts at approval.
 from typing import Annotated, Any
 
 import typer
-from rich.console import RenderableType
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import JsonFlag, Reason, body, query
-from gpufleet.cli.output import done, emit, emit_done, fields, print_json, table, when
+from gpufleet.cli.output import (
+    RenderableType,
+    done,
+    emit,
+    emit_done,
+    fields,
+    print_json,
+    table,
+    when,
+)
 
 app = typer.Typer(help="Pools: capacity dedicated to one project.", no_args_is_help=True)
 

@@ -16,8 +16,6 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
-from rich.console import Group, RenderableType
-from rich.text import Text
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import (
@@ -30,7 +28,18 @@ from gpufleet.cli.commands.common import (
     show_listing,
 )
 from gpufleet.cli.errors import CliError
-from gpufleet.cli.output import done, emit, fields, note, print_json, table, when
+from gpufleet.cli.output import (
+    Group,
+    RenderableType,
+    Text,
+    done,
+    emit,
+    fields,
+    note,
+    print_json,
+    table,
+    when,
+)
 from gpufleet.cli.views import quota_table
 from gpufleet.domain.requests import FlavourKind, RequestState
 from gpufleet.wire.base import MAX_HOURS
