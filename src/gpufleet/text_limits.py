@@ -10,6 +10,9 @@ pull in anything heavier.
   agent writes into a label field (a snapshot's `problems`) is clipped to fit.
 - **Batch id** (`wire.telemetry_batch.BatchId`): names a telemetry batch on the wire and in
   the agent's spool file names.
+- **Longest duration** (`domain.telemetry.durations.MAX_DURATION`): 100 years, longer than
+  any window, request or token lifetime; the CLI checks `--days` / `--hours` against it
+  before it sends them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import re
 
 LABEL_TEXT_MAX = 253
+MAX_DURATION_DAYS = 36_500
 BATCH_ID = r"[A-Za-z0-9_-]{1,64}"  # a regular expression, without anchors
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

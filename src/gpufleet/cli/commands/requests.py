@@ -42,7 +42,7 @@ from gpufleet.cli.output import (
 )
 from gpufleet.cli.views import quota_table
 from gpufleet.domain.requests import FlavourKind, RequestState
-from gpufleet.wire.base import MAX_HOURS
+from gpufleet.text_limits import MAX_DURATION_DAYS
 
 app = typer.Typer(help="GPU requests: ask, approve, use, release.", no_args_is_help=True)
 
@@ -74,7 +74,8 @@ def _one_length(days: float | None, hours: float | None, until: str | None) -> f
     number no longer than the server accepts (`inf`, `1e400` and `nan` parse as floats)."""
     if sum(value is not None for value in (days, hours, until)) > 1:
         raise typer.BadParameter("give one of --days, --hours and --until")
-    for flag, value, most in (("--days", days, MAX_HOURS / 24), ("--hours", hours, MAX_HOURS)):
+    for flag, value, most in (("--days", days, MAX_DURATION_DAYS),
+                              ("--hours", hours, MAX_DURATION_DAYS * 24)):
         if value is not None and not 0 < value <= most:  # False for nan
             raise typer.BadParameter(f"{flag} must be a number above 0 and at most {most:g}, "
                                      f"not {value:g}")

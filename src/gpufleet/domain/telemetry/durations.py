@@ -14,8 +14,9 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.text_limits import MAX_DURATION_DAYS
 
-MAX_DURATION = timedelta(days=36_500)  # 100 years: longer than any window, request or TTL
+MAX_DURATION = timedelta(days=MAX_DURATION_DAYS)  # longer than any window, request or TTL
 EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=UTC)  # nothing gpufleet records is older
 LATEST_TIME = datetime(3000, 1, 1, tzinfo=UTC)
 
