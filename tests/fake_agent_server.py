@@ -1,7 +1,7 @@
 """A stand-in for the server's agent and operator endpoints, for tests of the clients.
 
-It is not the server: it implements just enough of the documented protocol (DESIGN.md §5,
-the agent wire schemas) to drive the agent runner and the simulated fleet through
+It is not the server: it implements just enough of the documented protocol (docs/design.md,
+"Architecture", the agent wire schemas) to drive the agent runner and the simulated fleet through
 `httpx.MockTransport`, with switches for the failures the clients must survive.
 """
 

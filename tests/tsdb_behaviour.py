@@ -1,4 +1,5 @@
-"""Behaviour every telemetry store must show, whatever the engine (DESIGN.md §4).
+"""Behaviour every telemetry store must show, whatever the engine (docs/design.md, "Telemetry
+model").
 
 A backend's test module imports these tests and provides the `open_store` fixture: a
 callable that opens the store on the same storage each time it is called (so a test can

@@ -1,7 +1,7 @@
 """gpufleet: self-hosted GPU fleet operations.
 
 Who is using how many GPUs, where, and how well — and the GPU lifecycle from request to
-chargeback as one system of record. See README.md and DESIGN.md for the map.
+chargeback as one system of record. See README.md and docs/design.md for the map.
 
 For workloads: `gpufleet.tag(allocation=..., model=..., dataset=...)` names the work of the
 calling process for the node agent (gpufleet/tagging.py, docs/attribution.md). This import

@@ -163,8 +163,8 @@ class Settings(BaseSettings):
         "check relies on it: raise it freely, but lower it only with the server stopped "
         "for at least the old value."))
     activity_threshold_percent: float = Field(default=5.0, ge=0, le=100, description=(
-        "A minute is *active* when the unit's activity is at least this (DESIGN.md §3); "
-        "a unit below it for the whole idle window is *idle*."))
+        "A minute is *active* when the unit's activity is at least this (docs/design.md, "
+        "Funnel and activity); a unit below it for the whole idle window is *idle*."))
     effective_sm_active_percent: float = Field(default=50.0, ge=0, le=100, description=(
         "A minute is *effective* when the unit's `gpu.sm_active` is at least this."))
     idle_window_hours: float = Field(default=4.0, gt=0, le=24 * 90, description=(

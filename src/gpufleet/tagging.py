@@ -1,4 +1,5 @@
-"""`gpufleet.tag(...)`: a workload names its own context for the node agent (DESIGN.md §2).
+"""`gpufleet.tag(...)`: a workload names its own context for the node agent (docs/design.md,
+"Concepts").
 
     import gpufleet
     gpufleet.tag(allocation="GR-1042", model="llama-3-8b", dataset="c4")

@@ -23,7 +23,8 @@ from tests.tsdb_behaviour import HOUR, T0, at
 GPUS = [f"GPU-{n}" for n in range(5)]
 HOURS = 7
 MINUTE = timedelta(minutes=1)
-# (metric, over_time, across): each class of DESIGN.md §4, and the overrides a caller uses.
+# (metric, over_time, across): each class of docs/design.md, "Telemetry model", and the
+# overrides a caller uses.
 CLASSES = [
     ("gpu.sm_active", None, None),                    # relative activity: mean, mean
     ("gpu.memory_used_bytes", None, None),            # absolute usage: mean, sum

@@ -1,4 +1,4 @@
-"""HTTP client for the agent endpoints of the server (DESIGN.md §5).
+"""HTTP client for the agent endpoints of the server (docs/design.md, "Architecture").
 
 Failures are translated at this boundary into one small tree, so callers decide by kind
 (retry, stop, report) and never by httpx exception or status code:
@@ -11,7 +11,8 @@ Failures are translated at this boundary into one small tree, so callers decide 
             │                  node credential was revoked
             └── Forbidden      403: e.g. the credential belongs to another machine
 
-The server's error body is `{"error": {"code", "message", "details"}}` (DESIGN.md §7).
+The server's error body is `{"error": {"code", "message", "details"}}` (docs/design.md,
+"Interfaces").
 """
 
 from __future__ import annotations

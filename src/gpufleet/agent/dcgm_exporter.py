@@ -1,5 +1,6 @@
-"""The `dcgm-exporter` backend: read a node's telemetry from the NVIDIA dcgm-exporter that
-already runs there (GPU Operator), instead of from NVML (DESIGN.md §5, docs/agent-backends.md).
+"""The `dcgm-exporter` backend: read a node's telemetry from the NVIDIA dcgm-exporter that already
+runs there (GPU Operator), instead of from NVML (docs/design.md, "Architecture",
+docs/agent-backends.md).
 
 One collection tick is one GET of the exporter's /metrics page, mapped into a
 `NodeSnapshot` through the metric catalogue: every DCGM_FI_* series by its DCGM field

@@ -1,5 +1,5 @@
 """The `nvml` backend: read a node's GPUs through NVML (nvidia-ml-py) into a `NodeSnapshot`
-(DESIGN.md §4–§5, docs/agent-backends.md).
+(docs/design.md, "Telemetry model"–§5, docs/agent-backends.md).
 
 Read-only by construction: this backend never changes a GPU's settings. It makes no
 nvmlDeviceSet* call, enables no GPM streaming, clears no counter; every NVML call goes

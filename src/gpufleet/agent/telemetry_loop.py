@@ -1,5 +1,5 @@
 """One agent's telemetry loop: collect every `collect_interval_s`, seal a batch every
-`upload_interval_s`, upload the spool (DESIGN.md §5, §9).
+`upload_interval_s`, upload the spool (docs/design.md, "Architecture" and "Reliability").
 
 Collection runs in a worker thread (`asyncio.to_thread`): a slow NVML call or a slow
 dcgm-exporter scrape must not stall the heartbeats on the event loop. A collection that

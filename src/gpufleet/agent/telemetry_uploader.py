@@ -5,7 +5,7 @@ A batch is spooled BEFORE it is sent and forgotten only on a `TelemetryAck` (the
 sends one once the samples are durable; `duplicate` is an ack too), so a crash or an
 outage loses nothing the spool's bound keeps, and a replay is never counted twice (the
 batch id). Pending batches go oldest first and an upload stops at the first one the server
-cannot take now, so the store receives each node's samples in order (DESIGN.md §9).
+cannot take now, so the store receives each node's samples in order (docs/design.md, "Reliability").
 
 What the server answers decides each batch's fate:
 

@@ -62,7 +62,8 @@ COMMANDS: dict[str, LazyCommand] = {
     "query": LazyCommand("telemetry", "query_command", "A metric over time per group, "
                          "aggregated by its class (percentages averaged, usage summed)."),
     "funnel": LazyCommand("telemetry", "funnel_command", "Total / allocated / active / "
-                          "effective GPU-hours over the window (DESIGN.md §3)."),
+                          "effective GPU-hours over the window (docs/design.md, Funnel and "
+                          "activity)."),
     "idle": LazyCommand("telemetry", "idle_command", "Allocations idle for the whole idle "
                         "window, and since when."),
     "top": LazyCommand("telemetry", "top_command", "A live view of the fleet: per "

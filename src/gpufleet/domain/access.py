@@ -1,4 +1,4 @@
-"""Who may do what (DESIGN.md §8): roles, the actions they are granted, and scoping.
+"""Who may do what (docs/design.md, "Security"): roles, the actions they are granted, and scoping.
 
 The table is data so the role × endpoint test matrix and the docs read the same source the
 API enforces. Scoping (a member sees only their projects; an agent writes only its node) is

@@ -121,7 +121,7 @@ class MaximumDuration(Rule):
 
 
 class Quota(Rule):
-    """DESIGN.md §2: the most a project may hold at once per flavour.
+    """docs/design.md, "Concepts": the most a project may hold at once per flavour.
 
     With several candidate flavours (any model, a model list) the request fits when one of
     them has room. A flavour without a quota never blocks, but it needs an operator. A

@@ -1,4 +1,5 @@
-"""Inventory vocabulary (DESIGN.md §2) and the rules that derive one state from others.
+"""Inventory vocabulary (docs/design.md, "Concepts") and the rules that derive one state from
+others.
 
 Statuses that can be derived are derived here, in one place, so the store only caches them
 for fast grouping (`fleet summary` at 100,000 GPUs) and never decides them.

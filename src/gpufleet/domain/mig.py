@@ -1,8 +1,8 @@
 """MIG geometry: profiles, allowed placements and the validity of a layout.
 
-A MIG instance is keyed by (parent GPU UUID, profile id, placement start) — DESIGN.md §2.
-Profile *names* drift between drivers (`3g.39gb` vs `3g.40gb`), so they are display only;
-everything here is keyed on the profile id and the slice counts. The facts come from the
+A MIG instance is keyed by (parent GPU UUID, profile id, placement start) — docs/design.md,
+"Concepts". Profile *names* drift between drivers (`3g.39gb` vs `3g.40gb`), so they are display
+only; everything here is keyed on the profile id and the slice counts. The facts come from the
 reference shipped as package data (`data/mig_geometry.json`), never read from outside.
 """
 
@@ -64,7 +64,8 @@ class MigGeometry:
         return next((p for p in self.profiles if p.name == name), None)
 
     def weight(self, profile: MigProfile) -> float:
-        """Share of the GPU an instance holds (DESIGN.md §3): max of compute and memory shares."""
+        """Share of the GPU an instance holds (docs/design.md, "Funnel and activity"): max of
+        compute and memory shares."""
         return max(profile.compute_slices / self.compute_slices_total,
                    profile.memory_slices / self.memory_slices_total)
 
@@ -78,8 +79,8 @@ class MigInstanceSpec:
 
 
 def mig_unit_name(gpu_uuid: str, profile_id: int, placement_start: int) -> str:
-    """The unit name of a MIG instance in desired state (bindings) and telemetry: built from
-    its key (DESIGN.md §2: parent GPU, profile id, placement start), never its MIG UUID."""
+    """The unit name of a MIG instance in desired state (bindings) and telemetry: built from its key
+    (docs/design.md, "Concepts": parent GPU, profile id, placement start), never its MIG UUID."""
     return f"{gpu_uuid}/mig/{profile_id}@{placement_start}"
 
 

@@ -1,9 +1,8 @@
 """GPU requests: their states, the legal transitions, and what a request asks for.
 
-DESIGN.md §2: `pending` (awaiting approval) → `approved` (waiting for capacity or its start
-time) → `active` → `released` | `expired`; `rejected` and `cancelled` end it early. The
-transition table is data, so the services, the tests (every pair) and the docs read one
-source.
+docs/design.md, "Concepts": `pending` (awaiting approval) → `approved` (waiting for capacity or its
+start time) → `active` → `released` | `expired`; `rejected` and `cancelled` end it early. The
+transition table is data, so the services, the tests (every pair) and the docs read one source.
 """
 
 from __future__ import annotations
@@ -100,7 +99,7 @@ class FlavourKind(StrEnum):
 
 @dataclass(frozen=True)
 class Flavour:
-    """A concrete flavour: what a quota and a pool are counted in (DESIGN.md §2).
+    """A concrete flavour: what a quota and a pool are counted in (docs/design.md, "Concepts").
 
     Keys read as an operator writes them: `H100-80GB` (whole GPUs), `H100-80GB/1g.10gb`
     (a MIG profile of that model), `L40S-48GB/shared` (fractions of shared GPUs). Whole and

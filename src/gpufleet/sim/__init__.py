@@ -1,4 +1,4 @@
-"""The fleet simulator (DESIGN.md §5, layer 7): simulated nodes for the agent and load.
+"""The fleet simulator (docs/design.md, "Layers"): simulated nodes for the agent and load.
 
 `SimBackend` is a GPU backend for the agent that reports real hardware shapes (`shapes.py`)
 deterministically from a seed; fleet specs (`fleet_spec.py`, the shipped

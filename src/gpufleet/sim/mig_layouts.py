@@ -1,12 +1,12 @@
 """MIG layouts for simulated GPUs: from profile names to explicit placements, and back.
 
-A fleet spec names a layout the way an operator thinks of it (`[4g.40gb, 3g.40gb]`), but a
-MIG instance is keyed by (profile id, placement start) (DESIGN.md §2), and whether a set of
-profiles fits depends on where each one starts: `4g.40gb` can only start at slice 0, so it
-must be placed before `3g.40gb` takes that spot. `resolve_layout` searches for explicit
-placements (small: at most 7 instances on 8 slices) and then checks the result with the
-domain's `layout_problems`, so the simulator never reports a layout the hardware refuses.
-An entry may pin its start with `name@start` (or `id@start`).
+A fleet spec names a layout the way an operator thinks of it (`[4g.40gb, 3g.40gb]`), but a MIG
+instance is keyed by (profile id, placement start) (docs/design.md, "Concepts"), and whether a set
+of profiles fits depends on where each one starts: `4g.40gb` can only start at slice 0, so it must
+be placed before `3g.40gb` takes that spot. `resolve_layout` searches for explicit placements
+(small: at most 7 instances on 8 slices) and then checks the result with the domain's
+`layout_problems`, so the simulator never reports a layout the hardware refuses. An entry may pin
+its start with `name@start` (or `id@start`).
 """
 
 from __future__ import annotations

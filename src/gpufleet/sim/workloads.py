@@ -4,7 +4,7 @@ A binding (an allocation on a unit) gets one `WorkloadKind`, chosen by hashing t
 seed and the allocation code, so every unit of an allocation runs the same kind and the
 same seed gives the same fleet of workloads on every run (`WORKLOAD_MIX` says how often
 each kind comes up). A unit with no binding is idle, except for the seeded few where a
-leftover process still holds memory (a zombie, DESIGN.md §3).
+leftover process still holds memory (a zombie, docs/design.md, "Funnel and activity").
 
 Signals are functions of time, not of the tick: value noise (random values at knots a
 period apart, smoothly interpolated) gives slow drifts, and bursts, checkpoints and notebook
@@ -237,8 +237,8 @@ _ROLES = {
 
 @dataclass(frozen=True, slots=True)
 class Claims:
-    """What a workload's processes say about their owner (DESIGN.md §2: claims are checked
-    against the binding, which is the truth)."""
+    """What a workload's processes say about their owner (docs/design.md, "Concepts": claims are
+    checked against the binding, which is the truth)."""
 
     claimed_allocation: str | None
     container: str | None = None

@@ -157,7 +157,8 @@ class GpuLabel(Base):
 
 
 class MigInstance(Base):
-    """A GPU instance, keyed by (parent GPU, profile id, placement start) — DESIGN.md §2.
+    """A GPU instance, keyed by (parent GPU, profile id, placement start) — docs/design.md,
+    "Concepts".
 
     The MIG device UUID and the driver's instance ids change when instances are recreated,
     so they are attributes. A source without placements (dcgm-exporter) leaves the start
@@ -293,7 +294,8 @@ class AuditEvent(Base):
 
 
 class Quota(Base):
-    """The most a project may hold at once of one flavour (DESIGN.md §2), in milli-units."""
+    """The most a project may hold at once of one flavour (docs/design.md, "Concepts"), in
+    milli-units."""
 
     __tablename__ = "quotas"
 
@@ -407,7 +409,7 @@ class Binding(Base):
 
 
 class SlotClaim(Base):
-    """The database's guarantee that no unit is held twice (DESIGN.md §6).
+    """The database's guarantee that no unit is held twice (docs/design.md, "Placement").
 
     One row per held slot: slot -1 is a whole GPU, slots 0..7 are the memory slices of a MIG
     GPU. The primary key makes a second claim of the same slot fail on SQLite and PostgreSQL

@@ -1,5 +1,6 @@
-"""The telemetry store (DESIGN.md §4–§5): samples, rollups and class-aware queries behind one
-protocol (`protocol.TelemetryStore`); the embedded default is `DuckDBTelemetryStore`.
+"""The telemetry store (docs/design.md, "Telemetry model"–§5): samples, rollups and class-aware
+queries behind one protocol (`protocol.TelemetryStore`); the embedded default is
+`DuckDBTelemetryStore`.
 
 Nothing here knows who owns a GPU: series are keyed by unit, and ownership is joined from the
 state store's binding intervals by the services.

@@ -1,15 +1,14 @@
 """Per-unit, per-hour minute masks on the DuckDB store: the funnel and idleness in aggregate,
 fast at 100,000 GPUs (the `MinuteMasks` of masks.py).
 
-DESIGN.md §3 judges every allocated minute of every unit. Done naively that reads 1,440
-1-minute rollups × units × signals per 24-hour question (432 million rows at 100,000 GPUs).
-Instead, each hour of each unit is folded once into a few 60-bit masks — bit m set when
-minute m of the hour had a value (`*_known`) or reached its threshold (`*_hot`) — and a
-question becomes a join of those rows with the bindings, counting bits (`bit_count`) inside
-each binding's part of the hour. Activity and effective minutes are exact at minute
-resolution; the efficiency sum spreads each hour's sm_active sum evenly over the hour's
-known minutes (so a binding's part of an hour gets its share of the hour's mean). A 24-hour
-funnel reads 24 rows per unit.
+docs/design.md, "Funnel and activity" judges every allocated minute of every unit. Done naively that
+reads 1,440 1-minute rollups × units × signals per 24-hour question (432 million rows at 100,000
+GPUs). Instead, each hour of each unit is folded once into a few 60-bit masks — bit m set when
+minute m of the hour had a value (`*_known`) or reached its threshold (`*_hot`) — and a question
+becomes a join of those rows with the bindings, counting bits (`bit_count`) inside each binding's
+part of the hour. Activity and effective minutes are exact at minute resolution; the efficiency sum
+spreads each hour's sm_active sum evenly over the hour's known minutes (so a binding's part of an
+hour gets its share of the hour's mean). A 24-hour funnel reads 24 rows per unit.
 
 Signals have the roles of masks.py (`signal_role`, from the domain's `activity_signal`):
 `gr` and `util` give activity, the first one present in each minute wins; for MIG instances

@@ -1,4 +1,5 @@
-"""The embedded telemetry store: one DuckDB file (DESIGN.md §5, "embedded default").
+"""The embedded telemetry store: one DuckDB file (docs/design.md, "Architecture", "embedded
+default").
 
 Keyed uploads (`write_columns`, the ingest's path) go to the journal first (journal.py):
 appended and fsynced, they are durable and answered; the journal applier moves them into

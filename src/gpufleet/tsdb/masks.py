@@ -1,5 +1,5 @@
-"""What the funnel and the idle lists ask of a telemetry store that can answer them in
-aggregate: per-unit minute masks (DESIGN.md §3), and per-series minute counts.
+"""What the funnel and the idle lists ask of a telemetry store that can answer them in aggregate:
+per-unit minute masks (docs/design.md, "Funnel and activity"), and per-series minute counts.
 
 Both stores offer them: the embedded one folds its 1-minute rollups in SQL
 (duckdb_masks.py), the Prometheus-compatible one folds the engine's 1-minute means in

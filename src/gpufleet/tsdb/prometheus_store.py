@@ -1,4 +1,5 @@
-"""The Prometheus-compatible telemetry store: remote-write out, PromQL in (DESIGN.md §5).
+"""The Prometheus-compatible telemetry store: remote-write out, PromQL in (docs/design.md,
+"Architecture").
 
 For sites that outgrow one machine: samples go to VictoriaMetrics (single-node or cluster)
 by remote-write, and queries are PromQL (MetricsQL) range and instant queries. The engine
@@ -8,23 +9,22 @@ protocol onto it so that the services cannot tell the backends apart
 
 How a query keeps the DuckDB store's answers:
 
-* Windows are the store's buckets exactly. A step bucket [b, b + step) is PromQL's range
-  window `[step]` evaluated at b + step − 1 ms (range windows are left-open), and a last
-  partial bucket is one instant query with a window cut at `end`.
-* Over time, by class: mean → `avg_over_time` (as `sum_over_time` / `count_over_time`
-  where rows are folded further), last → `last_over_time`, the sensor peak →
-  `max_over_time`. A counter's increase is computed here from each row's
-  `increase_prometheus` (the increase inside the row, resets handled, no extrapolation,
-  no guess about the sample before the window), `first_over_time` and `last_over_time`:
-  the step between rows is credited to the later one, reset-aware, exactly as the DuckDB
-  store's fold does. MetricsQL's own `increase` is not used: it guesses whether a counter
+* Windows are the store's buckets exactly. A step bucket [b, b + step) is PromQL's range window
+  `[step]` evaluated at b + step − 1 ms (range windows are left-open), and a last partial bucket is
+  one instant query with a window cut at `end`.
+* Over time, by class: mean → `avg_over_time` (as `sum_over_time` / `count_over_time` where rows are
+  folded further), last → `last_over_time`, the sensor peak → `max_over_time`. A counter's increase
+  is computed here from each row's `increase_prometheus` (the increase inside the row, resets
+  handled, no extrapolation, no guess about the sample before the window), `first_over_time` and
+  `last_over_time`: the step between rows is credited to the later one, reset-aware, exactly as the
+  DuckDB store's fold does. MetricsQL's own `increase` is not used: it guesses whether a counter
   started from zero when no earlier sample is in reach, and answers 155 where 55 is right.
-* Across series: in the engine (`avg|sum|max by (…)`, count as `sum(x != bool 0)`) when
-  nothing needs folding here; otherwise here, per group and bucket.
-* Bindings: ownership is not a label (DESIGN.md §4), so the per-unit rows are fetched at
-  the attribution resolution (1 minute, 1 hour for windows past 30 days, the step when it
-  is finer), attributed to the binding covering each row's start, folded into steps and
-  aggregated here — the DuckDB store's rule.
+* Across series: in the engine (`avg|sum|max by (…)`, count as `sum(x != bool 0)`) when nothing
+  needs folding here; otherwise here, per group and bucket.
+* Bindings: ownership is not a label (docs/design.md, "Telemetry model"), so the per-unit rows are
+  fetched at the attribution resolution (1 minute, 1 hour for windows past 30 days, the step when it
+  is finer), attributed to the binding covering each row's start, folded into steps and aggregated
+  here — the DuckDB store's rule.
 
 `tier` only aligns the first bucket as the DuckDB store does; the engine reads whatever
 resolution it keeps (its own downsampling). `apply_retention()` does nothing: the engine's

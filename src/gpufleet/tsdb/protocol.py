@@ -1,4 +1,4 @@
-"""The telemetry store's protocol and its value types (DESIGN.md §4–§5).
+"""The telemetry store's protocol and its value types (docs/design.md, "Telemetry model"–§5).
 
 A sample is (series, time, value). A series is keyed by the metric and the **unit** it
 describes (`gpu_uuid`, and `mig_uuid` for a MIG instance) plus the metric's own extra labels
@@ -46,7 +46,7 @@ class Tier(StrEnum):
 
 @dataclass(frozen=True)
 class Retention:
-    """How long each tier keeps its rows (DESIGN.md §4 defaults)."""
+    """How long each tier keeps its rows (docs/design.md, "Telemetry model" defaults)."""
 
     raw: timedelta = timedelta(days=7)
     minute: timedelta = timedelta(days=30)
@@ -90,7 +90,7 @@ def series(metric: str, gpu_uuid: str, mig_uuid: str | None = None, *,
 @dataclass(frozen=True)
 class Sample:
     """One value of one series at one time; `value` None is "the source cannot say" and is
-    never stored (DESIGN.md §4)."""
+    never stored (docs/design.md, "Telemetry model")."""
 
     series: SeriesLabels
     at: datetime

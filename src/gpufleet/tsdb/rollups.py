@@ -88,8 +88,8 @@ class TierSources:
 
 
 def combine_across(values: list[float], across: AcrossSeries) -> float:
-    """Values of several series at one step, combined as their class says (DESIGN.md §4):
-    mean, sum, max, or the count of non-zero values (states and flags)."""
+    """Values of several series at one step, combined as their class says (docs/design.md,
+    "Telemetry model"): mean, sum, max, or the count of non-zero values (states and flags)."""
     if across is AcrossSeries.MEAN:
         return sum(values) / len(values)
     if across is AcrossSeries.SUM:

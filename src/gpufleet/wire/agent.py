@@ -1,4 +1,4 @@
-"""The agent protocol: registration and heartbeat (DESIGN.md §5).
+"""The agent protocol: registration and heartbeat (docs/design.md, "Architecture").
 
 An agent registers its node once with a single-use join token and gets a node credential
 (an `agent` token); it re-registers with that credential whenever its hardware may have
@@ -43,8 +43,9 @@ class MigInstanceReport(StrictModel):
 
     @property
     def key(self) -> tuple:
-        """What identifies the instance on its GPU (DESIGN.md §2): (profile id, placement
-        start); without a placement, the driver's GPU instance id stands in for the start."""
+        """What identifies the instance on its GPU (docs/design.md, "Concepts"): (profile id,
+        placement start); without a placement, the driver's GPU instance id stands in for the start.
+        """
         return mig_instance_key(self.profile_id, self.placement_start, self.gpu_instance_id)
 
 

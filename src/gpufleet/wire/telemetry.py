@@ -1,10 +1,10 @@
 """Telemetry snapshots: what an agent backend reads from a node in one collection tick.
 
-Every backend (`nvml`, `dcgm-exporter`, `sim`) produces the same immutable `NodeSnapshot`,
-in the units of the metric catalogue (`gpufleet.domain.telemetry`): the backend applies
-each source's scale and turns its blank / sentinel values into `None`. `None` means "this
-source cannot say" and is never stored as a number (DESIGN.md §4); a metric the source
-does not offer at all is simply absent from `values`.
+Every backend (`nvml`, `dcgm-exporter`, `sim`) produces the same immutable `NodeSnapshot`, in the
+units of the metric catalogue (`gpufleet.domain.telemetry`): the backend applies each source's scale
+and turns its blank / sentinel values into `None`. `None` means "this source cannot say" and is
+never stored as a number (docs/design.md, "Telemetry model"); a metric the source does not offer at
+all is simply absent from `values`.
 
 A snapshot has one `UnitSnapshot` per unit: each whole GPU (`mig_uuid` unset) and each MIG
 instance (`mig_uuid` set, `gpu_uuid` naming its parent GPU). Device-only metrics — power,

@@ -1,8 +1,9 @@
 """Telemetry queries as the API answers them: range queries, latest snapshots, the funnel,
 idle / zombie / unattributed lists, and the fleet view behind `gpufleet top`.
 
-Percentages are 0–100; GPU-hours weigh a MIG instance by its share of the GPU and a shared
-fraction by milli ÷ 1000 (DESIGN.md §3). A value a source cannot give is null, never 0.
+Percentages are 0–100; GPU-hours weigh a MIG instance by its share of the GPU and a shared fraction
+by milli ÷ 1000 (docs/design.md, "Funnel and activity"). A value a source cannot give is null, never
+0.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Placement rules (DESIGN.md §6), one at a time, on hand-built fleets."""
+"""Placement rules (docs/design.md, "Placement"), one at a time, on hand-built fleets."""
 
 from __future__ import annotations
 

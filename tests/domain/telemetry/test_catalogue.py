@@ -1,6 +1,6 @@
-"""The metric catalogue (DESIGN.md §4): rows are complete and consistent, lookups round-trip,
-sentinels read as missing, aggregation follows the class table, and docs/metrics.md and
-`gpufleet metrics` show the same catalogue."""
+"""The metric catalogue (docs/design.md, "Telemetry model"): rows are complete and consistent,
+lookups round-trip, sentinels read as missing, aggregation follows the class table, and
+docs/metrics.md and `gpufleet metrics` show the same catalogue."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_utilisation_memory_and_process_metrics_exist_per_mig(name):
 
 
 def test_gpu_utilization_is_whole_gpus_only():
-    # DESIGN.md §3: NVML / DCGM_FI_DEV_GPU_UTIL, whole GPUs only.
+    # docs/design.md, "Funnel and activity": NVML / DCGM_FI_DEV_GPU_UTIL, whole GPUs only.
     assert not metric("gpu.utilization").per_mig
 
 
@@ -137,7 +137,7 @@ def test_xid_counter_is_labelled_by_code():
 
 # --- aggregation -----------------------------------------------------------------------------
 
-DESIGN_TABLE = {  # DESIGN.md §4: class -> (over time, across series)
+DESIGN_TABLE = {  # docs/design.md, "Telemetry model": class -> (over time, across series)
     MetricClass.RELATIVE_ACTIVITY: (OverTime.MEAN, AcrossSeries.MEAN),
     MetricClass.ABSOLUTE_USAGE: (OverTime.MEAN, AcrossSeries.SUM),
     MetricClass.LIFETIME_COUNTER: (OverTime.INCREASE, AcrossSeries.SUM),

@@ -1,4 +1,5 @@
-"""The funnel and idleness definitions of DESIGN.md §3, on per-minute values."""
+"""The funnel and idleness definitions of docs/design.md, "Funnel and activity", on per-minute
+values."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The store's minute masks (tsdb/duckdb_masks.py) against the DESIGN.md §3 definitions.
-(tests/services/telemetry/test_masks_vm.py runs the same tests on the Prometheus-compatible store.)
+"""The store's minute masks (tsdb/duckdb_masks.py) against the docs/design.md, "Funnel and activity"
+definitions. (tests/services/telemetry/test_masks_vm.py runs the same tests on the
+Prometheus-compatible store.)
 
 The funnel and the idle list are computed from the masks; the domain's per-minute helpers
 (`unit_activity`, `Funnel.add_minute`, `classify_minute`, `idle_verdict_from_minutes`) are
@@ -153,8 +154,8 @@ def write(store: TelemetryStore, history: History) -> None:
 # --- the definitions, applied to the same minute values -------------------------------------
 
 def activity(history: History, u: int, minute: int) -> float | None:
-    """The unit's activity in `minute` (DESIGN.md §3): the domain's `unit_activity` on the
-    values that minute has."""
+    """The unit's activity in `minute` (docs/design.md, "Funnel and activity"): the domain's
+    `unit_activity` on the values that minute has."""
     unit = UNITS[u]
     latest = {m: v for m in (GR_ENGINE_ACTIVE, UTILIZATION, MEMORY_USED)
               if (v := history.at(u, m, minute)) is not None}

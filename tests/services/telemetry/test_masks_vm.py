@@ -1,8 +1,8 @@
-"""The funnel's minute masks on the Prometheus-compatible store (tsdb/prometheus_masks.py),
-on a real VictoriaMetrics: the property tests of the DuckDB masks
-(tests/services/telemetry/test_masks_properties.py, the DESIGN.md §3 definitions on random
-histories) run here unchanged, then what only this store does (its cache of closed hours,
-and what `rollup` means on it)."""
+"""The funnel's minute masks on the Prometheus-compatible store (tsdb/prometheus_masks.py), on a
+real VictoriaMetrics: the property tests of the DuckDB masks
+(tests/services/telemetry/test_masks_properties.py, the docs/design.md, "Funnel and activity"
+definitions on random histories) run here unchanged, then what only this store does (its cache of
+closed hours, and what `rollup` means on it)."""
 
 from __future__ import annotations
 

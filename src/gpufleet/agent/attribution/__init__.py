@@ -1,4 +1,5 @@
-"""Who is each GPU process? What the node can tell about a pid's workload (DESIGN.md §2).
+"""Who is each GPU process? What the node can tell about a pid's workload (docs/design.md,
+"Concepts").
 
 Everything found here is a **claim**. The binding on the server is the truth: usage on a
 unit is charged to the allocation bound to it at that time, and a claim that does not

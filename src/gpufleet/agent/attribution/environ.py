@@ -1,13 +1,13 @@
 """What a process's environment says about its workload — read through an allow-list.
 
 A process's environment holds secrets (cloud keys, tokens, passwords, `GPUFLEET_TOKEN`
-itself), so the agent keeps **only the keys below** (DESIGN.md §8). The raw bytes of
+itself), so the agent keeps **only the keys below** (docs/design.md, "Security"). The raw bytes of
 `/proc/<pid>/environ` are split and filtered here, in one function, and dropped; no other
 key or value is kept, logged, put in an exception or sent. Note that a `GPUFLEET_*` prefix
 is *not* allowed as such: gpufleet's own settings (`GPUFLEET_TOKEN`,
 `GPUFLEET_DATABASE_URL`, `GPUFLEET_JOIN_TOKEN`) use that prefix and are secrets.
 
-- `GPUFLEET_ALLOCATION` → the claimed allocation (DESIGN.md §2's claim).
+- `GPUFLEET_ALLOCATION` → the claimed allocation (docs/design.md, "Concepts"'s claim).
 - `GPUFLEET_PROJECT`, `GPUFLEET_MODEL`, `GPUFLEET_DATASET`, `GPUFLEET_EXPERIMENT` → tags
   `project`, `model`, `dataset`, `experiment`: the SDK's tags, for work that cannot call it.
 - `GPUFLEET_TAGS` → more tags, `key=value,key=value` (not `allocation`): free tags under

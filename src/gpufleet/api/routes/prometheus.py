@@ -1,7 +1,7 @@
 """`GET /metrics`: the fleet's state for Prometheus, in its text exposition format.
 
-Authenticated like every endpoint (DESIGN.md §8): give Prometheus a viewer token as its
-scrape `authorization` credentials. The numbers come from services/telemetry/server_metrics.py;
+Authenticated like every endpoint (docs/design.md, "Security"): give Prometheus a viewer token as
+its scrape `authorization` credentials. The numbers come from services/telemetry/server_metrics.py;
 prometheus-client renders them, so the format is exactly what Prometheus parses.
 """
 

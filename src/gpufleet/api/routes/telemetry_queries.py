@@ -37,7 +37,7 @@ def range_query(
     p: Principal = Depends(principal),
     gf: Gpufleet = Depends(services),
 ):
-    """A metric per step, aggregated by its class per group (DESIGN.md §4)."""
+    """A metric per step, aggregated by its class per group (docs/design.md, "Telemetry model")."""
     filters: dict[str, list[str]] = {}
     for key, value in parse_labels(filter):
         filters.setdefault(key, []).append(value)
@@ -73,7 +73,8 @@ def funnel(
     p: Principal = Depends(principal),
     gf: Gpufleet = Depends(services),
 ):
-    """Total / allocated / active / effective GPU-hours over the window (DESIGN.md §3)."""
+    """Total / allocated / active / effective GPU-hours over the window (docs/design.md, "Funnel and
+    activity")."""
     return gf.queries.funnel(p, _by(by), end, window)
 
 

@@ -1,12 +1,12 @@
 """`gpufleet request …`: ask for GPUs, decide, and follow a request to its release.
 
-A request is a ticket (`GR-1042`) for whole GPUs, MIG instances (`--mig`) or fractions of
-shared GPUs (`--fraction`); DESIGN.md §2 has its states. Whatever leaves a request active
+A request is a ticket (`GR-1042`) for whole GPUs, MIG instances (`--mig`) or fractions of shared
+GPUs (`--fraction`); docs/design.md, "Concepts" has its states. Whatever leaves a request active
 prints the `export` lines a workload uses (`GPUFLEET_ALLOCATION`, `CUDA_VISIBLE_DEVICES`,
-`GPUFLEET_NODE`) on stdout and its human lines on stderr, so `request approve` and an
-auto-approved `request create` answer alike; with `--exports` only the export lines go
-to stdout (`eval "$(gpufleet request approve GR-1042 --exports)"`). Exports naming MIG
-instances not created yet are never printed (`request wait --exports` waits for them).
+`GPUFLEET_NODE`) on stdout and its human lines on stderr, so `request approve` and an auto-approved
+`request create` answer alike; with `--exports` only the export lines go to stdout (`eval
+"$(gpufleet request approve GR-1042 --exports)"`). Exports naming MIG instances not created yet are
+never printed (`request wait --exports` waits for them).
 """
 
 import shlex

@@ -72,7 +72,8 @@ def funnel_command(
     window: Annotated[str, typer.Option("--window", help="The window: 24h, 7d.")] = "24h",
     as_json: JsonFlag = False,
 ) -> None:
-    """Total / allocated / active / effective GPU-hours over the window (DESIGN.md §3)."""
+    """Total / allocated / active / effective GPU-hours over the window (docs/design.md, Funnel and
+    activity)."""
     with connect() as api:
         view = api.get(api_path("telemetry", "funnel"), query(by=by or [], window=window))
     emit(view, as_json, _funnel_table)

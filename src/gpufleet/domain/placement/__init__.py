@@ -1,4 +1,4 @@
-"""Placement (DESIGN.md §6): which concrete units satisfy a demand, across the fleet.
+"""Placement (docs/design.md, "Placement"): which concrete units satisfy a demand, across the fleet.
 
 Pure: no I/O, no clock. The live service and `gpufleet whatif` run this same code. See
 docs/placement.md for the rules and the policies.

@@ -1,6 +1,6 @@
 """Where a MIG instance of a profile can come from on one GPU, exactly as the hardware allows.
 
-Three sources, in order of preference (DESIGN.md §6):
+Three sources, in order of preference (docs/design.md, "Placement"):
 
 1. an existing, unbound instance of the profile (nothing changes on the GPU);
 2. a new instance at an allowed placement on memory slices no instance covers — the
@@ -52,7 +52,7 @@ def geometry_of(model_key: str) -> MigGeometry | None:
 
 @lru_cache(maxsize=1024)
 def unit_milli(model_key: str, profile_id: int) -> int:
-    """An instance's weight (DESIGN.md §3) in milli-GPU."""
+    """An instance's weight (docs/design.md, "Funnel and activity") in milli-GPU."""
     geometry = geometry_of(model_key)
     return round(geometry.weight(geometry.profile(profile_id)) * 1000)
 

@@ -127,7 +127,8 @@ class Decision:
 
     @property
     def milli(self) -> int:
-        """GPU capacity the decision holds, in milli-GPU (DESIGN.md §3 weights)."""
+        """GPU capacity the decision holds, in milli-GPU (docs/design.md, "Funnel and activity"
+        weights)."""
         return sum(unit.milli for unit in self.units)
 
 

@@ -1,4 +1,5 @@
-"""Telemetry vocabulary: the one metric catalogue (DESIGN.md §4), pure domain code.
+"""Telemetry vocabulary: the one metric catalogue (docs/design.md, "Telemetry model"), pure domain
+code.
 
 `catalogue` holds the rows and their lookups; `vocabulary` the units, classes, scopes and
 architectures; `sources` how a raw NVML / DCGM / Prometheus value becomes a catalogue

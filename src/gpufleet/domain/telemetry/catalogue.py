@@ -1,4 +1,5 @@
-"""The metric catalogue (DESIGN.md §4): every metric gpufleet stores, and its lookups.
+"""The metric catalogue (docs/design.md, "Telemetry model"): every metric gpufleet stores, and its
+lookups.
 
 One source of truth: the agent reads what a row names, ingest maps DCGM fields and
 Prometheus names to rows, rollups aggregate by a row's class, and docs/metrics.md is

@@ -62,15 +62,16 @@ ACTIVITY = (
                                  "(NVML docs)"),
            dcgm=DcgmSource("DCGM_FI_DEV_GPU_UTIL", 203, "percent", Encoding.DCGM_INT64,
                            notes="entity level GPU only"),
-           notes="Whole GPUs only (DESIGN.md §3); MIG instances use gr_engine_active."),
+           notes="Whole GPUs only (docs/design.md, Funnel and activity); MIG instances use "
+                 "gr_engine_active."),
     _activity("gpu.gr_engine_active",
               "Percent of time the graphics/compute engine had a context bound and busy: the "
-              "activity signal of DESIGN.md §3.",
+              "activity signal of docs/design.md, Funnel and activity.",
               _prof("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1001),
               _gpm("NVML_GPM_METRIC_GRAPHICS_UTIL", 1)),
     _activity("gpu.sm_active",
               "Percent of cycles an SM had at least one warp assigned, averaged over SMs: "
-              "the efficiency signal of DESIGN.md §3.",
+              "the efficiency signal of docs/design.md, Funnel and activity.",
               _prof("DCGM_FI_PROF_SM_ACTIVE", 1002), _gpm("NVML_GPM_METRIC_SM_UTIL", 2)),
     _activity("gpu.sm_occupancy",
               "Resident warps as a percent of the theoretical maximum per elapsed cycle.",
@@ -220,7 +221,8 @@ PROCESSES = (
     Metric("process.sm_utilization", Unit.PERCENT, MetricClass.RELATIVE_ACTIVITY, PROCESS,
            True,
            "Percent of time the process's kernels ran on the SMs, over NVML's sampling "
-           "window: the process's own activity (zombie detection, DESIGN.md §3).",
+           "window: the process's own activity (zombie detection, docs/design.md, Funnel and "
+           "activity).",
            nvml=NvmlSource("nvmlDeviceGetProcessUtilization", "percent", Encoding.NVML_UINT,
                            notes="the `smUtil` member of each sample; behaviour on MIG "
                                  "instances not verified"),

@@ -1,6 +1,6 @@
 """Catalogue rows, part 2: sensors, state (flags and codes) and lifetime counters — the
 health side. None of these exists per MIG instance: they belong to the parent GPU
-(DESIGN.md §4).
+(docs/design.md, "Telemetry model").
 
 Sources as in `catalogue_rows`: DCGM names and ids from NVIDIA/DCGM dcgm_fields.py, types
 from dcgm_fields.cpp; NVML constants from nvidia-ml-py 13.615.71; the XID counter name from
@@ -108,7 +108,7 @@ STATES = (
            nvml=_XID_EVENTS,
            dcgm=_dcgm("DCGM_FI_DEV_XID_ERRORS", 230, "code",
                       notes="DCGM declares the field per compute instance; gpufleet keeps "
-                            "XIDs on the parent GPU (DESIGN.md §4)"),
+                            "XIDs on the parent GPU (docs/design.md, Telemetry model)"),
            notes="A last-value gauge misses XIDs between samples; gpu.xid_errors_total "
                  "counts them."),
     Metric("gpu.remapped_rows_pending", Unit.BOOLEAN, MetricClass.STATE, DEVICE, False,

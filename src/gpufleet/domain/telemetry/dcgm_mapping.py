@@ -44,7 +44,7 @@ WORKLOAD_LABELS = {
     "pod": ("pod", "pod_name"),
     "namespace": ("namespace", "pod_namespace"),
     "container": ("container", "container_name"),
-    "slurm_job": ("hpc_job",),  # DESIGN.md §4 calls the job `slurm_job`
+    "slurm_job": ("hpc_job",),  # docs/design.md, "Telemetry model" calls the job `slurm_job`
 }
 _ANY_WORKLOAD_LABEL = frozenset(name for names in WORKLOAD_LABELS.values() for name in names)
 

@@ -1,5 +1,5 @@
-"""The fleet funnel and idleness, exactly as DESIGN.md §3 defines them: pure arithmetic on
-1-minute values, with no I/O and no clock (times and values are passed in).
+"""The fleet funnel and idleness, exactly as docs/design.md, "Funnel and activity" defines them:
+pure arithmetic on 1-minute values, with no I/O and no clock (times and values are passed in).
 
 Everything is counted in GPU-hours. A unit weighs what it holds of its GPU: a whole GPU 1, a
 MIG instance max(compute share, memory share), a shared fraction milli ÷ 1000 — which is its
@@ -10,11 +10,11 @@ Per minute, a unit's **activity** comes from the best signal it has (`activity_s
 neither, as on Ampere without DCGM — whether any process ran on it. A minute whose activity is
 unknown counts neither as active nor as idle.
 
-Production never calls the per-minute helpers: the services count the same quantities from
-the telemetry store's minute masks (tsdb/duckdb_masks.py), in aggregate. `unit_activity`,
-`classify_minute`, `Funnel.add_minute` and `idle_verdict_from_minutes` are the
-**specification** the masks are checked against (tests/services/telemetry/test_masks_properties.py):
-where the two disagree, the masks are wrong unless DESIGN.md §3 says otherwise.
+Production never calls the per-minute helpers: the services count the same quantities from the
+telemetry store's minute masks (tsdb/duckdb_masks.py), in aggregate. `unit_activity`,
+`classify_minute`, `Funnel.add_minute` and `idle_verdict_from_minutes` are the **specification** the
+masks are checked against (tests/services/telemetry/test_masks_properties.py): where the two
+disagree, the masks are wrong unless docs/design.md, "Funnel and activity" says otherwise.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class ActivitySource(StrEnum):
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The §3 thresholds (each a setting)."""
+    """The thresholds of docs/design.md, "Funnel and activity" (each a setting)."""
 
     activity_percent: float = 5.0
     effective_sm_active_percent: float = 50.0
@@ -62,9 +62,10 @@ class Thresholds:
 # --- the activity signal ------------------------------------------------------------------
 
 class ActivitySignal(StrEnum):
-    """What one series stands for in a unit's activity (DESIGN.md §3), best first: the
-    first present wins. `REPORTED` (a MIG instance's own used memory: it reports, so process
-    presence is known) and `RUNNING` (a process on it) together are the `processes` source."""
+    """What one series stands for in a unit's activity (docs/design.md, "Funnel and activity"), best
+    first: the first present wins. `REPORTED` (a MIG instance's own used memory: it reports, so
+    process presence is known) and `RUNNING` (a process on it) together are the `processes` source.
+    """
 
     GR_ENGINE = "gr_engine_active"
     UTILIZATION = "utilization"
@@ -273,7 +274,8 @@ class ZombieReason(StrEnum):
 def zombie_reason(*, memory_used_bytes: float | None, binding: BindingState,
                   window_minutes: int, seen_minutes: int, sm_known_minutes: int,
                   sm_busy_minutes: int) -> ZombieReason | None:
-    """Why a process holding GPU memory is a zombie (DESIGN.md §3), or None.
+    """Why a process holding GPU memory is a zombie (docs/design.md, "Funnel and activity"), or
+    None.
 
     A process with zero own SM activity counts only once it has been seen, with its SM
     activity known, for (nearly) the whole idle window: a process that just started, or
@@ -292,7 +294,8 @@ def zombie_reason(*, memory_used_bytes: float | None, binding: BindingState,
 
 
 class ClaimMatch(StrEnum):
-    """A workload's claim checked against the binding, which is the truth (DESIGN.md §2)."""
+    """A workload's claim checked against the binding, which is the truth (docs/design.md,
+    "Concepts")."""
 
     MATCHES = "matches"
     MISMATCH = "mismatch"

@@ -30,9 +30,9 @@ PERCENT_STORED_DECIMALS = 4
 
 @dataclass(frozen=True)
 class Metric:
-    """A metric: canonical name, authoritative unit, class (hence aggregation), scopes,
-    whether it exists per MIG instance, extra labels beyond the standard ones (DESIGN.md §4),
-    and where its value comes from.
+    """A metric: canonical name, authoritative unit, class (hence aggregation), scopes, whether it
+    exists per MIG instance, extra labels beyond the standard ones (docs/design.md, "Telemetry
+    model"), and where its value comes from.
 
     `prometheus_name` is set only where the exposition name is neither the DCGM field name
     nor gpufleet's own `gpufleet_<name>` (e.g. dcgm-exporter's DCGM_EXP_XID_ERRORS_TOTAL).

@@ -1,7 +1,7 @@
 """How a raw reading becomes a catalogue value: multiply by the source's scale, and store a
 blank / sentinel value as missing (None), never as a number.
 
-Sentinels (DESIGN.md §4, STYLE.md "not supported is a value"):
+Sentinels (docs/design.md, "Telemetry model", STYLE.md "not supported is a value"):
 
 - DCGM writes "no value" into the value itself. int64 fields: DCGM_INT64_BLANK
   0x7ffffffffffffff0 and the codes above it (+1 not found, +2 not supported, +3 not

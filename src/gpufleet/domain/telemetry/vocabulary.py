@@ -1,8 +1,9 @@
 """The words of the metric catalogue: units, classes and their aggregation, scopes, sources,
 architectures.
 
-Aggregation follows the metric's class (DESIGN.md §4): a percentage is averaged across GPUs,
-never summed; a lifetime counter contributes its increase over a window, resets handled.
+Aggregation follows the metric's class (docs/design.md, "Telemetry model"): a percentage is averaged
+across GPUs, never summed; a lifetime counter contributes its increase over a window, resets
+handled.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class Aggregation:
 
 
 class MetricClass(StrEnum):
-    """What kind of quantity a metric is; it decides the aggregation (DESIGN.md §4 table)."""
+    """What kind of quantity a metric is; it decides the aggregation (docs/design.md, "Telemetry
+    model" table)."""
 
     RELATIVE_ACTIVITY = "relative_activity"
     ABSOLUTE_USAGE = "absolute_usage"

@@ -1,4 +1,5 @@
-"""MIG layouts exported as an NVIDIA mig-parted config file, for operators (DESIGN.md §6).
+"""MIG layouts exported as an NVIDIA mig-parted config file, for operators (docs/design.md,
+"Placement").
 
 Each GPU's desired layout is its pending MIG plan where one exists, else the instances its
 node reports. A node's GPUs, grouped by identical layout and listed by GPU index, form the

@@ -1,16 +1,15 @@
 """Bindings: the interval table that says which allocation holds which unit, and when.
 
-Opening a binding claims its slots (DESIGN.md §6): a whole GPU is slot -1, a MIG instance
-the memory slices it covers; the claims' primary key refuses a second holder on SQLite and
-PostgreSQL alike. A shared GPU is claimed by a conditional update of `used_milli` that
-cannot pass 1000. Slots and fractions only guard units of one kind, so every binding also
-passes the **binding guard**: a conditional update of its GPU that counts the open
-bindings (`open_bindings`, `bound_kind`) and matches only while the GPU is in the binding's
-sharing mode and holds no binding of another kind — a whole GPU, MIG instances and
-fractions of one GPU are never held at once, whatever the placement believed. A GPU's mode
-changes only when it holds nothing: a mode its node reports meanwhile is kept pending
-(`pending_sharing_mode`), the GPU drains (the guard lets no new binding onto it), and the
-mode is applied here when its last binding ends.
+Opening a binding claims its slots (docs/design.md, "Placement"): a whole GPU is slot -1, a MIG
+instance the memory slices it covers; the claims' primary key refuses a second holder on SQLite and
+PostgreSQL alike. A shared GPU is claimed by a conditional update of `used_milli` that cannot pass
+1000. Slots and fractions only guard units of one kind, so every binding also passes the **binding
+guard**: a conditional update of its GPU that counts the open bindings (`open_bindings`,
+`bound_kind`) and matches only while the GPU is in the binding's sharing mode and holds no binding
+of another kind — a whole GPU, MIG instances and fractions of one GPU are never held at once,
+whatever the placement believed. A GPU's mode changes only when it holds nothing: a mode its node
+reports meanwhile is kept pending (`pending_sharing_mode`), the GPU drains (the guard lets no new
+binding onto it), and the mode is applied here when its last binding ends.
 
 Granting also stamps the `allocation` / `project` labels and bumps the desired-state version
 of every node involved, so its agent learns the change on its next heartbeat. Closing ends
@@ -250,7 +249,8 @@ def _check_host_capacity(session: Session, openings: Sequence[Opening],
 
 
 def _raise_shared_use(session: Session, gpu: Gpu, milli: int) -> None:
-    """The conditional update of DESIGN.md §6: it matches no row once the GPU is full."""
+    """The conditional update of docs/design.md, "Placement": it matches no row once the GPU is
+    full."""
     result = session.execute(
         update(Gpu).where(Gpu.id == gpu.id, Gpu.used_milli + milli <= 1000)
         .values(used_milli=Gpu.used_milli + milli)
@@ -453,7 +453,7 @@ def _mig_uuids(session: Session, bindings: list[Binding]) -> dict[tuple, str | N
 
 
 def exports(code: str, units: list[UnitView]) -> dict[str, str]:
-    """What the workload exports to use its allocation (advisory; DESIGN.md §2)."""
+    """What the workload exports to use its allocation (advisory; docs/design.md, "Concepts")."""
     if not units:
         return {}
     devices = [u.mig_uuid or (f"pending:{u.gpu_uuid}/{u.mig_profile}@{u.mig_start}"

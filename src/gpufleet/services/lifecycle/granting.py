@@ -1,7 +1,7 @@
 """Granting: from an approved request to bound units, through the placement engine.
 
-Order of choice (DESIGN.md §2): a project's own pool of a matching flavour first; otherwise
-free capacity, within the project's quota, that no pool has reserved. The placement engine
+Order of choice (docs/design.md, "Concepts"): a project's own pool of a matching flavour first;
+otherwise free capacity, within the project's quota, that no pool has reserved. The placement engine
 decides which concrete units; `bindings.open_bindings` makes the database hold them.
 
 Everything a plan reads besides the request comes in: the fleet (the server's placement
@@ -73,7 +73,8 @@ def governing_quotas(facts: list[QuotaFact]) -> list[QuotaFact]:
 
 
 def physical_milli(flavour: Flavour, count: int, unit_milli: int) -> int:
-    """GPU capacity (milli-GPU) that `count` units of a flavour take (DESIGN.md §3 weights)."""
+    """GPU capacity (milli-GPU) that `count` units of a flavour take (docs/design.md, "Funnel and
+    activity" weights)."""
     if flavour.kind is FlavourKind.MIG:
         geometry = catalogue_model(flavour.model).mig
         profile = geometry.profile_named(flavour.mig_profile)

@@ -13,10 +13,10 @@ Reading every usable GPU from the state store for each grant costs about a secon
   (`read_fleet` in another thread, then `install`), since at 100,000 GPUs it takes seconds:
   the nodes that grants and re-reads touched while it read are re-read once it is in.
 
-The cache is never the guard. The slot claims and the conditional shared-GPU update refuse
-a unit that is no longer free (DESIGN.md §6); the grant then marks the nodes it touched
-stale and tries again. Deciding is serialised by the caller (`Lifecycle`'s grant lock):
-the marks are the only part other threads touch, under a lock of their own.
+The cache is never the guard. The slot claims and the conditional shared-GPU update refuse a unit
+that is no longer free (docs/design.md, "Placement"); the grant then marks the nodes it touched
+stale and tries again. Deciding is serialised by the caller (`Lifecycle`'s grant lock): the marks
+are the only part other threads touch, under a lock of their own.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Pools: capacity dedicated to one project (DESIGN.md §2), created by an approved request.
+"""Pools: capacity dedicated to one project (docs/design.md, "Concepts"), created by an approved
+request.
 
 A pool is logical — flavour × count — not a set of pinned GPUs: approving it reserves that
 much of the fleet's free capacity of its flavour, which other projects' requests may then

@@ -1,4 +1,4 @@
-"""Quotas and what a project holds against them (DESIGN.md §2).
+"""Quotas and what a project holds against them (docs/design.md, "Concepts").
 
 Everything is counted in milli-units of a flavour: a whole GPU or a MIG instance is 1000, a
 shared unit its fraction. What a project holds of a flavour is its active pools (reserved

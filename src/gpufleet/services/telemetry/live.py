@@ -1,9 +1,9 @@
 """The live side of telemetry queries: each unit's latest values and processes and whom they
 are charged to, zombie processes, unattributed usage, and the fleet view behind `top`.
 
-"Live" means a value from the last `FRESH` (five minutes): a unit or process silent longer
-is not shown as running. Charges come from the bindings open now (the truth, DESIGN.md §2);
-a workload's claim (`GPUFLEET_ALLOCATION`, `gpufleet.tag`) is checked against them.
+"Live" means a value from the last `FRESH` (five minutes): a unit or process silent longer is not
+shown as running. Charges come from the bindings open now (the truth, docs/design.md, "Concepts"); a
+workload's claim (`GPUFLEET_ALLOCATION`, `gpufleet.tag`) is checked against them.
 """
 
 from __future__ import annotations

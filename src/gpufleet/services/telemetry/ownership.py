@@ -1,9 +1,9 @@
 """Who held which unit when, read from the state store for a telemetry query's window.
 
-Ownership is never a series label (DESIGN.md §4): the binding intervals are read here, once
-per query, and passed to the telemetry store (`Bindings`) or to the funnel arithmetic
-(`Slot`s). A unit is (gpu_uuid, mig_uuid): a MIG binding names (GPU, profile id, placement
-start), which maps to the instance's current MIG UUID through the inventory's MIG rows.
+Ownership is never a series label (docs/design.md, "Telemetry model"): the binding intervals are
+read here, once per query, and passed to the telemetry store (`Bindings`) or to the funnel
+arithmetic (`Slot`s). A unit is (gpu_uuid, mig_uuid): a MIG binding names (GPU, profile id,
+placement start), which maps to the instance's current MIG UUID through the inventory's MIG rows.
 Members see only their own projects' bindings.
 """
 

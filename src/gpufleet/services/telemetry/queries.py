@@ -1,6 +1,6 @@
-"""Questions asked of the fleet's telemetry (DESIGN.md §3, §4): range queries, the latest
-snapshot per GPU, the fleet funnel, idle / idle-held / zombie / unattributed lists, and the
-fleet view behind `gpufleet top`.
+"""Questions asked of the fleet's telemetry (docs/design.md, "Funnel and activity" and "Telemetry
+model"): range queries, the latest snapshot per GPU, the fleet funnel, idle / idle-held / zombie /
+unattributed lists, and the fleet view behind `gpufleet top`.
 
 Ownership comes from the state store's binding intervals, read once per call in one read
 transaction and joined at query time (`telemetry_ownership`). Members see only their own
@@ -114,9 +114,9 @@ class TelemetryQueries:
                     end: datetime | None = None, since: str | None = None,
                     step: str | None = None, filters: dict[str, list[str]] | None = None,
                     group_by: list[str] | None = None) -> wt.RangeQueryResult:
-        """The metric per step over [start, end) (or the last `since`), aggregated by its
-        class (DESIGN.md §4) per group of labels. Owner labels (project, allocation) come
-        from the binding intervals; a member's query counts only their projects' time."""
+        """The metric per step over [start, end) (or the last `since`), aggregated by its class
+        (docs/design.md, "Telemetry model") per group of labels. Owner labels (project, allocation)
+        come from the binding intervals; a member's query counts only their projects' time."""
         principal.require(Action.READ_INVENTORY)
         row = catalogue_metric(metric)
         start, end = self._window(start, end, since)

@@ -1,13 +1,14 @@
-"""The fleet's state as Prometheus gauges, for the server's `/metrics` (DESIGN.md §7).
+"""The fleet's state as Prometheus gauges, for the server's `/metrics` (docs/design.md,
+"Interfaces").
 
-Computed at scrape time from the state store with a few grouped queries, so a scrape costs
-the same at 100 nodes or 12,500: GPUs by environment × model × status, nodes by
-environment × status, the GPUs held by each project's allocations (a MIG instance weighs
-its share of the GPU, a shared fraction its milli ÷ 1000 — DESIGN.md §3), requests by state,
-and how long the quietest agent of each environment has been silent, and the fleet funnel by
-environment over the default window (GPU-hours total, allocated, active, effective — from
-the telemetry queries, cached for a minute so a scrape stays cheap). This module only
-gathers numbers; the API renders them in Prometheus' text format.
+Computed at scrape time from the state store with a few grouped queries, so a scrape costs the same
+at 100 nodes or 12,500: GPUs by environment × model × status, nodes by environment × status, the
+GPUs held by each project's allocations (a MIG instance weighs its share of the GPU, a shared
+fraction its milli ÷ 1000 — docs/design.md, "Funnel and activity"), requests by state, and how long
+the quietest agent of each environment has been silent, and the fleet funnel by environment over the
+default window (GPU-hours total, allocated, active, effective — from the telemetry queries, cached
+for a minute so a scrape stays cheap). This module only gathers numbers; the API renders them in
+Prometheus' text format.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ _FUNNEL = (("total", "GPU-hours of the inventory's GPUs (not retired)"),
 
 
 def funnel_families(view: FunnelView) -> list[Family]:
-    """`gpufleet_funnel_<term>_gpu_hours{environment}` over the view's window (DESIGN.md §3)."""
+    """`gpufleet_funnel_<term>_gpu_hours{environment}` over the view's window (docs/design.md,
+    "Funnel and activity")."""
     hours = (view.window_end - view.window_start).total_seconds() / 3600
     families = []
     for term, meaning in _FUNNEL:
