@@ -95,3 +95,14 @@ def test_top_fits_the_terminal_names_projects_and_explains_its_columns():
     assert "projects holding the most GPUs; 47 more" in text and "or --json" in text
     assert "GR-7 (vision)" in text
     assert "allocated GPUs: the GPU share" in " ".join(text.split())
+
+
+def test_zombies_and_unattributed_usage_from_the_cli(cli):
+    zombies = ok("zombies").stdout
+    assert rows(zombies, cli["free"])[0][3:5] == ["303", "miner"]
+    assert "no_binding" in zombies and "reasons: no_binding" in " ".join(zombies.split())
+    assert {z["pid"] for z in json_of("zombies")} >= {303}
+    unattributed = ok("unattributed").stdout
+    kinds = {(u["pid"], u["reason"]) for u in json_of("unattributed")}
+    assert {(202, "mismatch"), (303, "unbound")} <= kinds
+    assert cli["vision"] in unattributed  # 202 claims vision's allocation on speech's GPU

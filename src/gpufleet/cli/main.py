@@ -68,6 +68,12 @@ COMMANDS: dict[str, LazyCommand] = {
                         "window, and since when."),
     "top": LazyCommand("telemetry", "top_command", "A live view of the fleet: per "
                        "environment and project, busiest and idlest GPUs."),
+    "zombies": LazyCommand("telemetry", "zombies_command", "Processes holding GPU memory "
+                           "with no binding, after their binding ended, or doing nothing "
+                           "for the idle window."),
+    "unattributed": LazyCommand("telemetry", "unattributed_command", "Usage charged to "
+                                "nobody: on units no binding holds, or claiming an "
+                                "allocation that does not hold its unit."),
     "config": LazyCommand("config", "app", "Settings: effective values and their "
                           "documentation."),
     "metrics": LazyCommand("metrics", "app", "The metric catalogue: every metric, its unit, "

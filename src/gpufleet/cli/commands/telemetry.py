@@ -16,7 +16,7 @@ from rich.live import Live
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import JsonFlag, query
-from gpufleet.cli.output import cell_text, emit, gib, plural, table, when
+from gpufleet.cli.output import cell_text, emit, gib, note, plural, table, when
 
 By = Annotated[list[str] | None, typer.Option(
     "--by", help="Group by this label (environment, node, model, gpu_uuid, mig_profile, "
@@ -118,6 +118,48 @@ def idle_command(
         title=f"idle for {_window_text(v['window_hours'])} (activity < "
               f"{v['activity_threshold_percent']:g} %)",
         caption=_idle_caption(v)))
+
+
+def zombies_command(as_json: JsonFlag = False) -> None:
+    """Processes holding GPU memory with no binding, after their binding ended, or doing
+    nothing for the idle window."""
+    with connect() as api:
+        found = api.get(api_path("telemetry", "zombies"))
+    if not as_json and not found:
+        note("no zombie processes")
+        return
+    emit(found, as_json, lambda rows: table(
+        ["gpu", "mig", "node", "pid", "process", "memory GiB", "reason", "allocation",
+         "project", "last seen"],
+        [[z["gpu_uuid"], z["mig_uuid"], z["node"], z["pid"], z["name"],
+          gib(_int(z["memory_used_bytes"])), z["reason"], z["allocation"], z["project"],
+          when(z["last_seen_at"])] for z in rows],
+        caption="reasons: no_binding (nobody holds the unit) · binding_ended (its "
+                "allocation ended) · no_sm_activity (no SM activity of its own for the idle "
+                "window)"))
+
+
+def unattributed_command(as_json: JsonFlag = False) -> None:
+    """Usage charged to nobody: on units no binding holds, or claiming an allocation that
+    does not hold its unit."""
+    with connect() as api:
+        found = api.get(api_path("telemetry", "unattributed"))
+    if not as_json and not found:
+        note("no unattributed usage")
+        return
+    emit(found, as_json, lambda rows: table(
+        ["gpu", "mig", "node", "kind", "reason", "pid", "process", "claims", "bound to",
+         "memory GiB", "activity %", "last seen"],
+        [[u["gpu_uuid"], u["mig_uuid"], u["node"], u["kind"], u["reason"], u["pid"],
+          u["name"], u["claimed_allocation"] or _workload_text(u["workload"]),
+          ", ".join(u["bound_allocations"]), gib(_int(u["memory_used_bytes"])),
+          _num(u["activity_percent"]), when(u["last_seen_at"])] for u in rows],
+        caption="reasons: unbound (no binding holds the unit) · mismatch (it claims an "
+                "allocation that does not hold the unit)"))
+
+
+def _workload_text(workload: dict[str, str]) -> str | None:
+    return " ".join(f"{k}={v}" for k, v in sorted(workload.items())) or None
 
 
 def _idle_caption(idle: dict[str, Any]) -> str | None:
