@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -123,12 +124,7 @@ def idle_command(
 def zombies_command(as_json: JsonFlag = False) -> None:
     """Processes holding GPU memory with no binding, after their binding ended, or doing
     nothing for the idle window."""
-    with connect() as api:
-        found = api.get(api_path("telemetry", "zombies"))
-    if not as_json and not found:
-        note("no zombie processes")
-        return
-    emit(found, as_json, lambda rows: table(
+    _show_list("zombies", "no zombie processes", as_json, lambda rows: table(
         ["gpu", "mig", "node", "pid", "process", "memory GiB", "reason", "allocation",
          "project", "last seen"],
         [[z["gpu_uuid"], z["mig_uuid"], z["node"], z["pid"], z["name"],
@@ -142,12 +138,7 @@ def zombies_command(as_json: JsonFlag = False) -> None:
 def unattributed_command(as_json: JsonFlag = False) -> None:
     """Usage charged to nobody: on units no binding holds, or claiming an allocation that
     does not hold its unit."""
-    with connect() as api:
-        found = api.get(api_path("telemetry", "unattributed"))
-    if not as_json and not found:
-        note("no unattributed usage")
-        return
-    emit(found, as_json, lambda rows: table(
+    _show_list("unattributed", "no unattributed usage", as_json, lambda rows: table(
         ["gpu", "mig", "node", "kind", "reason", "pid", "process", "claims", "bound to",
          "memory GiB", "activity %", "last seen"],
         [[u["gpu_uuid"], u["mig_uuid"], u["node"], u["kind"], u["reason"], u["pid"],
@@ -156,6 +147,17 @@ def unattributed_command(as_json: JsonFlag = False) -> None:
           _num(u["activity_percent"]), when(u["last_seen_at"])] for u in rows],
         caption="reasons: unbound (no binding holds the unit) · mismatch (it claims an "
                 "allocation that does not hold the unit)"))
+
+
+def _show_list(route: str, when_empty: str, as_json: bool,
+               render: Callable[[list[dict[str, Any]]], Any]) -> None:
+    """A telemetry list (`/telemetry/<route>`): its table, or one line when it is empty."""
+    with connect() as api:
+        found = api.get(api_path("telemetry", route))
+    if not as_json and not found:
+        note(when_empty)
+        return
+    emit(found, as_json, render)
 
 
 def _workload_text(workload: dict[str, str]) -> str | None:
