@@ -18,6 +18,7 @@ Everything that differs between the two databases lives in this module:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -35,6 +36,7 @@ from gpufleet.domain.errors import Conflict, InvalidInput, Unavailable
 from gpufleet.private_files import ensure_private_dir, ensure_private_file, make_private
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+log = logging.getLogger(__name__)
 
 
 class StateStore:
@@ -67,13 +69,20 @@ class StateStore:
     # --- engines -------------------------------------------------------------------------
     def _prepare_sqlite_file(self) -> None:
         """The database file made owner-only before SQLite opens it: SQLite creates its
-        -wal and -shm files with the database file's mode, so they stay private too."""
+        -wal and -shm files with the database file's mode, so they stay private too.
+
+        A path that cannot be prepared (a directory, a file of another user) is left as it
+        is, with a warning: SQLite cannot use it either, and the store then answers 503
+        `database_unavailable` at its first use, as for any database it cannot reach."""
         database = self.url.database
         if database and database != ":memory:" and not database.startswith("file:"):
             path = Path(database)
-            ensure_private_dir(path.parent)
-            ensure_private_file(path)
-            make_private(Path(f"{database}-wal"), Path(f"{database}-shm"))
+            try:
+                ensure_private_dir(path.parent)
+                ensure_private_file(path)
+                make_private(Path(f"{database}-wal"), Path(f"{database}-shm"))
+            except OSError as exc:
+                log.warning("cannot make the state store %s owner-only: %s", path, exc)
 
     def _sqlite_engine(self, begin: str, synchronous: str, pool_size: int) -> Engine:
         engine = create_engine(self.url, pool_size=pool_size, max_overflow=0, pool_timeout=60,
