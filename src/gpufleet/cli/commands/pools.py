@@ -10,7 +10,15 @@ from typing import Annotated, Any
 import typer
 
 from gpufleet.cli.client import api_path, connect
-from gpufleet.cli.commands.common import JsonFlag, Reason, body, query
+from gpufleet.cli.commands.common import (
+    AllPages,
+    JsonFlag,
+    Limit,
+    Reason,
+    body,
+    query,
+    show_listing,
+)
 from gpufleet.cli.output import (
     RenderableType,
     done,
@@ -89,12 +97,13 @@ def list_pools(
                                                 help="Only of this project.")] = None,
     state: Annotated[str | None, typer.Option(
         "--state", "-s", help="pending, active or rejected.")] = None,
+    limit: Limit = None,
+    all_pages: AllPages = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """List pools (members see their own projects')."""
-    with connect() as api:
-        pools = api.get(api_path("pools"), query(project=project, state=state))
-    emit(pools, as_json, pools_table)
+    """List pools, oldest first (members see their own projects')."""
+    show_listing(api_path("pools"), query(project=project, state=state, limit=limit),
+                 all_pages=all_pages, as_json=as_json, render=pools_table, what="pools")
 
 
 @app.command("show")
