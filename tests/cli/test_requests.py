@@ -287,3 +287,6 @@ def test_history_and_pool_ls_page_and_follow_every_page_with_all(fleet):
     assert "--all" in ok("pool", "ls", "--limit", 2).stderr
     empty = ok("pool", "ls", "--state", "rejected")
     assert empty.stdout == "" and "no pools match these filters" in empty.stderr
+    misspelt = invoke("pool", "ls", "--state", "approved")
+    assert misspelt.exit_code == 2  # refused before any call, with the states there are
+    assert "'approved' is not one of" in misspelt.output and "'active'" in misspelt.output

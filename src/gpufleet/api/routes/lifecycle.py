@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import PageRequest, page_limit, page_request, principal, services
-from gpufleet.domain.requests import RequestState
+from gpufleet.domain.requests import PoolState, RequestState
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 from gpufleet.wire.base import Page
@@ -126,11 +126,12 @@ def request_pool(body: PoolCreate, p: Principal = Depends(principal),
 
 @router.get("/pools", response_model=Page[PoolView], tags=POOLS)
 def list_pools(project: str | None = None,
-               state: Literal["pending", "active", "rejected"] | None = None,
+               state: PoolState | None = None,
                page: PageRequest = Depends(page_request), p: Principal = Depends(principal),
                gf: Gpufleet = Depends(services)):
     """Pools, oldest first; members see their own projects'."""
-    return gf.lifecycle.list_pools(p, project=project, state=state, cursor=page.cursor,
+    return gf.lifecycle.list_pools(p, project=project, state=state.value if state else None,
+                                   cursor=page.cursor,
                                    limit=page.limit)
 
 

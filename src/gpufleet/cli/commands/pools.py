@@ -29,6 +29,7 @@ from gpufleet.cli.output import (
     table,
     when,
 )
+from gpufleet.domain.requests import PoolState
 
 app = typer.Typer(help="Pools: capacity dedicated to one project.", no_args_is_help=True)
 
@@ -95,8 +96,8 @@ def request_pool(
 def list_pools(
     project: Annotated[str | None, typer.Option("--project", "-p",
                                                 help="Only of this project.")] = None,
-    state: Annotated[str | None, typer.Option(
-        "--state", "-s", help="pending, active or rejected.")] = None,
+    state: Annotated[PoolState | None, typer.Option(
+        "--state", "-s", help="Only pools in this state.")] = None,
     limit: Limit = None,
     all_pages: AllPages = False,
     as_json: JsonFlag = False,

@@ -15,7 +15,13 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import Conflict, Forbidden, InvalidInput
-from gpufleet.domain.requests import FlavourKind, parse_flavour, pool_code, pool_id_from_code
+from gpufleet.domain.requests import (
+    FlavourKind,
+    PoolState,
+    parse_flavour,
+    pool_code,
+    pool_id_from_code,
+)
 from gpufleet.services.access import audit, people
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.lifecycle import granting, quotas
@@ -24,7 +30,8 @@ from gpufleet.services.paging import SortSpec, keyset_page
 from gpufleet.store.tables import Pool, Project
 from gpufleet.wire.requests import PoolCreate, PoolView
 
-PENDING, ACTIVE, REJECTED = "pending", "active", "rejected"
+PENDING, ACTIVE, REJECTED = (PoolState.PENDING.value, PoolState.ACTIVE.value,
+                             PoolState.REJECTED.value)
 _BY_ID = SortSpec((Pool.id,))
 
 
