@@ -80,7 +80,7 @@ def test_revoked_credential_stops_the_agent(api, gf, tmp_path):
             runner = AgentRunner(SERVER, backend, tmp_path, join_token=join_token(api),
                                  http=http)
             await runner.register()
-            agent_tokens = [t for t in api.get("/api/v1/tokens").json() if t["role"] == "agent"]
+            agent_tokens = api.get("/api/v1/tokens", params={"kind": "agent"}).json()["items"]
             assert api.post(f"/api/v1/tokens/{agent_tokens[0]['id']}/revoke").status_code == 200
             return await run_briefly(runner)
 

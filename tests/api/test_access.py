@@ -413,9 +413,11 @@ def _labels_by_gpu(items: list[dict]) -> dict[str, dict]:
 
 def test_member_lists_only_their_projects(scoped, api):
     member, viewer = scoped
-    assert [p["name"] for p in member.get("/api/v1/projects").json()] == ["vision"]
-    assert [p["name"] for p in viewer.get("/api/v1/projects").json()] == ["speech", "vision"]
-    assert [p["name"] for p in api.get("/api/v1/projects").json()] == ["speech", "vision"]
+    def names(caller) -> list[str]:
+        return [p["name"] for p in caller.get("/api/v1/projects").json()["items"]]
+
+    assert names(member) == ["vision"]
+    assert names(viewer) == names(api) == ["speech", "vision"]
     assert member.get("/api/v1/whoami").json()["projects"] == ["vision"]
 
 

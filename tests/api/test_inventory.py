@@ -445,7 +445,7 @@ def test_environments(api):
         ("cloud", "azure", "koreacentral", "exclusive", 0, 0)
     create_environment(api, "onprem-hpc")
     join(api, registration(1, gpus=3), "onprem-hpc")
-    listed = {e["name"]: e for e in api.get("/api/v1/environments").json()}
+    listed = {e["name"]: e for e in api.get("/api/v1/environments").json()["items"]}
     assert list(listed) == ["azure-koreacentral", "onprem-hpc"]
     assert (listed["onprem-hpc"]["nodes"], listed["onprem-hpc"]["gpus"]) == (1, 3)
     duplicate = api.post("/api/v1/environments", json={"name": "onprem-hpc", "kind": "cloud"})
@@ -478,7 +478,7 @@ def test_users_and_projects(api):
     assert (ghost.status_code, ghost.json()["error"]["code"]) == (404, "user_not_found")
     shown = api.get("/api/v1/projects/vision").json()
     assert shown["members"] == ["bob", "cy"]
-    users = {u["name"]: u for u in api.get("/api/v1/users").json()}
+    users = {u["name"]: u for u in api.get("/api/v1/users").json()["items"]}
     assert list(users) == ["admin", "ann", "bob", "cy"]
     assert users["bob"]["projects"] == ["vision"]
     assert users["ann"]["projects"] == []
@@ -498,7 +498,7 @@ def test_tokens_are_shown_once_and_stored_hashed(api, store):
     raw = issued["token"]
     assert raw.startswith("gfa_") and len(raw) > 40
     assert issued["prefix"] == raw[:12]
-    listed = {t["name"]: t for t in api.get("/api/v1/tokens").json()}
+    listed = {t["name"]: t for t in api.get("/api/v1/tokens").json()["items"]}
     assert "token" not in listed["ci"]
     assert listed["ci"]["role"] == "viewer"
     with store.read() as session:
@@ -521,7 +521,7 @@ def test_token_creation_is_checked(api):
     ]:
         response = api.post("/api/v1/tokens", json=body)
         assert (response.status_code, response.json()["error"]["code"]) == (status, code), body
-    assert [t["name"] for t in api.get("/api/v1/tokens").json()] == ["bootstrap admin"]
+    assert [t["name"] for t in api.get("/api/v1/tokens").json()["items"]] == ["bootstrap admin"]
 
 
 @SQLITE_ONLY
@@ -562,10 +562,10 @@ def test_token_revocation(api):
     assert api.post(f"/api/v1/tokens/{token['id']}/revoke").status_code == 200
     events = api.get("/api/v1/audit-events", params={"action": "token.revoked"}).json()["items"]
     assert [(e["subject"], e["reason"]) for e in events] == [(str(token["id"]), "leaked")]
-    active = [t["name"] for t in api.get("/api/v1/tokens").json()]
+    active = [t["name"] for t in api.get("/api/v1/tokens").json()["items"]]
     assert "r" not in active
-    everything = [t["name"] for t in api.get("/api/v1/tokens",
-                                              params={"include_revoked": "true"}).json()]
+    everything = [t["name"] for t in api.get(
+        "/api/v1/tokens", params={"include_revoked": "true"}).json()["items"]]
     assert "r" in everything
 
 
@@ -574,7 +574,7 @@ def test_last_used_is_recorded_at_minute_resolution(api, clock):
     token = api.post("/api/v1/tokens", json={"name": "u", "role": "viewer"}).json()
 
     def last_used():
-        return next(t for t in api.get("/api/v1/tokens").json() if t["id"] == token["id"])[
+        return next(t for t in api.get("/api/v1/tokens").json()["items"] if t["id"] == token["id"])[
             "last_used_at"]
 
     assert last_used() is None

@@ -35,7 +35,7 @@ def test_request_approve_bind_and_release(h100s, api):
     assert released.status_code == 200, released.text
     assert released.json()["state"] == "released"
     assert api.get("/api/v1/gpus", params={"label": f"allocation={code}"}).json()["items"] == []
-    history = [e["action"] for e in api.get(f"/api/v1/requests/{code}/history").json()]
+    history = [e["action"] for e in api.get(f"/api/v1/requests/{code}/history").json()["items"]]
     assert history == ["request.created", "request.approved", "request.activated",
                        "request.released"]
 

@@ -375,14 +375,14 @@ def test_token_create_list_and_revoke(cli):
     assert secret.startswith("gfa_")
     assert "not shown again" in created.stderr
 
-    listed = json_of("token", "ls")
+    listed = json_of("token", "ls")["items"]
     token_id = next(t["id"] for t in listed if t["name"] == "grafana")
     assert "grafana" in ok("token", "ls").stdout
 
     assert f"revoked token {token_id} 'grafana'" in ok(
         "token", "revoke", token_id, "--reason", "rotated").stdout
-    assert all(t["id"] != token_id for t in json_of("token", "ls"))
-    assert any(t["id"] == token_id for t in json_of("token", "ls", "--include-revoked"))
+    assert all(t["id"] != token_id for t in json_of("token", "ls")["items"])
+    assert any(t["id"] == token_id for t in json_of("token", "ls", "--include-revoked")["items"])
 
 
 def test_a_revoked_token_is_refused(cli, monkeypatch):
@@ -428,9 +428,9 @@ def test_users_and_projects(cli):
     project = json_of("project", "show", "vision")
     assert (project["members"], project["cost_centre"]) == (["alice"], "CC-7")
     assert "alice" in ok("project", "show", "vision").stdout
-    assert [p["name"] for p in json_of("project", "ls")] == ["vision"]
+    assert [p["name"] for p in json_of("project", "ls")["items"]] == ["vision"]
     assert "vision" in ok("project", "ls").stdout
-    users = {u["name"]: u for u in json_of("user", "ls")}
+    users = {u["name"]: u for u in json_of("user", "ls")["items"]}
     assert users["alice"]["projects"] == ["vision"]
     assert "alice@example.org" in ok("user", "ls").stdout
 
@@ -443,11 +443,46 @@ def test_environments(cli):
     assert "created environment onprem-slicing (onprem, default sharing mode shared)" in ok(
         "environment", "create", "onprem-slicing", "--kind", "onprem",
         "--default-sharing-mode", "shared").stdout
-    environments = json_of("environment", "ls")
+    environments = json_of("environment", "ls")["items"]
     assert [(e["name"], e["default_sharing_mode"]) for e in environments] == [
         ("onprem-slicing", "shared")]
     assert "onprem-slicing" in ok("environment", "ls").stdout
     assert "0 GPUs on 0 nodes" in ok("fleet", "summary").stdout
+
+
+def test_identity_listings_page_and_follow_every_page_with_all(cli, fleet):
+    ok("project", "create", "vision", "--organisation", "research")
+    ok("project", "create", "speech", "--organisation", "research")
+    ok("user", "create", "bob", "--role", "viewer")
+    for listing, key, expected in [
+        ("project", "name", ["speech", "vision"]),
+        ("user", "name", ["admin", "bob"]),
+        ("environment", "name", ["azure-koreacentral", "onprem-hpc"]),
+    ]:
+        first = invoke(listing, "ls", "--limit", 1)
+        assert first.exit_code == 0, first.output
+        assert expected[0] in first.stdout and expected[1] not in first.stdout
+        assert "--all" in first.stderr, listing
+        every = json_of(listing, "ls", "--limit", 1, "--all")
+        assert [item[key] for item in every["items"]] == expected
+        assert every["next_cursor"] is None
+        assert expected[1] in ok(listing, "ls", "--limit", 1, "--all").stdout
+
+
+def test_token_ls_filters_by_kind_and_role(cli, fleet):
+    ok("token", "create", "--name", "grafana", "--role", "viewer")
+    agents = json_of("token", "ls", "--kind", "agent", "--all")["items"]
+    assert sorted(t["node"] for t in agents) == ["node-1", "node-2", "node-3"]
+    assert [t["name"] for t in json_of("token", "ls", "--kind", "user")["items"]] == [
+        "bootstrap admin", "grafana"]
+    assert [t["name"] for t in json_of("token", "ls", "--role", "viewer")["items"]] == [
+        "grafana"]
+    assert "grafana" in ok("token", "ls", "--kind", "user", "--limit", 1, "--all").stdout
+    empty = ok("token", "ls", "--role", "operator")
+    assert empty.stdout == "" and "no tokens match these filters" in empty.stderr
+    misspelt = invoke("token", "ls", "--kind", "agents")
+    assert misspelt.exit_code == 2
+    assert "'agents' is not one of" in misspelt.output and "'user'" in misspelt.output
 
 
 def test_audit_ls_table(cli, fleet):

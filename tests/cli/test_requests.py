@@ -190,7 +190,7 @@ def test_pools_request_approve_list(fleet):
     assert rows(listing, pool)[0][:7] == [pool, "vision", "H100-80GB", "4", "1", "0", "active"]
     assert rows(listing, rejected)[0][:7] == [rejected, "vision", "H100-80GB/shared", "2",
                                               "0.5", "0", "rejected"]
-    assert [p["code"] for p in json_of("pool", "ls", "--state", "active")] == [pool]
+    assert [p["code"] for p in json_of("pool", "ls", "--state", "active")["items"]] == [pool]
     assert json_of("pool", "show", pool)["approved_at"]
     # a pool counts against the project's holding of its flavour from approval on
     assert rows(ok("project", "quota", "show", "vision").stdout, "H100-80GB") == [
@@ -204,7 +204,7 @@ def test_json_output_is_the_api_reply(fleet):
     assert created_reply["state"] == "pending" and created_reply["count"] == 1
     assert json_of("request", "why", code)["wait_code"] == "awaiting_approval"
     assert json_of("request", "approve", code)["exports"]["GPUFLEET_ALLOCATION"] == code
-    assert json_of("request", "history", code)[0]["action"] == "request.created"
+    assert json_of("request", "history", code)["items"][0]["action"] == "request.created"
     page = json_of("request", "ls", "--limit", 1)
     assert [r["code"] for r in page["items"]] == [code] and page["next_cursor"] is None
     quotas = json_of("project", "quota", "set", "vision", "H100-80GB/1g.10gb", 7)["quotas"]
@@ -267,3 +267,26 @@ def test_impossible_requests_are_refused_in_the_clis_words(fleet):
         result = invoke("request", "create", "-p", "vision", "--reason", "r", *args)
         assert_one_error_line(result, f"error: {message}")
     assert json_of("request", "ls")["items"] == []
+
+
+def test_history_and_pool_ls_page_and_follow_every_page_with_all(fleet):
+    code, _ = created("--gpus", 1, "--days", 1, "--reason", "r")
+    ok("request", "approve", code)
+    actions = [e["action"] for e in json_of("request", "history", code)["items"]]
+    assert actions[:3] == ["request.created", "request.approved", "request.activated"]
+    first = ok("request", "history", code, "--limit", 1)
+    assert len(rows(first.stdout, "20")) == 1 and "--all" in first.stderr
+    every = json_of("request", "history", code, "--limit", 1, "--all")
+    assert [e["action"] for e in every["items"]] == actions and every["next_cursor"] is None
+    assert len(rows(ok("request", "history", code, "--limit", 1, "--all").stdout, "20")) == \
+        len(actions)
+
+    pools = [ok("pool", "request", "-p", "vision", "--flavour", "H100-80GB", "--count", 1,
+                "--reason", "x").stdout.split()[0] for _ in range(3)]
+    assert [p["code"] for p in json_of("pool", "ls", "--limit", 1, "--all")["items"]] == pools
+    assert "--all" in ok("pool", "ls", "--limit", 2).stderr
+    empty = ok("pool", "ls", "--state", "rejected")
+    assert empty.stdout == "" and "no pools match these filters" in empty.stderr
+    misspelt = invoke("pool", "ls", "--state", "approved")
+    assert misspelt.exit_code == 2  # refused before any call, with the states there are
+    assert "'approved' is not one of" in misspelt.output and "'active'" in misspelt.output

@@ -121,7 +121,7 @@ def test_concurrent_sqlite_writes_never_lock(gf, store):
                 reply = gf.register_node(issued[t * (per_thread // 2) + i].token, body)
                 gf.create_project(SYSTEM, ProjectCreate(name=f"p-{t}-{i}", organisation="org"))
                 gf.authenticate(reply.credential)  # a read, then a last-used write
-                gf.list_environments(SYSTEM)
+                gf.list_environments(SYSTEM, None, 100)
         except BaseException as exc:
             errors.append(exc)
 

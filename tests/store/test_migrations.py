@@ -64,4 +64,4 @@ def test_migration_keeps_data(empty_store):
     gf = Gpufleet(empty_store, Settings(), ManualClock())
     gf.create_project(SYSTEM, ProjectCreate(name="vision", organisation="research"))
     empty_store.migrate()
-    assert [p.name for p in gf.list_projects(SYSTEM)] == ["vision"]
+    assert [p.name for p in gf.list_projects(SYSTEM, None, 100).items] == ["vision"]

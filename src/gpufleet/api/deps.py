@@ -6,7 +6,9 @@ request (an agent's telemetry upload) cost the server."""
 
 from __future__ import annotations
 
-from fastapi import Depends, Request
+from dataclasses import dataclass
+
+from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
@@ -54,6 +56,24 @@ def page_limit(limit: int | None, gf: Gpufleet) -> int:
         raise InvalidInput(f"limit must be between 1 and {gf.settings.page_size_max}",
                            code="invalid_limit", details={"limit": limit})
     return limit
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    """Which page of a listing the caller asks for."""
+
+    cursor: str | None
+    limit: int
+
+
+async def page_request(
+    cursor: str | None = Query(default=None, description="`next_cursor` of the previous page"),
+    limit: int | None = Query(default=None, description=(
+        "Items per page; default the server's page_size_default, at most page_size_max")),
+    gf: Gpufleet = Depends(services),
+) -> PageRequest:
+    """`cursor` and `limit` as every paged listing takes them (limit checked at once)."""
+    return PageRequest(cursor, page_limit(limit, gf))
 
 
 async def refuse_nul_characters(request: Request) -> None:

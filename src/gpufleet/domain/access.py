@@ -63,6 +63,14 @@ ACTION_PHRASES: dict[Action, str] = {
 }
 
 
+class TokenKind(StrEnum):
+    """Who an API token is for: `token ls --kind` separates the node credentials, one per
+    node and so as many as the fleet has nodes, from the tokens of people and automation."""
+
+    AGENT = "agent"  # a node's credential, issued by registration (role agent)
+    USER = "user"    # a person's or a service's token, issued by `token create`
+
+
 class AuditSubject(StrEnum):
     """What an audit event is about: the kinds `gpufleet audit ls --subject-kind` takes."""
 

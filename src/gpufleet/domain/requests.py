@@ -18,6 +18,14 @@ REQUEST_CODE_OFFSET = 1000  # GR-1001 is the first request: ids look like ticket
 POOL_CODE_PREFIX = "POOL-"
 
 
+class PoolState(StrEnum):
+    """A pool is asked for (`pending`), then approved (`active`) or `rejected`."""
+
+    PENDING = "pending"
+    ACTIVE = "active"
+    REJECTED = "rejected"
+
+
 class RequestState(StrEnum):
     PENDING = "pending"
     APPROVED = "approved"

@@ -156,9 +156,10 @@ class Gpufleet:
             return tokens.create_token(session, principal, body, self.clock.now(),
                                        self.settings.api_token_ttl_days)
 
-    def list_tokens(self, principal: Principal, include_revoked: bool) -> list[wi.TokenView]:
+    def list_tokens(self, principal: Principal, f: tokens.TokenFilter, cursor: str | None,
+                    limit: int) -> Page[wi.TokenView]:
         with self.store.read() as session:
-            return tokens.list_tokens(session, principal, include_revoked)
+            return tokens.list_tokens(session, principal, f, cursor, limit)
 
     def revoke_token(self, principal: Principal, token_id: int,
                      reason: str | None) -> wi.TokenView:
@@ -173,17 +174,19 @@ class Gpufleet:
         with self.store.write() as session:
             return people.create_user(session, principal, body, self.clock.now())
 
-    def list_users(self, principal: Principal) -> list[wi.UserView]:
+    def list_users(self, principal: Principal, cursor: str | None,
+                   limit: int) -> Page[wi.UserView]:
         with self.store.read() as session:
-            return people.list_users(session, principal)
+            return people.list_users(session, principal, cursor, limit)
 
     def create_project(self, principal: Principal, body: wi.ProjectCreate) -> wi.ProjectView:
         with self.store.write() as session:
             return people.create_project(session, principal, body, self.clock.now())
 
-    def list_projects(self, principal: Principal) -> list[wi.ProjectView]:
+    def list_projects(self, principal: Principal, cursor: str | None,
+                      limit: int) -> Page[wi.ProjectView]:
         with self.store.read() as session:
-            return people.list_projects(session, principal)
+            return people.list_projects(session, principal, cursor, limit)
 
     def show_project(self, principal: Principal, name: str) -> wi.ProjectView:
         with self.store.read() as session:
@@ -202,9 +205,10 @@ class Gpufleet:
         with self.store.write() as session:
             return environments.create_environment(session, principal, body, self.clock.now())
 
-    def list_environments(self, principal: Principal) -> list[wi.EnvironmentView]:
+    def list_environments(self, principal: Principal, cursor: str | None,
+                          limit: int) -> Page[wi.EnvironmentView]:
         with self.store.read() as session:
-            return environments.list_environments(session, principal)
+            return environments.list_environments(session, principal, cursor, limit)
 
     def create_join_tokens(self, principal: Principal,
                            body: wi.JoinTokenCreate) -> wi.JoinTokensIssued:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Select, tuple_
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from gpufleet.domain.errors import InvalidInput
@@ -93,3 +94,17 @@ def split_page(rows: list, limit: int, key_of) -> tuple[list, str | None]:
         return rows, None
     rows = rows[:limit]
     return rows, encode_cursor(key_of(rows[-1]))
+
+
+def keyset_page(session: Session, query: Select, sort: SortSpec, cursor: str | None,
+                limit: int) -> tuple[list[tuple], str | None]:
+    """One page of `query`'s rows (as tuples) and the cursor for the next page.
+
+    The sort's columns are selected alongside the query's own, so the cursor is read from
+    the row itself whatever the query selects, and then dropped from the rows returned.
+    """
+    width = len(sort.columns)
+    paged = apply_page(query.add_columns(*sort.columns), sort, cursor, limit)
+    rows, next_cursor = split_page([tuple(row) for row in session.execute(paged)], limit,
+                                   lambda row: row[-width:])
+    return [row[:-width] for row in rows], next_cursor

@@ -25,7 +25,7 @@ def pending(gf, count: int = 1) -> str:
 
 
 def actions(gf, code: str) -> list[str]:
-    return [e.action for e in gf.lifecycle.history(SYSTEM, code)]
+    return [e.action for e in gf.lifecycle.history(SYSTEM, code, None, 1000).items]
 
 
 @contextmanager

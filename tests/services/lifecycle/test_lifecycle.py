@@ -96,7 +96,7 @@ def test_active_expires_and_frees_its_units_for_the_queue(h100s, api, gf, clock)
     labels = open_units(api)
     assert sum(1 for v in labels.values() if v == waiting) == 4
     assert big not in labels.values()
-    actions = [e["action"] for e in api.get(f"/api/v1/requests/{big}/history").json()]
+    actions = [e["action"] for e in api.get(f"/api/v1/requests/{big}/history").json()["items"]]
     assert actions == ["request.created", "request.approved", "request.activated",
                        "request.expired"]
 

@@ -35,7 +35,7 @@ def test_retiring_a_node_ends_the_units_on_it_and_flags_the_allocation(h100s, ap
     assert lost_node not in request["exports"]["GPUFLEET_NODE"]
     why = member.get(f"/api/v1/requests/{code}/why").json()
     assert why["wait_code"] == "units_lost" and "degraded" in why["summary"]
-    lost = member.get(f"/api/v1/requests/{code}/history").json()
+    lost = member.get(f"/api/v1/requests/{code}/history").json()["items"]
     event = next(e for e in lost if e["action"] == "request.units_lost")
     assert event["actor"] == "user:admin"  # the operator who retired it
     assert event["reason"] == "decommissioned"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 
-from gpufleet.api.deps import page_limit, principal, services
-from gpufleet.domain.access import AuditSubject
+from gpufleet.api.deps import PageRequest, page_limit, page_request, principal, services
+from gpufleet.domain.access import AuditSubject, Role, TokenKind
 from gpufleet.services.access.principal import Principal
+from gpufleet.services.access.tokens import TokenFilter
 from gpufleet.services.app import Gpufleet
 from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import (
@@ -40,10 +41,17 @@ def create_token(body: TokenCreate, p: Principal = Depends(principal),
     return gf.create_token(p, body)
 
 
-@router.get("/tokens", response_model=list[TokenView], tags=["identity"])
-def list_tokens(include_revoked: bool = False, p: Principal = Depends(principal),
+@router.get("/tokens", response_model=Page[TokenView], tags=["identity"])
+def list_tokens(include_revoked: bool = False,
+                role: Role | None = Query(default=None, description="Only tokens of this role."),
+                kind: TokenKind | None = Query(default=None, description=(
+                    "`agent`: node credentials (one per registered node); `user`: tokens "
+                    "for people and automation.")),
+                page: PageRequest = Depends(page_request), p: Principal = Depends(principal),
                 gf: Gpufleet = Depends(services)):
-    return gf.list_tokens(p, include_revoked)
+    """API tokens, oldest first: their prefixes, never their secrets."""
+    return gf.list_tokens(p, TokenFilter(include_revoked=include_revoked, role=role, kind=kind),
+                          page.cursor, page.limit)
 
 
 @router.post("/tokens/{token_id}/revoke", response_model=TokenView, tags=["identity"])
@@ -60,9 +68,11 @@ def create_join_tokens(body: JoinTokenCreate, p: Principal = Depends(principal),
     return gf.create_join_tokens(p, body)
 
 
-@router.get("/users", response_model=list[UserView], tags=["identity"])
-def list_users(p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
-    return gf.list_users(p)
+@router.get("/users", response_model=Page[UserView], tags=["identity"])
+def list_users(page: PageRequest = Depends(page_request), p: Principal = Depends(principal),
+               gf: Gpufleet = Depends(services)):
+    """Users by name."""
+    return gf.list_users(p, page.cursor, page.limit)
 
 
 @router.post("/users", response_model=UserView, status_code=201, tags=["identity"])
@@ -71,10 +81,11 @@ def create_user(body: UserCreate, p: Principal = Depends(principal),
     return gf.create_user(p, body)
 
 
-@router.get("/projects", response_model=list[ProjectView], tags=["projects"])
-def list_projects(p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
-    """All projects; members see only their own."""
-    return gf.list_projects(p)
+@router.get("/projects", response_model=Page[ProjectView], tags=["projects"])
+def list_projects(page: PageRequest = Depends(page_request), p: Principal = Depends(principal),
+                  gf: Gpufleet = Depends(services)):
+    """All projects by name; members see only their own."""
+    return gf.list_projects(p, page.cursor, page.limit)
 
 
 @router.post("/projects", response_model=ProjectView, status_code=201, tags=["projects"])

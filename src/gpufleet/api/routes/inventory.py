@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 
-from gpufleet.api.deps import page_limit, principal, services
+from gpufleet.api.deps import PageRequest, page_limit, page_request, principal, services
 from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, SharingMode
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
@@ -122,9 +122,11 @@ for _action in ("cordon", "uncordon", "retire"):
                          response_model=NodeDetail)
 
 
-@router.get("/environments", response_model=list[EnvironmentView])
-def list_environments(p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
-    return gf.list_environments(p)
+@router.get("/environments", response_model=Page[EnvironmentView])
+def list_environments(page: PageRequest = Depends(page_request),
+                      p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
+    """Environments by name, with their node and GPU counts."""
+    return gf.list_environments(p, page.cursor, page.limit)
 
 
 @router.post("/environments", response_model=EnvironmentView, status_code=201)

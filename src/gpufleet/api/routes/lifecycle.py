@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
-from gpufleet.api.deps import page_limit, principal, services
-from gpufleet.domain.requests import RequestState
+from gpufleet.api.deps import PageRequest, page_limit, page_request, principal, services
+from gpufleet.domain.requests import PoolState, RequestState
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 from gpufleet.wire.base import Page
@@ -71,11 +71,11 @@ def why_request(code: str, p: Principal = Depends(principal),
     return gf.lifecycle.why(p, code)
 
 
-@router.get("/requests/{code}/history", response_model=list[AuditEventView], tags=REQUESTS)
-def request_history(code: str, p: Principal = Depends(principal),
-                    gf: Gpufleet = Depends(services)):
+@router.get("/requests/{code}/history", response_model=Page[AuditEventView], tags=REQUESTS)
+def request_history(code: str, page: PageRequest = Depends(page_request),
+                    p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
     """Every transition of the request, oldest first: who, when, why."""
-    return gf.lifecycle.history(p, code)
+    return gf.lifecycle.history(p, code, page.cursor, page.limit)
 
 
 @router.post("/requests/{code}/approve", response_model=RequestView, tags=REQUESTS)
@@ -124,11 +124,15 @@ def request_pool(body: PoolCreate, p: Principal = Depends(principal),
     return gf.lifecycle.request_pool(p, body)
 
 
-@router.get("/pools", response_model=list[PoolView], tags=POOLS)
+@router.get("/pools", response_model=Page[PoolView], tags=POOLS)
 def list_pools(project: str | None = None,
-               state: Literal["pending", "active", "rejected"] | None = None,
-               p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
-    return gf.lifecycle.list_pools(p, project=project, state=state)
+               state: PoolState | None = None,
+               page: PageRequest = Depends(page_request), p: Principal = Depends(principal),
+               gf: Gpufleet = Depends(services)):
+    """Pools, oldest first; members see their own projects'."""
+    return gf.lifecycle.list_pools(p, project=project, state=state.value if state else None,
+                                   cursor=page.cursor,
+                                   limit=page.limit)
 
 
 @router.get("/pools/{code}", response_model=PoolView, tags=POOLS)

@@ -5,8 +5,8 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli.client import api_path, connect
-from gpufleet.cli.commands.common import JsonFlag, body
-from gpufleet.cli.output import emit, emit_done, table
+from gpufleet.cli.commands.common import AllPages, JsonFlag, Limit, body, query, show_listing
+from gpufleet.cli.output import emit_done, table
 from gpufleet.domain.inventory import EnvironmentKind, SharingMode
 
 app = typer.Typer(help="Environments: where GPUs live (cloud regions, on-prem clusters).",
@@ -36,11 +36,13 @@ def create(
 
 
 @app.command("ls")
-def list_environments(as_json: JsonFlag = False) -> None:
-    """List environments with their node and GPU counts."""
-    with connect() as api:
-        rows = api.get(api_path("environments"))
-    emit(rows, as_json, lambda es: table(
-        ["name", "kind", "provider", "region", "default mode", "nodes", "GPUs", "description"],
-        [[e["name"], e["kind"], e["provider"], e["region"], e["default_sharing_mode"],
-          e["nodes"], e["gpus"], e["description"]] for e in es]))
+def list_environments(limit: Limit = None, all_pages: AllPages = False,
+                      as_json: JsonFlag = False) -> None:
+    """List environments by name, with their node and GPU counts."""
+    show_listing(api_path("environments"), query(limit=limit), all_pages=all_pages,
+                 as_json=as_json, what="environments", render=lambda es: table(
+                     ["name", "kind", "provider", "region", "default mode", "nodes", "GPUs",
+                      "description"],
+                     [[e["name"], e["kind"], e["provider"], e["region"],
+                       e["default_sharing_mode"], e["nodes"], e["gpus"], e["description"]]
+                      for e in es]))

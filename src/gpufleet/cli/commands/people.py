@@ -6,7 +6,7 @@ from typing import Annotated, Any
 import typer
 
 from gpufleet.cli.client import api_path, connect
-from gpufleet.cli.commands.common import JsonFlag, body
+from gpufleet.cli.commands.common import AllPages, JsonFlag, Limit, body, query, show_listing
 from gpufleet.cli.output import Group, Text, done, emit, emit_done, fields, table, when
 from gpufleet.cli.views import quota_table
 from gpufleet.domain.access import Role
@@ -35,14 +35,14 @@ def create_user(
 
 
 @users.command("ls")
-def list_users(as_json: JsonFlag = False) -> None:
-    """List users and their projects."""
-    with connect() as api:
-        rows = api.get(api_path("users"))
-    emit(rows, as_json, lambda us: table(
-        ["name", "role", "display name", "email", "projects", "created"],
-        [[u["name"], u["role"], u["display_name"], u["email"], ", ".join(u["projects"]),
-          when(u["created_at"])] for u in us]))
+def list_users(limit: Limit = None, all_pages: AllPages = False,
+               as_json: JsonFlag = False) -> None:
+    """List users by name, with their projects."""
+    show_listing(api_path("users"), query(limit=limit), all_pages=all_pages, as_json=as_json,
+                 what="users", render=lambda us: table(
+                     ["name", "role", "display name", "email", "projects", "created"],
+                     [[u["name"], u["role"], u["display_name"], u["email"],
+                       ", ".join(u["projects"]), when(u["created_at"])] for u in us]))
 
 
 @projects.command("create")
@@ -65,14 +65,15 @@ def create_project(
 
 
 @projects.command("ls")
-def list_projects(as_json: JsonFlag = False) -> None:
-    """List projects (members see their own only)."""
-    with connect() as api:
-        rows = api.get(api_path("projects"))
-    emit(rows, as_json, lambda ps: table(
-        ["name", "organisation", "department", "cost centre", "members", "created"],
-        [[p["name"], p["organisation"], p["department"], p["cost_centre"], len(p["members"]),
-          when(p["created_at"])] for p in ps]))
+def list_projects(limit: Limit = None, all_pages: AllPages = False,
+                  as_json: JsonFlag = False) -> None:
+    """List projects by name (members see their own only)."""
+    show_listing(api_path("projects"), query(limit=limit), all_pages=all_pages,
+                 as_json=as_json, what="projects", render=lambda ps: table(
+                     ["name", "organisation", "department", "cost centre", "members",
+                      "created"],
+                     [[p["name"], p["organisation"], p["department"], p["cost_centre"],
+                       len(p["members"]), when(p["created_at"])] for p in ps]))
 
 
 def _project_fields(project: dict[str, Any]) -> Any:

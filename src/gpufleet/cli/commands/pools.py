@@ -10,7 +10,15 @@ from typing import Annotated, Any
 import typer
 
 from gpufleet.cli.client import api_path, connect
-from gpufleet.cli.commands.common import JsonFlag, Reason, body, query
+from gpufleet.cli.commands.common import (
+    AllPages,
+    JsonFlag,
+    Limit,
+    Reason,
+    body,
+    query,
+    show_listing,
+)
 from gpufleet.cli.output import (
     RenderableType,
     done,
@@ -21,6 +29,7 @@ from gpufleet.cli.output import (
     table,
     when,
 )
+from gpufleet.domain.requests import PoolState
 
 app = typer.Typer(help="Pools: capacity dedicated to one project.", no_args_is_help=True)
 
@@ -87,14 +96,15 @@ def request_pool(
 def list_pools(
     project: Annotated[str | None, typer.Option("--project", "-p",
                                                 help="Only of this project.")] = None,
-    state: Annotated[str | None, typer.Option(
-        "--state", "-s", help="pending, active or rejected.")] = None,
+    state: Annotated[PoolState | None, typer.Option(
+        "--state", "-s", help="Only pools in this state.")] = None,
+    limit: Limit = None,
+    all_pages: AllPages = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """List pools (members see their own projects')."""
-    with connect() as api:
-        pools = api.get(api_path("pools"), query(project=project, state=state))
-    emit(pools, as_json, pools_table)
+    """List pools, oldest first (members see their own projects')."""
+    show_listing(api_path("pools"), query(project=project, state=state, limit=limit),
+                 all_pages=all_pages, as_json=as_json, render=pools_table, what="pools")
 
 
 @app.command("show")

@@ -417,10 +417,10 @@ def extend(code: Code, days: Days = None, hours: Hours = None, until: Until = No
 
 
 @app.command("history")
-def history(code: Code, as_json: JsonFlag = False) -> None:
+def history(code: Code, limit: Limit = None, all_pages: AllPages = False,
+            as_json: JsonFlag = False) -> None:
     """Every transition of a request, oldest first: when, who, what, why."""
-    with connect() as api:
-        events = api.get(api_path("requests", code, "history"))
-    emit(events, as_json, lambda es: table(
-        ["at", "actor", "action", "reason"],
-        [[when(e["at"]), e["actor"], e["action"], e["reason"]] for e in es]))
+    show_listing(api_path("requests", code, "history"), query(limit=limit),
+                 all_pages=all_pages, as_json=as_json, what="events", render=lambda es: table(
+                     ["at", "actor", "action", "reason"],
+                     [[when(e["at"]), e["actor"], e["action"], e["reason"]] for e in es]))

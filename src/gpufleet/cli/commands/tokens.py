@@ -8,9 +8,17 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli.client import api_path, connect
-from gpufleet.cli.commands.common import JsonFlag, Reason, body, query
-from gpufleet.cli.output import done, emit, note, print_json, table, when
-from gpufleet.domain.access import Role
+from gpufleet.cli.commands.common import (
+    AllPages,
+    JsonFlag,
+    Limit,
+    Reason,
+    body,
+    query,
+    show_listing,
+)
+from gpufleet.cli.output import done, note, print_json, table, when
+from gpufleet.domain.access import Role, TokenKind
 
 app = typer.Typer(help="API tokens and join tokens.", no_args_is_help=True)
 
@@ -71,17 +79,24 @@ def join(
 def list_tokens(
     include_revoked: Annotated[bool, typer.Option(
         "--include-revoked", help="Show revoked tokens too.")] = False,
+    role: Annotated[Role | None, typer.Option("--role", help="Only tokens of this role.")
+                    ] = None,
+    kind: Annotated[TokenKind | None, typer.Option(
+        "--kind", help="agent: node credentials (one per node); user: tokens of people and "
+                       "automation.")] = None,
+    limit: Limit = None,
+    all_pages: AllPages = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """List API tokens (their prefixes, never their secrets)."""
-    with connect() as api:
-        tokens = api.get(api_path("tokens"), query(include_revoked=include_revoked or None))
-    emit(tokens, as_json, lambda rows: table(
-        ["id", "name", "prefix", "role", "user", "node", "created by", "created", "expires",
-         "last used", "revoked"],
-        [[t["id"], t["name"], t["prefix"], t["role"], t["user"], t["node"], t["created_by"],
-          when(t["created_at"]), when(t["expires_at"]), when(t["last_used_at"]),
-          when(t["revoked_at"])] for t in rows]))
+    """List API tokens, oldest first (their prefixes, never their secrets)."""
+    params = query(include_revoked=include_revoked or None, role=role, kind=kind, limit=limit)
+    show_listing(api_path("tokens"), params, all_pages=all_pages, as_json=as_json,
+                 what="tokens", render=lambda rows: table(
+                     ["id", "name", "prefix", "role", "user", "node", "created by", "created",
+                      "expires", "last used", "revoked"],
+                     [[t["id"], t["name"], t["prefix"], t["role"], t["user"], t["node"],
+                       t["created_by"], when(t["created_at"]), when(t["expires_at"]),
+                       when(t["last_used_at"]), when(t["revoked_at"])] for t in rows]))
 
 
 @app.command("revoke")

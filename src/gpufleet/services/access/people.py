@@ -12,7 +12,9 @@ from gpufleet.domain.errors import Conflict, Forbidden
 from gpufleet.services.access import audit
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.lookup import not_found, one_where
+from gpufleet.services.paging import SortSpec, keyset_page
 from gpufleet.store.tables import Project, ProjectMember, User
+from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import (
     ProjectCreate,
     ProjectMemberAdd,
@@ -20,6 +22,9 @@ from gpufleet.wire.inventory import (
     UserCreate,
     UserView,
 )
+
+_USERS_BY_NAME = SortSpec((User.name,))
+_PROJECTS_BY_NAME = SortSpec((Project.name,))
 
 
 def get_user(session: Session, name: str) -> User:
@@ -49,9 +54,12 @@ def create_user(session: Session, principal: Principal, body: UserCreate,
     return _user_view(session, user)
 
 
-def list_users(session: Session, principal: Principal) -> list[UserView]:
+def list_users(session: Session, principal: Principal, cursor: str | None,
+               limit: int) -> Page[UserView]:
     principal.require(Action.READ_USERS)
-    return [_user_view(session, u) for u in session.scalars(select(User).order_by(User.name))]
+    rows, next_cursor = keyset_page(session, select(User), _USERS_BY_NAME, cursor, limit)
+    return Page[UserView](items=[_user_view(session, user) for (user,) in rows],
+                          next_cursor=next_cursor)
 
 
 def get_project(session: Session, name: str) -> Project:
@@ -93,12 +101,17 @@ def create_project(session: Session, principal: Principal, body: ProjectCreate,
     return _project_view(project)
 
 
-def list_projects(session: Session, principal: Principal) -> list[ProjectView]:
-    """Every project for operators and viewers; a member's own projects for members."""
+def list_projects(session: Session, principal: Principal, cursor: str | None,
+                  limit: int) -> Page[ProjectView]:
+    """Every project for operators and viewers; a member's own projects for members
+    (filtered in the query, so a member's pages are full pages of their projects)."""
     principal.require(Action.READ_PROJECTS)
-    projects = session.scalars(select(Project).options(selectinload(Project.members))
-                               .order_by(Project.name))
-    return [_project_view(p) for p in projects if _visible(principal, p.name)]
+    query = select(Project).options(selectinload(Project.members))
+    if principal.visible_projects is not None:
+        query = query.where(Project.name.in_(principal.visible_projects or {""}))
+    rows, next_cursor = keyset_page(session, query, _PROJECTS_BY_NAME, cursor, limit)
+    return Page[ProjectView](items=[_project_view(project) for (project,) in rows],
+                             next_cursor=next_cursor)
 
 
 def show_project(session: Session, principal: Principal, name: str) -> ProjectView:

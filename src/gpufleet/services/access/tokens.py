@@ -10,23 +10,27 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.domain.access import Action, Role
+from gpufleet.domain.access import Action, Role, TokenKind
 from gpufleet.domain.errors import InvalidInput, Unauthenticated
 from gpufleet.services.access import audit
 from gpufleet.services.access.people import get_user
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.lookup import not_found
+from gpufleet.services.paging import SortSpec, keyset_page
 from gpufleet.store.tables import ApiToken, JoinToken, Node, Project, ProjectMember, User
+from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import TokenCreate, TokenIssued, TokenView
 
 API_PREFIX = "gfa_"
 JOIN_PREFIX = "gfj_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+_BY_ID = SortSpec((ApiToken.id,))
 
 
 def new_secret(prefix: str) -> str:
@@ -140,13 +144,35 @@ def create_token(session: Session, principal: Principal, body: TokenCreate, now:
     return TokenIssued(**token_view(token).model_dump(), token=raw)
 
 
-def list_tokens(session: Session, principal: Principal, include_revoked: bool) -> list[TokenView]:
+@dataclass(frozen=True)
+class TokenFilter:
+    include_revoked: bool = False
+    role: Role | None = None
+    kind: TokenKind | None = None
+
+
+def _token_conditions(f: TokenFilter) -> list:
+    conditions = []
+    if not f.include_revoked:
+        conditions.append(ApiToken.revoked_at.is_(None))
+    if f.role is not None:
+        conditions.append(ApiToken.role == f.role.value)
+    if f.kind is TokenKind.AGENT:  # node credentials are exactly the agent-role tokens
+        conditions.append(ApiToken.role == Role.AGENT.value)
+    elif f.kind is TokenKind.USER:
+        conditions.append(ApiToken.role != Role.AGENT.value)
+    return conditions
+
+
+def list_tokens(session: Session, principal: Principal, f: TokenFilter, cursor: str | None,
+                limit: int) -> Page[TokenView]:
+    """Oldest first (by id): a token issued while someone pages lands on the last page."""
     principal.require(Action.MANAGE_TOKENS)
-    query = select(ApiToken, Node.name).outerjoin(Node, Node.id == ApiToken.node_id)
-    if not include_revoked:
-        query = query.where(ApiToken.revoked_at.is_(None))
-    rows = session.execute(query.order_by(ApiToken.id)).all()
-    return [token_view(token, node_name) for token, node_name in rows]
+    query = (select(ApiToken, Node.name).outerjoin(Node, Node.id == ApiToken.node_id)
+             .where(*_token_conditions(f)))
+    rows, next_cursor = keyset_page(session, query, _BY_ID, cursor, limit)
+    return Page[TokenView](items=[token_view(token, node_name) for token, node_name in rows],
+                           next_cursor=next_cursor)
 
 
 def revoke_token(session: Session, principal: Principal, token_id: int, now: datetime,

@@ -13,7 +13,9 @@ from gpufleet.domain.inventory import EnvironmentKind, SharingMode
 from gpufleet.services.access import audit, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.lookup import one_where
+from gpufleet.services.paging import SortSpec, keyset_page
 from gpufleet.store.tables import Environment, Gpu, JoinToken, Node
+from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import (
     EnvironmentCreate,
     EnvironmentView,
@@ -21,6 +23,8 @@ from gpufleet.wire.inventory import (
     JoinTokenIssued,
     JoinTokensIssued,
 )
+
+_BY_NAME = SortSpec((Environment.name,))
 
 
 def get_environment(session: Session, name: str) -> Environment:
@@ -52,17 +56,23 @@ def create_environment(session: Session, principal: Principal, body: Environment
     return _view(environment)
 
 
-def list_environments(session: Session, principal: Principal) -> list[EnvironmentView]:
+def list_environments(session: Session, principal: Principal, cursor: str | None,
+                      limit: int) -> Page[EnvironmentView]:
     principal.require(Action.READ_INVENTORY)
+    rows, next_cursor = keyset_page(session, select(Environment), _BY_NAME, cursor, limit)
+    ids = [environment.id for (environment,) in rows]
     # Counted as the fleet summary counts: retired nodes and GPUs are no longer in the fleet.
     node_counts = dict(session.execute(
-        select(Node.environment_id, func.count()).where(Node.status != "retired")
+        select(Node.environment_id, func.count())
+        .where(Node.status != "retired", Node.environment_id.in_(ids))
         .group_by(Node.environment_id)).all())
     gpu_counts = dict(session.execute(
-        select(Gpu.environment_id, func.count()).where(Gpu.status != "retired")
+        select(Gpu.environment_id, func.count())
+        .where(Gpu.status != "retired", Gpu.environment_id.in_(ids))
         .group_by(Gpu.environment_id)).all())
-    return [_view(e, node_counts.get(e.id, 0), gpu_counts.get(e.id, 0))
-            for e in session.scalars(select(Environment).order_by(Environment.name))]
+    return Page[EnvironmentView](
+        items=[_view(e, node_counts.get(e.id, 0), gpu_counts.get(e.id, 0)) for (e,) in rows],
+        next_cursor=next_cursor)
 
 
 def create_join_tokens(session: Session, principal: Principal, body: JoinTokenCreate,

@@ -117,11 +117,13 @@ class Lifecycle:
             return requests.why(session, principal, code, self.clock.now(),
                                 self.settings.max_request_days, self.settings.placement_policy)
 
-    def history(self, principal: Principal, code: str) -> list[AuditEventView]:
+    def history(self, principal: Principal, code: str, cursor: str | None,
+                limit: int) -> Page[AuditEventView]:
         principal.require(Action.READ_REQUESTS)
         with self.store.read() as session:
-            return [AuditEventView.model_validate(e)
-                    for e in requests.history(session, principal, code)]
+            events, next_cursor = requests.history(session, principal, code, cursor, limit)
+            return Page[AuditEventView](items=[AuditEventView.model_validate(e)
+                                               for e in events], next_cursor=next_cursor)
 
     # --- granting and the loop -----------------------------------------------------------
     def _grant(self, request_id: int) -> wr.RequestView:
@@ -220,12 +222,13 @@ class Lifecycle:
             pool = pools.request_pool(session, principal, body, self.clock.now())
             return pools.pool_view(session, pool)
 
-    def list_pools(self, principal: Principal, *, project: str | None,
-                   state: str | None) -> list[wr.PoolView]:
+    def list_pools(self, principal: Principal, *, project: str | None, state: str | None,
+                   cursor: str | None, limit: int) -> Page[wr.PoolView]:
         with self.store.read() as session:
-            return [pools.pool_view(session, p)
-                    for p in pools.list_pools(session, principal, project=project,
-                                              state=state)]
+            rows, next_cursor = pools.list_pools(session, principal, project=project,
+                                                 state=state, cursor=cursor, limit=limit)
+            return Page[wr.PoolView](items=[pools.pool_view(session, p) for p in rows],
+                                     next_cursor=next_cursor)
 
     def show_pool(self, principal: Principal, code: str) -> wr.PoolView:
         principal.require(Action.READ_REQUESTS)

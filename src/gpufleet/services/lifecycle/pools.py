@@ -15,15 +15,24 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import Conflict, Forbidden, InvalidInput
-from gpufleet.domain.requests import FlavourKind, parse_flavour, pool_code, pool_id_from_code
+from gpufleet.domain.requests import (
+    FlavourKind,
+    PoolState,
+    parse_flavour,
+    pool_code,
+    pool_id_from_code,
+)
 from gpufleet.services.access import audit, people
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.lifecycle import granting, quotas
 from gpufleet.services.lookup import not_found
+from gpufleet.services.paging import SortSpec, keyset_page
 from gpufleet.store.tables import Pool, Project
 from gpufleet.wire.requests import PoolCreate, PoolView
 
-PENDING, ACTIVE, REJECTED = "pending", "active", "rejected"
+PENDING, ACTIVE, REJECTED = (PoolState.PENDING.value, PoolState.ACTIVE.value,
+                             PoolState.REJECTED.value)
+_BY_ID = SortSpec((Pool.id,))
 
 
 def pool_view(session: Session, pool: Pool) -> PoolView:
@@ -46,16 +55,19 @@ def get_pool(session: Session, principal: Principal, code: str) -> Pool:
 
 
 def list_pools(session: Session, principal: Principal, *, project: str | None = None,
-               state: str | None = None) -> list[Pool]:
+               state: str | None = None, cursor: str | None = None,
+               limit: int = 100) -> tuple[list[Pool], str | None]:
+    """Oldest first (by id); the second value is the next page's cursor."""
     principal.require(Action.READ_REQUESTS)
-    query = select(Pool).join(Project, Project.id == Pool.project_id).order_by(Pool.id)
+    query = select(Pool).join(Project, Project.id == Pool.project_id)
     if project:
         query = query.where(Project.name == project)
     if state:
         query = query.where(Pool.state == state)
     if principal.visible_projects is not None:
         query = query.where(Project.name.in_(principal.visible_projects or {""}))
-    return list(session.scalars(query))
+    rows, next_cursor = keyset_page(session, query, _BY_ID, cursor, limit)
+    return [pool for (pool,) in rows], next_cursor
 
 
 def request_pool(session: Session, principal: Principal, body: PoolCreate,

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain import admission
-from gpufleet.domain.access import Action, Role
+from gpufleet.domain.access import Action, AuditSubject, Role
 from gpufleet.domain.admission import AdmissionFacts, Outcome, Verdict
 from gpufleet.domain.errors import Forbidden, InvalidInput
 from gpufleet.domain.gpu_models import catalogue
@@ -34,7 +34,8 @@ from gpufleet.services.inventory.fleet_shape import FleetShape
 from gpufleet.services.lifecycle import bindings, feasibility, granting, lost_units, quotas
 from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND
 from gpufleet.services.lookup import not_found
-from gpufleet.store.tables import AutoApprovePolicy, GpuRequest, Project
+from gpufleet.services.paging import SortSpec, keyset_page
+from gpufleet.store.tables import AuditEvent, AutoApprovePolicy, GpuRequest, Project
 from gpufleet.wire.requests import (
     Extend,
     QuotaView,
@@ -46,6 +47,7 @@ from gpufleet.wire.requests import (
 
 SYSTEM_ACTOR = "system:lifecycle"
 AUTO_APPROVER = "policy:auto-approve"
+_EVENTS_OLDEST_FIRST = SortSpec((AuditEvent.id,))
 
 
 # --- finding and showing -----------------------------------------------------------------
@@ -482,8 +484,13 @@ def _quota_views_for(session: Session, request: GpuRequest) -> list[QuotaView]:
     return [q for q in quotas.quota_views(session, request.project) if q.flavour in keys]
 
 
-def history(session: Session, principal: Principal, code: str) -> list:
+def history(session: Session, principal: Principal, code: str, cursor: str | None,
+            limit: int) -> tuple[list[AuditEvent], str | None]:
+    """The request's audit events, oldest first, one page (a long-lived request that is
+    extended and re-queued has no bound on its history)."""
     request = get_request(session, principal, code)
-    return audit.list_events(session, subject_kind="request",
-                             subject=request_code(request.id), limit=1000)[::-1]
+    query = select(AuditEvent).where(AuditEvent.subject_kind == AuditSubject.REQUEST.value,
+                                     AuditEvent.subject == request_code(request.id))
+    rows, next_cursor = keyset_page(session, query, _EVENTS_OLDEST_FIRST, cursor, limit)
+    return [event for (event,) in rows], next_cursor
 
