@@ -14,11 +14,17 @@ the live views that run until Ctrl-C in RUN_UNTIL_STOPPED.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import pty
 import re
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +46,7 @@ NOT_ON_A_DEMO = {
 # Live views that refresh until Ctrl-C: they pass when they have drawn their first screen
 # and still run, without a traceback, LIVE_VIEW_DRAWS_S later.
 RUN_UNTIL_STOPPED = ("gpufleet top",)
+LIVE_VIEW_MARK = b"allocated GPUs"  # a column of `gpufleet top`'s first screen
 LIVE_VIEW_DRAWS_S = 5.0
 
 DEMO_READY_MARK = "fleet in use"   # the demo's line once its seeding has finished
@@ -257,33 +264,46 @@ def _problem(line: ReadmeLine, demo: Demo, variables: dict[str, str]) -> str | N
 
 
 def _live_view_problem(line: ReadmeLine, demo: Demo, variables: dict[str, str]) -> str | None:
-    """Start it, let it draw for LIVE_VIEW_DRAWS_S once its first screen is out (however
-    slow the machine is to get there), then stop it with Ctrl-C's signal."""
-    output_path = demo.cwd / "live-view.out"
-    with output_path.open("wb") as output_file:
-        process = subprocess.Popen(["bash", "-c", line.text], env={**demo.env, **variables},
-                                   cwd=demo.cwd, stdout=output_file, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    deadline = time.monotonic() + COMMAND_TIMEOUT_S
-    while (process.poll() is None and not output_path.stat().st_size
-           and time.monotonic() < deadline):
-        time.sleep(0.2)
-    try:
-        process.wait(timeout=LIVE_VIEW_DRAWS_S)
-        stopped_by_us = False
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        stopped_by_us = True
-    output = output_path.read_text(errors="replace")
-    if "Traceback" in output or not output.strip():
-        return f"it printed a traceback or nothing:\n{output[-2000:]}"
+    """Run it in a terminal, as a user does (Rich draws a live view only on a terminal: to a
+    pipe it writes nothing until it stops); once its first screen is out, however slow the
+    machine is to get there, let it refresh for LIVE_VIEW_DRAWS_S, then send Ctrl-C's
+    signal. Exiting by itself before that must be with status 0."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+    process = subprocess.Popen(["bash", "-c", line.text], env={**demo.env, **variables},
+                               cwd=demo.cwd, stdin=terminal, stdout=terminal, stderr=terminal,
+                               start_new_session=True)
+    os.close(terminal)
+    output = bytearray()
+    first_screen_by = time.monotonic() + COMMAND_TIMEOUT_S
+    stop_at: float | None = None
+    stopped_by_us = False
+    while True:
+        now = time.monotonic()
+        if stop_at is None and LIVE_VIEW_MARK in output:
+            stop_at = now + LIVE_VIEW_DRAWS_S
+        if not stopped_by_us and now > (stop_at or first_screen_by):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGINT)
+            stopped_by_us = True
+        if stopped_by_us and now > (stop_at or first_screen_by) + 30:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        if select.select([controller], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the terminal closed: every process on it has exited
+                chunk = b""
+            if not chunk:
+                break
+            output += chunk
+    os.close(controller)
+    process.wait()
+    text = output.decode(errors="replace")
+    if "Traceback" in text or LIVE_VIEW_MARK not in output:
+        return f"it printed a traceback or no view:\n{text[-2000:]}"
     if not stopped_by_us and process.returncode != 0:
-        return f"exit status {process.returncode}:\n{output[-2000:]}"
+        return f"exit status {process.returncode}:\n{text[-2000:]}"
     return None
 
 
