@@ -216,6 +216,32 @@ def test_json_output_is_the_api_reply(fleet):
     assert json_of("request", "release", code)["state"] == "released"
 
 
+def test_quiet_prints_only_the_code_for_a_shell_variable(fleet):
+    """`GR=$(gpufleet request create … -q)`: the README's walk-through keeps the code so."""
+    code = ok("request", "create", "-p", "vision", "--gpus", 1, "--hours", 1, "--reason",
+              "r", "--quiet").stdout
+    assert re.fullmatch(r"GR-\d+\n", code), code
+    assert json_of("request", "show", code.strip())["state"] == "pending"
+    pool = ok("pool", "request", "-p", "vision", "--flavour", "H100-80GB", "--count", 2,
+              "--reason", "q", "-q").stdout
+    assert re.fullmatch(r"POOL-\d+\n", pool), pool
+    assert json_of("pool", "show", pool.strip())["state"] == "pending"
+
+
+@pytest.mark.parametrize("args", [
+    ("request", "create", "-p", "vision", "--gpus", 1, "--hours", 1, "--reason", "r",
+     "--quiet", "--json"),
+    ("request", "create", "-p", "vision", "--gpus", 1, "--hours", 1, "--reason", "r",
+     "-q", "--exports"),
+    ("pool", "request", "-p", "vision", "--flavour", "H100-80GB", "--count", 2,
+     "--reason", "q", "-q", "--json"),
+])
+def test_quiet_with_another_output_is_refused_before_anything_is_made(fleet, args):
+    assert_one_error_line(invoke(*args), "cannot be combined: choose one")
+    assert json_of("request", "ls")["items"] == []
+    assert invoke("pool", "show", "POOL-1").exit_code == 1  # no pool either
+
+
 def test_bad_input_is_one_error_line_from_the_server(fleet):
     for args, fragment in [
         (("--gpus", 0), "error: count: Input should be greater than or equal to 1"),

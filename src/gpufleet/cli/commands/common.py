@@ -23,6 +23,8 @@ DocsCheck = Annotated[bool, typer.Option(
 DocsOutput = Annotated[Path, typer.Option("--output", "-o",
                                           help="The Markdown file to write or check.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON reply instead.")]
+CodeOnly = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Print only its code, for scripts: GR=$(gpufleet request create … -q).")]
 AllPages = Annotated[bool, typer.Option("--all", help="Follow every page, not just the first.")]
 Limit = Annotated[int | None, typer.Option("--limit", min=1, help="Items per page.")]
 Reason = Annotated[str | None, typer.Option("--reason", help="Why; kept in the audit log.")]
@@ -85,3 +87,10 @@ def write_or_check_docs(expected: str, output: Path, check: bool, command: str) 
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(expected)
     done(f"wrote {output}")
+
+
+def only_one_output(**chosen: bool) -> None:
+    """Refuse output flags that contradict each other (`--quiet` with `--json`)."""
+    flags = [f"--{name}" for name, on in chosen.items() if on]
+    if len(flags) > 1:
+        raise CliError(f"{' and '.join(flags)} cannot be combined: choose one")

@@ -12,10 +12,12 @@ import typer
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import (
     AllPages,
+    CodeOnly,
     JsonFlag,
     Limit,
     Reason,
     body,
+    only_one_output,
     query,
     show_listing,
 )
@@ -84,11 +86,16 @@ def request_pool(
         "--fraction", help="Shared flavours: what each unit holds of a GPU (default 1).")
     ] = None,
     as_json: JsonFlag = False,
+    code_only: CodeOnly = False,
 ) -> None:
     """Ask for a pool; it exists once an operator approves it."""
+    only_one_output(quiet=code_only, json=as_json)
     with connect() as api:
         pool = api.post(api_path("pools"), body(project=project, flavour=flavour, count=count,
                                                 fraction=fraction, reason=reason))
+    if code_only:
+        done(pool["code"])
+        return
     emit_done(pool, as_json, f"{pool['code']} {pool['state']}")
 
 

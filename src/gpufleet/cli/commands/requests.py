@@ -20,10 +20,12 @@ import typer
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import (
     AllPages,
+    CodeOnly,
     JsonFlag,
     Limit,
     Reason,
     body,
+    only_one_output,
     query,
     show_listing,
 )
@@ -273,8 +275,10 @@ def create(
         "--start", help="Reserve from this ISO time (without a zone: UTC).")] = None,
     exports: ExportsOnly = False,
     as_json: JsonFlag = False,
+    code_only: CodeOnly = False,
 ) -> None:
     """Ask for GPUs; prints its code and state (and the exports when granted at once)."""
+    only_one_output(quiet=code_only, json=as_json, exports=exports)
     duration = _one_length(days, hours, until)
     with connect() as api:
         request = api.post(api_path("requests"), body(
@@ -285,8 +289,10 @@ def create(
             duration_hours=duration, reason=reason))
     if as_json:
         print_json(request)
-        return
-    print_outcome(request, exports_only=exports)
+    elif code_only:
+        done(request["code"])
+    else:
+        print_outcome(request, exports_only=exports)
 
 
 @app.command("ls")
