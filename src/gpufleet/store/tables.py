@@ -435,3 +435,77 @@ class MigPlan(Base):
     layout: Mapped[list[list[int]]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     request_id: Mapped[int | None] = mapped_column(ForeignKey("gpu_requests.id"))
+
+
+class Receiver(Base):
+    """Where notifications go: a Slack channel, an e-mail address, a webhook, an
+    Alertmanager, or the users' own inbox (docs/operations.md, "Receivers").
+
+    A receiver takes the notifications whose labels its `matchers` match, at `min_severity`
+    or above, of the `kinds` it lists (empty: every kind). With `tells_owners` it also
+    takes, addressed to each of them, the notifications that name owners.
+    `broadcast` False: it takes only those addressed to owners."""
+
+    __tablename__ = "receivers"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    kind: Mapped[str] = mapped_column(String(31))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    matchers: Mapped[list[str]] = mapped_column(JSON, default=list)
+    kinds: Mapped[list[str]] = mapped_column(JSON, default=list)
+    min_severity: Mapped[str] = mapped_column(String(16))
+    broadcast: Mapped[bool] = mapped_column(Boolean, default=True)
+    tells_owners: Mapped[bool] = mapped_column(Boolean, default=False)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_by: Mapped[str] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class OutboxMessage(Base):
+    """One notification for one receiver (and one recipient), written in the transaction
+    that caused it and delivered at least once (docs/operations.md, "The outbox").
+
+    `idempotency_key` is unique: the same notification is never queued twice for the same
+    receiver and recipient, and receivers that can de-duplicate are given it."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    receiver_id: Mapped[int] = mapped_column(ForeignKey("receivers.id", ondelete="CASCADE"),
+                                             index=True)
+    recipient: Mapped[str | None] = mapped_column(String(63), index=True)
+    idempotency_key: Mapped[str] = mapped_column(String(255), unique=True)
+    kind: Mapped[str] = mapped_column(String(63))
+    severity: Mapped[str] = mapped_column(String(16))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    abandoned_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    receiver: Mapped[Receiver] = relationship(lazy="joined")
+
+    # The sender's one question: what is due now? Undelivered rows by due time.
+    __table_args__ = (Index("ix_outbox_due", "delivered_at", "abandoned_at",
+                            "next_attempt_at"),)
+
+
+class OutboxDelivery(Base):
+    """One delivery attempt: the per-receiver delivery log."""
+
+    __tablename__ = "outbox_deliveries"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    message_id: Mapped[int] = mapped_column(ForeignKey("outbox.id", ondelete="CASCADE"),
+                                            index=True)
+    receiver_id: Mapped[int] = mapped_column(ForeignKey("receivers.id", ondelete="CASCADE"),
+                                             index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+    attempt: Mapped[int] = mapped_column(Integer)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    outcome: Mapped[str] = mapped_column(String(63))
+    detail: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[int] = mapped_column(Integer)
