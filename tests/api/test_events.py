@@ -116,3 +116,80 @@ def test_a_long_poll_with_nothing_new_answers_empty_after_its_wait(api, gf):
     last = _events(api, limit=500)["last_id"]
     page = _events(api, after=last, wait_s=0.2)
     assert page["items"] == [] and page["last_id"] == last
+
+
+# --- subscriptions ---------------------------------------------------------------------
+SUBSCRIPTIONS = "/api/v1/event-subscriptions"
+TICKETS = {"name": "big-h100-tickets", "url": "https://tickets.example.org/hook",
+           "secret": "0123456789abcdef0123", "types": ["request.approved"],
+           "where": ["data.count>=8", "data.models=~.*H100.*"]}
+
+
+def _outbox(gf) -> list[tuple[str, str]]:
+    from sqlalchemy import select
+
+    from gpufleet.store.tables import OutboxMessage
+
+    with gf.store.read() as s:
+        return sorted((m.receiver.name, m.payload["event"]["subject"]["id"])
+                      for m in s.scalars(select(OutboxMessage)))
+
+
+def test_a_ticket_for_every_approval_of_8_or_more_h100s(h100s, api, gf):
+    member, operator = h100s
+    created = operator.post(SUBSCRIPTIONS, json=TICKETS)
+    assert created.status_code == 201, created.text
+    assert "secret" not in created.json()
+    assert created.json()["types"] == ["request.approved"]
+    big = create(member, count=8, models=["H100-80GB"], same_node=True)["code"]
+    small = create(member, count=2, models=["H100-80GB"])["code"]
+    act(operator, big, "approve")
+    act(operator, small, "approve")
+    assert _outbox(gf) == [("big-h100-tickets", big)]
+
+    listed = operator.get(SUBSCRIPTIONS).json()["items"]
+    assert [s["name"] for s in listed] == ["big-h100-tickets"]
+    assert "secret" not in listed[0] and listed[0]["where"] == TICKETS["where"]
+    assert operator.request("DELETE", f"{SUBSCRIPTIONS}/big-h100-tickets").status_code == 204
+    assert operator.get(SUBSCRIPTIONS).json()["items"] == []
+    assert operator.request("DELETE", f"{SUBSCRIPTIONS}/big-h100-tickets").status_code == 404
+
+
+def test_bad_subscriptions_are_refused_naming_the_problem(api, gf):
+    for change, code, named in [
+        ({"where": ["data.count>=eight"]}, "invalid_condition", "data.count>=eight"),
+        ({"where": ["gpus>=8"]}, "invalid_condition", "gpus>=8"),
+        ({"where": ["data.models=~("]}, "invalid_condition", "data.models=~("),
+        ({"types": ["request.[approved]"]}, "invalid_event_type", "request.[approved]"),
+    ]:
+        response = api.post(SUBSCRIPTIONS, json={**TICKETS, **change})
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["code"] == code
+        assert named in response.json()["error"]["message"]
+    for change in [{"url": "ftp://x"}, {"secret": "short"}, {"types": []},
+                   {"unknown": 1}, {"name": "Bad Name"}]:
+        assert api.post(SUBSCRIPTIONS, json={**TICKETS, **change}).status_code == 422
+    assert api.get(SUBSCRIPTIONS).json()["items"] == []  # nothing half-written
+    assert api.post(SUBSCRIPTIONS, json=TICKETS).status_code == 201
+    again = api.post(SUBSCRIPTIONS, json=TICKETS)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "subscription_exists"
+
+
+def test_only_operators_manage_subscriptions(h100s):
+    member, _ = h100s
+    assert member.post(SUBSCRIPTIONS, json=TICKETS).status_code == 403
+    assert member.get(SUBSCRIPTIONS).status_code == 403
+    assert member.request("DELETE", f"{SUBSCRIPTIONS}/x").status_code == 403
+
+
+def test_node_and_gpu_events_carry_their_environment(h100s, api):
+    node_events = _events(api, type="node.registered")["items"]
+    assert node_events[0]["labels"] == {"node": node_events[0]["subject"]["id"],
+                                        "environment": "onprem-hpc"}
+    gpu = api.get("/api/v1/gpus", params={"limit": 1}).json()["items"][0]
+    api.post(f"/api/v1/gpus/{gpu['uuid']}/health",
+             json={"health": "quarantined", "reason": "xid 79"})
+    changed = _events(api, type="gpu.*")["items"][-1]
+    assert changed["type"] == "gpu.health_changed" and changed["reason"] == "xid 79"
+    assert changed["labels"] == {"gpu": gpu["uuid"], "node": gpu["node"],
+                                 "environment": "onprem-hpc"}

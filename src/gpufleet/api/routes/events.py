@@ -3,7 +3,10 @@ subscriptions to them (docs/operations.md, "Events")."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+
+import anyio
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
@@ -78,25 +81,35 @@ async def stream_events(
     start = _resume_point(last_event_id, after)
     if start is None:
         start = await run_in_threadpool(gf.latest_event_id, p)
-    return EventSourceResponse(_event_stream(gf, token, wanted, start),
+    # On shutdown the library sets `stopping`; the stream then ends itself, with the
+    # chunked body's last chunk, before uvicorn's graceful-shutdown timeout (5 s) runs out.
+    stopping = anyio.Event()
+    return EventSourceResponse(_event_stream(gf, token, wanted, start, stopping),
                                ping=gf.settings.event_stream_heartbeat_s,
+                               shutdown_event=stopping, shutdown_grace_period=3,
                                headers={"Cache-Control": "no-store",
                                         "X-Accel-Buffering": "no"})
 
 
-async def _event_stream(gf: Gpufleet, token: str, wanted: EventFilter,
-                        after: int) -> AsyncIterator[dict]:
+async def _event_stream(gf: Gpufleet, token: str, wanted: EventFilter, after: int,
+                        stopping: anyio.Event) -> AsyncIterator[dict]:
     size = gf.settings.page_size_max
-    while True:
+    while not stopping.is_set():
         try:  # the caller again each round: a revoked token or a lost membership counts
             current = await caller(token, gf)
         except GpufleetError:
             return
-        page = await wait_for_events(lambda c=current, a=after: gf.events_page(c, wanted, a,
-                                                                               size),
-                                     gf.event_bell, wait_s=MAX_WAIT_S,
-                                     poll_s=gf.settings.event_poll_interval_s,
-                                     run=run_in_threadpool)
+        waiting = asyncio.ensure_future(wait_for_events(
+            lambda c=current, a=after: gf.events_page(c, wanted, a, size), gf.event_bell,
+            wait_s=MAX_WAIT_S, poll_s=gf.settings.event_poll_interval_s,
+            run=run_in_threadpool))
+        stop = asyncio.ensure_future(stopping.wait())
+        await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not waiting.done():
+            waiting.cancel()
+            return
+        page = waiting.result()
         for event in page.items:
             yield {"id": str(event.id),
                    "data": event.model_dump_json(by_alias=True)}
