@@ -48,6 +48,9 @@ async def list_events(
         after: int | None = Query(default=None, ge=0, le=MAX_EVENT_ID, description=(
             "Only events after this id: the `last_id` of the previous page. Absent: from "
             "the first event.")),
+        from_now: bool = Query(default=False, description=(
+            "Start after the newest event (instead of `after`): with `wait_s`, the next "
+            "event that happens.")),
         limit: int | None = None,
         wait_s: float = Query(default=0, ge=0, le=MAX_WAIT_S, description=(
             "Long poll: when no event is there yet, wait up to this long for one, and "
@@ -56,6 +59,11 @@ async def list_events(
     """Events after the cursor, oldest first (schema 1: docs/operations.md, "Events").
     Members see only the events about their projects."""
     size = page_limit(limit, gf)
+    if from_now:
+        if after is not None:
+            raise InvalidInput("give `after` or `from_now`, not both", code="invalid_cursor",
+                               details={"after": after})
+        after = await run_in_threadpool(gf.latest_event_id, p)
     return await wait_for_events(lambda: gf.events_page(p, wanted, after, size), gf.event_bell,
                                  wait_s=wait_s, poll_s=gf.settings.event_poll_interval_s,
                                  run=run_in_threadpool)
