@@ -7,7 +7,6 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import anyio
-
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
@@ -78,6 +77,9 @@ async def stream_events(
         wanted: EventFilter = Depends(event_filter),
         after: int | None = Query(default=None, ge=0, le=MAX_EVENT_ID, description=(
             "Start after this event id; absent: with the events that happen from now on.")),
+        limit: int | None = Query(default=None, ge=1, le=1_000_000, description=(
+            "End the stream after this many events (a script waiting for one); absent: "
+            "never.")),
         last_event_id: str | None = Header(default=None, description=(
             "Sent by an EventSource that reconnects: resume after this id (wins over "
             "`after`).")),
@@ -92,7 +94,7 @@ async def stream_events(
     # On shutdown the library sets `stopping`; the stream then ends itself, with the
     # chunked body's last chunk, before uvicorn's graceful-shutdown timeout (5 s) runs out.
     stopping = anyio.Event()
-    return EventSourceResponse(_event_stream(gf, token, wanted, start, stopping),
+    return EventSourceResponse(_event_stream(gf, token, wanted, start, stopping, limit),
                                ping=gf.settings.event_stream_heartbeat_s,
                                shutdown_event=stopping, shutdown_grace_period=3,
                                headers={"Cache-Control": "no-store",
@@ -100,8 +102,9 @@ async def stream_events(
 
 
 async def _event_stream(gf: Gpufleet, token: str, wanted: EventFilter, after: int,
-                        stopping: anyio.Event) -> AsyncIterator[dict]:
+                        stopping: anyio.Event, limit: int | None) -> AsyncIterator[dict]:
     size = gf.settings.page_size_max
+    left = limit
     while not stopping.is_set():
         try:  # the caller again each round: a revoked token or a lost membership counts
             current = await caller(token, gf)
@@ -121,6 +124,10 @@ async def _event_stream(gf: Gpufleet, token: str, wanted: EventFilter, after: in
         for event in page.items:
             yield {"id": str(event.id),
                    "data": event.model_dump_json(by_alias=True)}
+            if left is not None:
+                left -= 1
+                if left == 0:
+                    return
         after = page.last_id
 
 
