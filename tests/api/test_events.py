@@ -193,3 +193,13 @@ def test_node_and_gpu_events_carry_their_environment(h100s, api):
     assert changed["type"] == "gpu.health_changed" and changed["reason"] == "xid 79"
     assert changed["labels"] == {"gpu": gpu["uuid"], "node": gpu["node"],
                                  "environment": "onprem-hpc"}
+
+
+def test_subscriptions_page_by_name(api):
+    from tests.api.test_listings import every_page
+
+    for name in ("c-hook", "a-hook", "b-hook"):
+        assert api.post(SUBSCRIPTIONS, json={**TICKETS, "name": name}).status_code == 201
+    assert every_page(api, SUBSCRIPTIONS, "name") == ["a-hook", "b-hook", "c-hook"]
+    bad = api.get(SUBSCRIPTIONS, params={"cursor": "not-a-cursor"})
+    assert (bad.status_code, bad.json()["error"]["code"]) == (400, "invalid_cursor")

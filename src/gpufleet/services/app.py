@@ -384,9 +384,10 @@ class Gpufleet:
         self.event_publisher.subscribers.invalidate()  # after the commit: seen at once
         return view
 
-    def list_event_subscriptions(self, principal: Principal) -> list[EventSubscriptionView]:
+    def list_event_subscriptions(self, principal: Principal, cursor: str | None,
+                                 limit: int) -> Page[EventSubscriptionView]:
         with self.store.read() as session:
-            return event_subscriptions.list_subscriptions(session, principal)
+            return event_subscriptions.list_subscriptions(session, principal, cursor, limit)
 
     def delete_event_subscription(self, principal: Principal, name: str) -> None:
         with self.store.write() as session:

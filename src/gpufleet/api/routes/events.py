@@ -11,7 +11,15 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
-from gpufleet.api.deps import caller, page_limit, principal, raw_token, services
+from gpufleet.api.deps import (
+    PageRequest,
+    caller,
+    page_limit,
+    page_request,
+    principal,
+    raw_token,
+    services,
+)
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import GpufleetError, InvalidInput
 from gpufleet.services.access.principal import Principal
@@ -153,10 +161,11 @@ def create_event_subscription(body: EventSubscriptionCreate, p: Principal = Depe
 
 
 @router.get("/event-subscriptions", response_model=Page[EventSubscriptionView], tags=EVENTS)
-def list_event_subscriptions(p: Principal = Depends(principal),
+def list_event_subscriptions(page: PageRequest = Depends(page_request),
+                             p: Principal = Depends(principal),
                              gf: Gpufleet = Depends(services)):
-    """Every event subscription, by name; never their secrets."""
-    return Page[EventSubscriptionView](items=gf.list_event_subscriptions(p))
+    """Event subscriptions, by name; never their secrets."""
+    return gf.list_event_subscriptions(p, page.cursor, page.limit)
 
 
 @router.delete("/event-subscriptions/{name}", status_code=204, response_class=Response,

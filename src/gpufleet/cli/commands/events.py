@@ -129,7 +129,7 @@ def subscribe(
 def list_subscriptions(as_json: JsonFlag = False) -> None:
     """List event subscriptions (never their secrets)."""
     with connect() as api:
-        page = api.get(SUBSCRIPTIONS)
+        page = api.pages(SUBSCRIPTIONS, [], follow=True)
     if not as_json and not page["items"]:
         note("no event subscriptions yet")
         return

@@ -32,11 +32,14 @@ from gpufleet.domain.operations.notifications import Severity
 from gpufleet.services.access import audit
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.operations.outbox import EVENT_KIND_PREFIX
+from gpufleet.services.paging import SortSpec, keyset_page
 from gpufleet.store.tables import Receiver
+from gpufleet.wire.base import Page
 from gpufleet.wire.events import EventSubscriptionCreate, EventSubscriptionView
 
 log = logging.getLogger(__name__)
 WEBHOOK = "webhook"
+_BY_NAME = SortSpec((Receiver.name,))
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,15 @@ def create(session: Session, principal: Principal, body: EventSubscriptionCreate
     return view(receiver)
 
 
-def list_subscriptions(session: Session, principal: Principal) -> list[EventSubscriptionView]:
+def list_subscriptions(session: Session, principal: Principal, cursor: str | None,
+                       limit: int) -> Page[EventSubscriptionView]:
+    """By name. Webhook receivers that are not subscriptions share the name index and are
+    skipped, so a page may hold fewer than `limit`; `next_cursor` still goes on."""
     principal.require(Action.MANAGE_EVENT_SUBSCRIPTIONS)
-    receivers = session.scalars(select(Receiver).where(Receiver.kind == WEBHOOK)
-                                .order_by(Receiver.name))
-    return [view(r) for r in receivers if is_subscription(r)]
+    rows, next_cursor = keyset_page(session, select(Receiver).where(Receiver.kind == WEBHOOK),
+                                    _BY_NAME, cursor, limit)
+    return Page[EventSubscriptionView](
+        items=[view(r) for (r,) in rows if is_subscription(r)], next_cursor=next_cursor)
 
 
 def delete(session: Session, principal: Principal, name: str, now: datetime) -> None:
