@@ -203,3 +203,24 @@ def test_subscriptions_page_by_name(api):
     assert every_page(api, SUBSCRIPTIONS, "name") == ["a-hook", "b-hook", "c-hook"]
     bad = api.get(SUBSCRIPTIONS, params={"cursor": "not-a-cursor"})
     assert (bad.status_code, bad.json()["error"]["code"]) == (400, "invalid_cursor")
+
+
+def test_a_waiting_long_poll_holds_no_database_connection(api, gf, monkeypatch):
+    monkeypatch.setattr(gf, "settings", gf.settings.model_copy(
+        update={"event_poll_interval_s": 30.0}))
+    last = _events(api, limit=500)["last_id"]
+    answers = []
+    poller = threading.Thread(target=lambda: answers.append(
+        _events(api, after=last, wait_s=20)))
+    poller.start()
+    deadline = time.monotonic() + 10
+    while not gf.event_bell._waiters:  # until it has read once and waits on the bell
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    engines = {id(e): e for e in (gf.store._read_engine, gf.store._write_engine,
+                                  gf.store._dedicated_engine)}.values()
+    assert [e.pool.checkedout() for e in engines] == [0] * len(engines)
+    gf.create_project(Principal(role=Role.ADMIN, user_name="admin"),
+                      ProjectCreate(name="wake", organisation="research"))
+    poller.join()
+    assert _types(answers[0]) == ["project.created"]

@@ -448,7 +448,7 @@ class Receiver(Base):
     Alertmanager, or the users' own inbox (docs/operations.md, "Receivers").
 
     A receiver takes the notifications whose labels its `matchers` match, at `min_severity`
-    or above, of the `kinds` it lists (empty: every kind). With `tells_owners` it also
+    or above, of the `kinds` it lists (empty: every kind but `event.*`). With `tells_owners` it also
     takes, addressed to each of them, the notifications that name owners.
     `broadcast` False: it takes only those addressed to owners."""
 
