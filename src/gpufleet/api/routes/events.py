@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import anyio
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Response
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -81,7 +81,6 @@ async def list_events(
                          "id as `id:`; comments as heartbeats.",
           "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
 async def stream_events(
-        request: Request,
         wanted: EventFilter = Depends(event_filter),
         after: int | None = Query(default=None, ge=0, le=MAX_EVENT_ID, description=(
             "Start after this event id; absent: with the events that happen from now on.")),
