@@ -180,6 +180,19 @@ class Settings(BaseSettings):
     token: SecretStr | None = Field(default=None, description=(
         "Bearer token the CLI sends (`gpufleet login` stores it; `GPUFLEET_TOKEN` overrides)."))
 
+    # --- operations: events (docs/operations.md, "Events") --------------------------------
+    event_poll_interval_s: float = Field(default=1.0, gt=0, le=60, description=(
+        "How often a reader waiting for events (a long poll, an event stream) reads the "
+        "state store again without being woken. Events this server writes wake it at "
+        "once; this bounds how late it sees those another server process writes."))
+    event_stream_heartbeat_s: float = Field(default=15.0, gt=0, le=300, description=(
+        "How often an idle event stream (`GET /api/v1/events/stream`) sends a comment, so "
+        "proxies and clients know it is alive."))
+    event_subscription_cache_s: float = Field(default=5.0, ge=0, le=3600, description=(
+        "How long the server trusts its copy of the event subscriptions before reading "
+        "them again. Its own changes are seen at once; this bounds how long one made "
+        "through another server process goes unseen."))
+
     # Values the program itself chose, by name, with who chose them ("command line" for a
     # flag; the demo for its own defaults): `describe_settings` names them as the source.
     _chosen_by_program: dict[str, str] = PrivateAttr(default_factory=dict)

@@ -20,6 +20,7 @@ from gpufleet.clock import ManualClock
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
 from gpufleet.store.tables import Gpu, GpuLabel, Node
+from gpufleet.wire.events import EventSubscriptionCreate
 from gpufleet.wire.inventory import UserCreate
 from gpufleet.wire.remote_write import encode_write_request
 from gpufleet.wire.requests import PoolCreate, RequestCreate
@@ -116,6 +117,13 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/telemetry/zombies"): READERS,
     ("GET", "/api/v1/telemetry/unattributed"): READERS,
     ("GET", "/api/v1/telemetry/top"): READERS,
+    # Events: readers see those of the projects they see (scoping tested in test_events.py);
+    # subscriptions send every project's events out, so they are the operators'.
+    ("GET", "/api/v1/events"): READERS,
+    ("GET", "/api/v1/events/stream"): READERS,
+    ("POST", "/api/v1/event-subscriptions"): OPERATORS,
+    ("GET", "/api/v1/event-subscriptions"): OPERATORS,
+    ("DELETE", "/api/v1/event-subscriptions/{name}"): OPERATORS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -240,6 +248,10 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             UnitSnapshot(gpu_uuid=gpu_self, values={"gpu.sm_active": 50.0}),))
         return encode(columnar(world.unique("batch"), [tick]))
 
+    def subscription() -> dict:
+        return {"name": world.unique("sub"), "url": "https://hooks.example.org/x",
+                "secret": "0123456789abcdef", "types": ["request.*"]}
+
     def registration_body() -> dict:
         node = NODE_NEW if caller == "join" else NODE_SELF
         return registration(node, gpus=2 if node == NODE_SELF else 1)
@@ -311,6 +323,13 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         ("DELETE", "/api/v1/projects/{name}/auto-approve"): lambda: (
             template.format(name="vision"), None),
         ("GET", "/api/v1/telemetry/query"): lambda: (f"{template}?metric=gpu.sm_active", None),
+        # One event every caller may see (vision's request), then the stream ends.
+        ("GET", "/api/v1/events/stream"): lambda: (
+            f"{template}?after=0&limit=1&type=request.created", None),
+        ("POST", "/api/v1/event-subscriptions"): lambda: (template, subscription()),
+        ("DELETE", "/api/v1/event-subscriptions/{name}"): lambda: (
+            template.format(name=world.gf.create_event_subscription(
+                SYSTEM, EventSubscriptionCreate(**subscription())).name), None),
     }
     return builders.get(route, lambda: (template, None))()
 

@@ -29,7 +29,9 @@ CHECKS = [sc.not_a_server_error, sc.status_code_conformance, sc.content_type_con
           sc.response_schema_conformance]
 EXAMPLES = {GenerationMode.POSITIVE: 3, GenerationMode.NEGATIVE: 2}
 # Not JSON: schemathesis cannot build a protobuf body (test_telemetry_ingest.py covers it).
-NOT_FUZZED = {"POST /api/v1/telemetry/remote-write"}
+NOT_FUZZED = {"POST /api/v1/telemetry/remote-write",
+              # An endless stream by design: test_event_stream.py covers it.
+              "GET /api/v1/events/stream"}
 # 5xx that belong to other items of issue 12, fixed on other branches: the lead removes
 # each entry once that branch is merged.
 ELSEWHERE: dict[str, str] = {}

@@ -91,6 +91,8 @@ COMMANDS: dict[str, LazyCommand] = {
     "environment": LazyCommand("environments", "app", "Environments: where GPUs live (cloud "
                                "regions, on-prem clusters)."),
     "audit": LazyCommand("audit", "app", "The audit log."),
+    "events": LazyCommand("events", "app", "Events: every audited change, as it happens; "
+                          "webhook subscriptions."),
     "mig": LazyCommand("mig", "app", "MIG layouts: export them for NVIDIA mig-parted."),
 }
 

@@ -38,6 +38,8 @@ class Action(StrEnum):
     MANAGE_QUOTAS = "quotas:manage"
     READ_SERVER_SETTINGS = "server_settings:read"
     READ_FLEET_METRICS = "metrics:read"
+    READ_EVENTS = "events:read"
+    MANAGE_EVENT_SUBSCRIPTIONS = "event_subscriptions:manage"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -60,6 +62,8 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.MANAGE_QUOTAS: "manage quotas",
     Action.READ_SERVER_SETTINGS: "read the server's settings",
     Action.READ_FLEET_METRICS: "read the fleet's /metrics",
+    Action.READ_EVENTS: "read events",
+    Action.MANAGE_EVENT_SUBSCRIPTIONS: "manage event subscriptions",
 }
 
 
@@ -82,6 +86,7 @@ class AuditSubject(StrEnum):
     PROJECT = "project"
     REQUEST = "request"
     POOL = "pool"
+    EVENT_SUBSCRIPTION = "event_subscription"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -110,6 +115,11 @@ GRANTS: dict[Action, frozenset[Role]] = {
     # The server's /metrics is for monitoring (a viewer token): it shows every project's
     # allocations and the fleet's requests, which members may not see, so they get none.
     Action.READ_FLEET_METRICS: frozenset({Role.ADMIN, Role.OPERATOR, Role.VIEWER}),
+    # Readers see the events of the projects they see; events about no project (tokens,
+    # nodes, users) are the operators' (services/operations/events.py).
+    Action.READ_EVENTS: frozenset(_READERS),
+    # A subscription sends events of every project to a URL: the operators' business.
+    Action.MANAGE_EVENT_SUBSCRIPTIONS: frozenset(_OPERATORS),
 }
 
 

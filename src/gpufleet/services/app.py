@@ -23,6 +23,8 @@ from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
+from gpufleet.services.operations import event_subscriptions, events
+from gpufleet.services.operations.event_publisher import EventPublisher
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
 from gpufleet.services.telemetry.ingest import TelemetryIngest
@@ -35,6 +37,7 @@ from gpufleet.tsdb import TelemetryStore
 from gpufleet.wire import inventory as wi
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
 from gpufleet.wire.base import Page
+from gpufleet.wire.events import EventPage, EventSubscriptionCreate, EventSubscriptionView
 from gpufleet.wire.server_settings import ServerSetting
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,9 @@ class Gpufleet:
         self._telemetry_lock = threading.Lock()
         self.queries = TelemetryQueries(store, lambda: self.telemetry, settings, self.clock)
         self.ingest = TelemetryIngest(store, lambda: self.telemetry, settings, self.clock)
+        # Every audit event becomes an event, sent to its subscribers in its own transaction.
+        self.event_publisher = EventPublisher.for_store(store, settings.event_subscription_cache_s)
+        self.event_bell = self.event_publisher.bell
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -350,6 +356,43 @@ class Gpufleet:
             items = [wi.AuditEventView.model_validate(e) for e in events[:limit]]
         next_cursor = encode_cursor([items[-1].id]) if len(events) > limit else None
         return Page[wi.AuditEventView](items=items, next_cursor=next_cursor)
+
+    # --- events (docs/operations.md, "Events") -------------------------------------------
+    def events_page(self, principal: Principal, wanted: events.EventFilter, after: int | None,
+                    limit: int) -> EventPage:
+        """Events after `after` that `principal` may see, oldest first; None: from the
+        first event."""
+        principal.require(Action.READ_EVENTS)
+        after = 0 if after is None else after
+        with self.store.read() as session:
+            rows = events.list_events(session, principal, wanted, after, limit + 1)
+            items = [events.to_event(r) for r in rows[:limit]]
+        last_id = items[-1].id if items else after
+        return EventPage(items=items, last_id=last_id,
+                         next_cursor=str(last_id) if len(rows) > limit else None)
+
+    def latest_event_id(self, principal: Principal) -> int:
+        """Where a reader that wants only what happens from now on starts."""
+        principal.require(Action.READ_EVENTS)
+        with self.store.read() as session:
+            return events.latest_event_id(session)
+
+    def create_event_subscription(self, principal: Principal,
+                                  body: EventSubscriptionCreate) -> EventSubscriptionView:
+        with self.store.write() as session:
+            view = event_subscriptions.create(session, principal, body, self.clock.now())
+        self.event_publisher.subscribers.invalidate()  # after the commit: seen at once
+        return view
+
+    def list_event_subscriptions(self, principal: Principal, cursor: str | None,
+                                 limit: int) -> Page[EventSubscriptionView]:
+        with self.store.read() as session:
+            return event_subscriptions.list_subscriptions(session, principal, cursor, limit)
+
+    def delete_event_subscription(self, principal: Principal, name: str) -> None:
+        with self.store.write() as session:
+            event_subscriptions.delete(session, principal, name, self.clock.now())
+        self.event_publisher.subscribers.invalidate()
 
     # --- MIG configs for operators -------------------------------------------------------
     def export_mig_configs(self, principal: Principal, *, node: str | None,

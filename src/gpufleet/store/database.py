@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -159,6 +160,13 @@ class StateStore:
             raise
         finally:
             session.close()
+
+    def listen_to_writes(self, name: str, listener: Callable[..., Any]) -> None:
+        """Install a SQLAlchemy session event listener (`before_flush`, `after_commit`, …)
+        on every write session, so what it adds joins the writer's transaction. Read
+        sessions write nothing and are left alone."""
+        for factory in {id(f): f for f in (self._writes, self._dedicated)}.values():
+            event.listen(factory, name, listener)
 
     # --- operations ----------------------------------------------------------------------
     def migrate(self) -> None:

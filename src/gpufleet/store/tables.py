@@ -289,8 +289,14 @@ class AuditEvent(Base):
     subject: Mapped[str] = mapped_column(String(253))
     reason: Mapped[str | None] = mapped_column(Text)
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Stamped as the event is written, so it reads as an event (docs/operations.md,
+    # "Events"): the project it concerns (members see their projects' events) and its
+    # labels (environment, node, gpu, allocation, project, …). None before migration 0012.
+    project: Mapped[str | None] = mapped_column(String(63))
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
 
-    __table_args__ = (Index("ix_audit_events_subject", "subject_kind", "subject"),)
+    __table_args__ = (Index("ix_audit_events_subject", "subject_kind", "subject"),
+                      Index("ix_audit_events_project", "project", "id"))
 
 
 class Quota(Base):
@@ -442,7 +448,7 @@ class Receiver(Base):
     Alertmanager, or the users' own inbox (docs/operations.md, "Receivers").
 
     A receiver takes the notifications whose labels its `matchers` match, at `min_severity`
-    or above, of the `kinds` it lists (empty: every kind). With `tells_owners` it also
+    or above, of the `kinds` it lists (empty: every kind but `event.*`). With `tells_owners` it also
     takes, addressed to each of them, the notifications that name owners.
     `broadcast` False: it takes only those addressed to owners."""
 

@@ -56,3 +56,16 @@ def test_a_rolled_back_cause_queues_nothing(store):
         pass
     with store.read() as s:
         assert s.scalar(select(func.count()).select_from(OutboxMessage)) == 0
+
+
+def test_a_receiver_with_no_kinds_takes_everything_but_events(store):
+    """Events are every audited change: they go only to receivers that name them."""
+    with store.write() as s:
+        _receiver(s, "everything")
+        _receiver(s, "subscriber", kinds=["event.request.*"])
+    event = Notification(kind="event.request.approved", severity=Severity.INFO,
+                         summary="approved", dedup_key="event:1")
+    with store.write() as s:
+        assert [m.receiver.name for m in notify(s, event, START)] == ["subscriber"]
+        assert sorted(m.receiver.name for m in notify(s, _quarantined(), START)) == [
+            "everything"]

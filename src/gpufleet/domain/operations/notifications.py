@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class Severity(StrEnum):
@@ -50,9 +51,14 @@ class Notification:
     text: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     owners: tuple[str, ...] = ()
+    # The event itself (docs/operations.md, "Events") when this tells a subscriber of one.
+    event: Mapping[str, Any] | None = None
 
     def as_payload(self) -> dict:
         """The stable JSON a receiver renders (docs/operations.md, "Notification schema")."""
-        return {"kind": self.kind, "severity": self.severity.value, "summary": self.summary,
-                "text": self.text, "labels": dict(self.labels),
-                "dedup_key": self.dedup_key}
+        payload = {"kind": self.kind, "severity": self.severity.value, "summary": self.summary,
+                   "text": self.text, "labels": dict(self.labels),
+                   "dedup_key": self.dedup_key}
+        if self.event is not None:
+            payload["event"] = dict(self.event)
+        return payload

@@ -24,15 +24,23 @@ from gpufleet.store.tables import OutboxMessage, Receiver
 MAX_KEY_CHARS = 255
 
 
+EVENT_KIND_PREFIX = "event."
+
+
 def accepts(receiver: Receiver, notification: Notification) -> bool:
     """Whether `receiver` takes `notification` at all (severity, kind, enabled); its
-    matchers decide the broadcast copy only."""
+    matchers decide the broadcast copy only.
+
+    A receiver that lists no kinds takes every kind but events (`event.*`): events are
+    every audited change, far too many for a channel, and go only to receivers that
+    subscribed to them by name (docs/operations.md, "Subscriptions")."""
     if not receiver.enabled:
         return False
     if notification.severity.rank < Severity(receiver.min_severity).rank:
         return False
-    return not receiver.kinds or any(fnmatchcase(notification.kind, k)
-                                     for k in receiver.kinds)
+    if not receiver.kinds:
+        return not notification.kind.startswith(EVENT_KIND_PREFIX)
+    return any(fnmatchcase(notification.kind, k) for k in receiver.kinds)
 
 
 def recipients(receiver: Receiver, notification: Notification) -> list[str | None]:
@@ -69,6 +77,14 @@ def notify_all(session: Session, notifications: Iterable[Notification],
     """`notify` for many notifications with one read of the receivers and one read of the
     keys already queued (what an evaluation over the whole fleet calls)."""
     receivers = list(session.scalars(select(Receiver).where(Receiver.enabled.is_(True))))
+    return queue(session, notifications, receivers, now)
+
+
+def queue(session: Session, notifications: Iterable[Notification],
+          receivers: Iterable[Receiver], now: datetime) -> list[OutboxMessage]:
+    """`notify_all` for receivers the caller has already chosen (the event publisher,
+    which matches subscriptions itself): the same acceptance and de-duplication."""
+    receivers = list(receivers)
     wanted: dict[str, tuple[Notification, Receiver, str | None]] = {}
     for n in notifications:
         for receiver in receivers:

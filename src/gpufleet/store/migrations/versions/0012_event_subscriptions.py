@@ -1,0 +1,33 @@
+"""The audit log as the event source: each audit event's project and labels
+(docs/operations.md, "Events").
+
+The project is a column so that listing events for a member ("only my projects' events")
+and filtering by project are index reads, not a scan of every event. Event subscriptions
+themselves are receivers (table `receivers`, migration 0006): no table of their own.
+
+Revision ID: 0012_event_subscriptions
+Revises: 0006_operations_outbox
+Create Date: 2026-11-25
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0012_event_subscriptions"
+down_revision = "0006_operations_outbox"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("audit_events") as batch:
+        batch.add_column(sa.Column("project", sa.String(63), nullable=True))
+        batch.add_column(sa.Column("labels", sa.JSON(), nullable=True))
+    op.create_index("ix_audit_events_project", "audit_events", ["project", "id"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_audit_events_project", table_name="audit_events")
+    with op.batch_alter_table("audit_events") as batch:
+        batch.drop_column("labels")
+        batch.drop_column("project")
