@@ -294,9 +294,14 @@ class AuditEvent(Base):
     # labels (environment, node, gpu, allocation, project, …). None before migration 0012.
     project: Mapped[str | None] = mapped_column(String(63))
     labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    # The event's place in the event log, given at commit in commit order (the id is given
+    # at insert, and on PostgreSQL two transactions may commit out of id order): a reader
+    # resuming after position N never misses an event that commits later with a smaller
+    # id. None only inside the writing transaction (services/operations/event_publisher).
+    seq: Mapped[int | None] = mapped_column(BigInteger, unique=True)
 
     __table_args__ = (Index("ix_audit_events_subject", "subject_kind", "subject"),
-                      Index("ix_audit_events_project", "project", "id"))
+                      Index("ix_audit_events_project", "project", "seq"))
 
 
 class Quota(Base):

@@ -10,6 +10,7 @@ from gpufleet.domain.access import Role
 from gpufleet.services.access import audit
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.operations.event_subscriptions import SubscriberCache
+from gpufleet.services.operations.events import EventFilter
 from gpufleet.store.tables import AuditEvent, OutboxMessage, Receiver
 from gpufleet.wire.events import EventSubscriptionCreate
 from tests.conftest import START
@@ -47,9 +48,9 @@ def test_only_matching_subscriptions_get_a_message(gf):
     with gf.store.read() as s:
         message = s.scalars(select(OutboxMessage).join(Receiver)
                             .where(Receiver.name == "big-pools")).one()
-        assert message.idempotency_key == f"event:{event.id}|big-pools|*"
+        assert message.idempotency_key == f"event:{event.seq}|big-pools|*"
         assert message.payload["event"] == {
-            "schema": 1, "id": event.id, "type": "pool.approved",
+            "schema": 1, "id": event.seq, "type": "pool.approved",
             "at": "2026-11-02T09:00:00Z", "actor": "user:olga",
             "subject": {"kind": "pool", "id": "PL-1"}, "reason": "capacity",
             "labels": {"project": "vision"},
@@ -61,8 +62,7 @@ def test_a_rolled_back_change_queues_nothing(gf):
     _subscribe(gf, "all-pools", ["pool.*"])
     with pytest.raises(RuntimeError), gf.store.write() as s:
         _pool_event(s)
-        s.flush()  # the event and its message are written ...
-        assert s.scalar(select(func.count()).select_from(OutboxMessage)) == 1
+        s.flush()  # the event is written (its message is queued at commit) ...
         raise RuntimeError("... and the change fails")
     assert _queued(gf.store) == []
     with gf.store.read() as s:
@@ -118,3 +118,21 @@ def test_deleting_a_subscription_stops_its_messages(gf):
         actions = list(s.scalars(select(AuditEvent.action).where(
             AuditEvent.subject_kind == "event_subscription").order_by(AuditEvent.id)))
     assert actions == ["event_subscription.created", "event_subscription.deleted"]
+
+
+def test_log_positions_follow_commit_order_not_insert_order(gf):
+    """A transaction that inserted its event first but commits last gets the later
+    position: a reader resuming after what it saw never skips it. Only PostgreSQL can run
+    two write transactions at once; SQLite's single writer commits in id order."""
+    if gf.store.is_sqlite:
+        pytest.skip("SQLite runs one write transaction at a time")
+    with gf.store.write() as slow:
+        first_inserted = _pool_event(slow, count=1)
+        slow.flush()
+        with gf.store.write() as fast:
+            second_inserted = _pool_event(fast, count=2)
+        assert second_inserted.id > first_inserted.id
+        seen = gf.events_page(ADMIN, EventFilter(), None, 10)
+        assert [e.data["count"] for e in seen.items] == [2]
+    resumed = gf.events_page(ADMIN, EventFilter(), seen.last_id, 10)
+    assert [e.data["count"] for e in resumed.items] == [1]

@@ -4,9 +4,10 @@
 Installed on the state store's write sessions, it
 - stamps each new audit event with its project and labels before it is inserted
   (`event_labels`);
-- after the insert (the event has its id), queues an outbox message for each subscriber
-  whose filter the event matches — in the same transaction, so an event is delivered
-  exactly when it committed, at least once, and a rolled-back change tells nobody;
+- at commit, numbers the transaction's events in the log (`seq`, see `number_events`) and
+  queues an outbox message for each subscriber whose filter an event matches — in the same
+  transaction, so an event is delivered exactly when it committed, at least once, and a
+  rolled-back change tells nobody;
 - after the commit, rings the bell that wakes readers waiting for events.
 
 The audit package writes audit events and knows nothing of this (the import contract
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.operations.event_filters import all_hold, flatten, type_matches
@@ -31,9 +33,12 @@ from gpufleet.store.database import StateStore
 from gpufleet.store.tables import AuditEvent, Receiver
 from gpufleet.wire.events import Event
 
-_FLUSHED = "gpufleet.events.flushed"   # session.info: events inserted, not yet published
+_FLUSHED = "gpufleet.events.flushed"   # session.info: events inserted, not yet numbered
 _WROTE = "gpufleet.events.wrote"       # session.info: this transaction wrote events
 _PUBLISHER = "_gpufleet_event_publisher"
+# One key for every writer of events (pg_advisory_xact_lock): numbering and committing are
+# one at a time, the rest of each transaction is not.
+_NUMBERING_LOCK_KEY = int.from_bytes(b"gfevents", "big", signed=True)
 
 
 class EventPublisher:
@@ -55,7 +60,7 @@ class EventPublisher:
     def install(self, store: StateStore) -> None:
         store.listen_to_writes("before_flush", self._before_flush)
         store.listen_to_writes("after_flush", self._after_flush)
-        store.listen_to_writes("after_flush_postexec", self._after_flush_postexec)
+        store.listen_to_writes("before_commit", self._before_commit)
         store.listen_to_writes("after_commit", self._after_commit)
         store.listen_to_writes("after_rollback", self._after_rollback)
 
@@ -70,10 +75,16 @@ class EventPublisher:
             session.info.setdefault(_FLUSHED, []).extend(events)
             session.info[_WROTE] = True
 
-    def _after_flush_postexec(self, session: Session, _context) -> None:
+    def _before_commit(self, session: Session) -> None:
+        session.flush()  # the commit's own flush comes after this hook: do it now
         events = session.info.pop(_FLUSHED, None)
         if not events:
             return
+        number_events(session, events)
+        self._queue_for_subscribers(session, events)
+        session.flush()
+
+    def _queue_for_subscribers(self, session: Session, events: list[AuditEvent]) -> None:
         subscribers = self.subscribers.get(session)  # cached: no query when nobody listens
         if not subscribers:
             return
@@ -104,13 +115,36 @@ class EventPublisher:
         session.info.pop(_FLUSHED, None)
 
 
+def number_events(session: Session, events: list[AuditEvent]) -> None:
+    """Give the transaction's events their log positions, in commit order.
+
+    Ids are given at insert; on PostgreSQL a transaction that took a smaller id may commit
+    after one that took a larger, and a reader resuming "after id N" would skip it for
+    good. So positions come from a sequence while holding a transaction-scoped lock that
+    every event writer takes only here, at its commit: positions are handed out in the
+    order the transactions commit, and a reader that sees position N sees every position
+    below it. The lock is taken last, when the transaction needs no other lock, so it
+    cannot deadlock. SQLite has one writer at a time: ids are already in commit order."""
+    ordered = sorted(events, key=lambda e: e.id)
+    if session.get_bind().dialect.name != "postgresql":
+        for row in ordered:
+            row.seq = row.id
+        return
+    session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _NUMBERING_LOCK_KEY})
+    last = session.execute(text(
+        "SELECT setval('audit_event_seq', nextval('audit_event_seq') + :n - 1)"),
+        {"n": len(ordered)}).scalar_one()
+    for offset, row in enumerate(ordered):
+        row.seq = last - len(ordered) + 1 + offset
+
+
 def _new_events(session: Session) -> list[AuditEvent]:
     return [o for o in session.new if isinstance(o, AuditEvent)]
 
 
 def notification_of(event: Event) -> Notification:
-    """What a subscriber is sent: the event, as `event` in the payload, keyed by its id
-    so it is queued once per subscriber, ever."""
+    """What a subscriber is sent: the event, as `event` in the payload, keyed by its log
+    position so it is queued once per subscriber, ever."""
     summary = f"{event.type}: {event.subject.kind} {event.subject.id}"
     if event.reason:
         summary = f"{summary} — {event.reason}"

@@ -41,7 +41,7 @@ class EventFilter:
 def to_event(row: AuditEvent) -> Event:
     """An audit event as an event of schema 1. An event written before events were
     stamped has no labels."""
-    return Event(id=row.id, type=row.action, at=row.at, actor=row.actor,
+    return Event(id=row.seq, type=row.action, at=row.at, actor=row.actor,
                  subject=EventSubject(kind=row.subject_kind, id=row.subject),
                  reason=row.reason, labels=dict(row.labels or {}),
                  data=dict(row.details or {}))
@@ -49,8 +49,9 @@ def to_event(row: AuditEvent) -> Event:
 
 def list_events(session: Session, principal: Principal, wanted: EventFilter, after: int,
                 limit: int) -> list[AuditEvent]:
-    """Up to `limit` events with id > `after` that `principal` may see, oldest first."""
-    query = select(AuditEvent).where(AuditEvent.id > after).order_by(AuditEvent.id)
+    """Up to `limit` events that `principal` may see, at log positions after `after`,
+    oldest first."""
+    query = select(AuditEvent).where(AuditEvent.seq > after).order_by(AuditEvent.seq)
     if principal.role not in _SEES_EVERY_EVENT:
         visible = principal.visible_projects
         query = query.where(AuditEvent.project.is_not(None) if visible is None
@@ -70,4 +71,4 @@ def list_events(session: Session, principal: Principal, wanted: EventFilter, aft
 def latest_event_id(session: Session) -> int:
     """The newest event's id (0 for none): where a reader that wants only what happens
     from now on starts."""
-    return session.scalar(select(AuditEvent.id).order_by(AuditEvent.id.desc()).limit(1)) or 0
+    return session.scalar(select(AuditEvent.seq).order_by(AuditEvent.seq.desc()).limit(1)) or 0
