@@ -38,6 +38,8 @@ class Action(StrEnum):
     MANAGE_QUOTAS = "quotas:manage"
     READ_SERVER_SETTINGS = "server_settings:read"
     READ_FLEET_METRICS = "metrics:read"
+    READ_ALERTS = "alerts:read"
+    MANAGE_ALERTS = "alerts:manage"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -60,6 +62,8 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.MANAGE_QUOTAS: "manage quotas",
     Action.READ_SERVER_SETTINGS: "read the server's settings",
     Action.READ_FLEET_METRICS: "read the fleet's /metrics",
+    Action.READ_ALERTS: "read alerts and silences",
+    Action.MANAGE_ALERTS: "acknowledge alerts or manage silences",
 }
 
 
@@ -82,6 +86,8 @@ class AuditSubject(StrEnum):
     PROJECT = "project"
     REQUEST = "request"
     POOL = "pool"
+    ALERT = "alert"
+    SILENCE = "silence"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -110,6 +116,9 @@ GRANTS: dict[Action, frozenset[Role]] = {
     # The server's /metrics is for monitoring (a viewer token): it shows every project's
     # allocations and the fleet's requests, which members may not see, so they get none.
     Action.READ_FLEET_METRICS: frozenset({Role.ADMIN, Role.OPERATOR, Role.VIEWER}),
+    # Members read their projects' alerts (and fleet-wide ones); operators act on them.
+    Action.READ_ALERTS: frozenset(_READERS),
+    Action.MANAGE_ALERTS: frozenset(_OPERATORS),
 }
 
 
