@@ -11,15 +11,16 @@ from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.operations.alert_queries import AlertFilter
 from gpufleet.store.tables import AlertHistoryEntry
 from gpufleet.wire.alerts import AlertAck, SilenceCreate
-from tests.services.operations.alert_world import (  # noqa: F401 (fixtures)
-    HOT,
+from tests.services.operations import alert_world
+from tests.services.operations.alert_world import (
     Rule,
     evaluate,
     hot,
     outbox,
     payloads,
-    world,
 )
+
+world = alert_world.world  # the fixture
 
 
 def alerts(gf, **filters):
