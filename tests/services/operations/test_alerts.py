@@ -7,12 +7,14 @@ from __future__ import annotations
 from sqlalchemy import func, select
 
 from gpufleet.domain.operations.alert_state import AlertState
+from gpufleet.domain.operations.observations import Observation
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.operations.alert_queries import AlertFilter
 from gpufleet.store.tables import AlertHistoryEntry
 from gpufleet.wire.alerts import AlertAck, SilenceCreate
 from tests.services.operations import alert_world
 from tests.services.operations.alert_world import (
+    HOT,
     Rule,
     evaluate,
     hot,
@@ -193,3 +195,15 @@ def test_a_flapping_alert_tells_nobody_until_it_settles(gf, world):
         events = list(s.scalars(select(AlertHistoryEntry.event)))
         assert "flapping" in events and "settled" in events
         assert s.scalar(select(func.count()).select_from(AlertHistoryEntry)) > 0
+
+
+def test_telemetry_label_names_are_understood_too(gf, world):
+    rule = Rule(for_s=0)
+    seen = Observation(rule=rule.name, labels={"gpu_uuid": world.gpus[1]}, at=gf.clock.now())
+    evaluate(gf, seen, rules=[rule])
+    assert the_alert(gf).labels["allocation"] == world.code
+
+
+def test_an_observation_of_an_unknown_rule_is_dropped(gf, world):
+    evaluate(gf, hot(world.gpus[0], gf, rule=Rule(name="nobody-defined-me")), rules=[HOT])
+    assert alerts(gf) == []

@@ -32,6 +32,16 @@ from gpufleet.store.tables import (
 
 GPU_LABEL = "gpu"
 MIG_LABEL = "mig_instance"
+# Telemetry's own names for the same units, accepted where an observation carries them.
+_GPU_ALIASES = (GPU_LABEL, "gpu_uuid")
+_MIG_ALIASES = (MIG_LABEL, "mig_uuid")
+
+
+def unit_of(labels: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(GPU UUID, MIG UUID) an observation names, by either vocabulary."""
+    gpu = next((labels[k] for k in _GPU_ALIASES if labels.get(k)), None)
+    mig = next((labels[k] for k in _MIG_ALIASES if labels.get(k)), None)
+    return gpu, mig
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class Holder:
     allocation: str
     project: str
     owner: str
+    owner_is_user: bool  # a requester that is a token, not a person, is told nothing
     mig_key: tuple[int, int] | None  # (profile id, placement start) of a MIG binding
 
 
@@ -83,7 +94,7 @@ def read_places(session: Session, gpu_uuids: Iterable[str]) -> dict[str, UnitPla
         for gpu_id, request_id, kind, profile, start, project, user, requested_by in rows:
             mig_key = (profile, start) if kind == "mig" else None
             holders[gpu_id].append(Holder(request_code(request_id), project,
-                                          user or requested_by, mig_key))
+                                          user or requested_by, user is not None, mig_key))
         for gpu_id, profile, start, mig_uuid in session.execute(
                 select(MigInstance.gpu_id, MigInstance.profile_id,
                        MigInstance.placement_start, MigInstance.mig_uuid)
@@ -96,14 +107,14 @@ def read_places(session: Session, gpu_uuids: Iterable[str]) -> dict[str, UnitPla
 def enrich(labels: Mapping[str, str], places: Mapping[str, UnitPlace]) -> Enriched:
     """The observation's labels plus where its unit is and who holds it."""
     out = dict(labels)
-    place = places.get(labels.get(GPU_LABEL, ""))
+    gpu, mig_uuid = unit_of(labels)
+    place = places.get(gpu or "")
     if place is None:
         owners = tuple(filter(None, [out.get("owner")]))
         return Enriched(out, owners, tuple(filter(None, out.get("project", "").split(","))))
     out.setdefault("environment", place.environment)
     out.setdefault("node", place.node)
     held = place.holders
-    mig_uuid = labels.get(MIG_LABEL)
     if mig_uuid:
         key = place.mig_keys.get(mig_uuid)
         held = tuple(h for h in held if h.mig_key is not None and h.mig_key == key)
@@ -112,7 +123,7 @@ def enrich(labels: Mapping[str, str], places: Mapping[str, UnitPlace]) -> Enrich
                          ("owner", [h.owner for h in held])):
         if values:
             out.setdefault(name, ",".join(sorted(set(values))))
-    owners = tuple(sorted({h.owner for h in held})) or \
+    owners = tuple(sorted({h.owner for h in held if h.owner_is_user})) if held else \
         tuple(filter(None, [out.get("owner")]))
     projects = tuple(filter(None, out.get("project", "").split(",")))
     return Enriched(out, owners, projects)

@@ -13,6 +13,7 @@ acknowledgements and silences expire, and those need telling too.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -102,7 +103,9 @@ def _describe(alert: Alert, rule: AlertRule, o: Observation,
     alert.labels = {**dict(rule.labels), **enriched.labels}
     annotations = {"summary": rule.summary, "description": rule.description}
     alert.annotations = {k: v for k, v in {**annotations, **o.annotations}.items() if v}
-    alert.group_key = sm.group_key(rule, alert.fingerprint, alert.labels)[:255]
+    group = sm.group_key(rule, alert.fingerprint, alert.labels)
+    alert.group_key = group if len(group) <= 255 else \
+        f"{group[:190]}#{hashlib.sha256(group.encode()).hexdigest()}"
     alert.environment = alert.labels.get("environment")
     alert.projects_key = f",{','.join(enriched.projects)}," if enriched.projects else None
     alert.owners = list(enriched.owners)
@@ -120,8 +123,8 @@ def apply_evaluation(session: Session, evaluation: AlertEvaluation, now: datetim
     evaluated = set(evaluation.evaluated) | {o.rule for o in seen.values()}
     alerts = _load(session, list(seen))
     places = alert_labels.read_places(
-        session, {o.labels[alert_labels.GPU_LABEL] for o in seen.values()
-                  if o.labels.get(alert_labels.GPU_LABEL)})
+        session, {gpu for o in seen.values()
+                  if (gpu := alert_labels.unit_of(o.labels)[0]) is not None})
     outcome = EvaluationOutcome()
     history: list[tuple[Alert, str, float | None, str]] = []
     for fp, o in seen.items():
