@@ -10,8 +10,10 @@ from gpufleet.domain.operations.alert_state import AlertState
 from gpufleet.domain.operations.observations import Observation
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.operations.alert_queries import AlertFilter
-from gpufleet.store.tables import AlertHistoryEntry
+from gpufleet.store.tables import AlertHistoryEntry, Gpu, MigInstance
 from gpufleet.wire.alerts import AlertAck, SilenceCreate
+from tests.helpers import gpu, join_token, registration
+from tests.lifecycle_world import act, create
 from tests.services.operations import alert_world
 from tests.services.operations.alert_world import (
     HOT,
@@ -207,3 +209,28 @@ def test_telemetry_label_names_are_understood_too(gf, world):
 def test_an_observation_of_an_unknown_rule_is_dropped(gf, world):
     evaluate(gf, hot(world.gpus[0], gf, rule=Rule(name="nobody-defined-me")), rules=[HOT])
     assert alerts(gf) == []
+
+
+def test_a_mig_instance_alert_names_the_allocation_holding_that_instance(gf, world, api):
+    body = registration(7, gpus=0)
+    body["gpus"] = [gpu(7, 0, mig_enabled=True)]
+    joined = api.as_(join_token(api)).post("/api/v1/agent/register", json=body)
+    assert joined.status_code == 200, joined.text
+    code = create(world.member, count=1, mig_profile="1g.10gb")["code"]
+    (unit,) = act(world.operator, code, "approve")["units"]
+    with gf.store.write() as s:  # the instances as the node's agent reports them
+        gpu_id = s.scalar(select(Gpu.id).where(Gpu.uuid == unit["gpu_uuid"]))
+        for mig_uuid, start in (("MIG-held", unit["mig_start"]),
+                                ("MIG-free", (unit["mig_start"] + 1) % 7)):
+            s.add(MigInstance(gpu_id=gpu_id, profile_id=unit["mig_profile_id"],
+                              placement_start=start, profile_name="1g.10gb",
+                              mig_uuid=mig_uuid))
+    rule = Rule(for_s=0)
+    evaluate(gf, *(Observation(rule=rule.name, at=gf.clock.now(),
+                               labels={"gpu": unit["gpu_uuid"], "mig_instance": mig})
+                   for mig in ("MIG-held", "MIG-free")), rules=[rule])
+    by_instance = {a.labels["mig_instance"]: a for a in alerts(gf)}
+    assert by_instance["MIG-held"].labels["allocation"] == code
+    assert by_instance["MIG-held"].owners == ["mia"]
+    assert "allocation" not in by_instance["MIG-free"].labels
+    assert by_instance["MIG-free"].labels["node"] == "node-7"
