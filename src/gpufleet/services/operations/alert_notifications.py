@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from gpufleet.domain.operations.alert_state import Tell, common_labels
 from gpufleet.domain.operations.notifications import Notification, Severity
-from gpufleet.store.tables import Alert
 
 KIND_FIRING = "alert.firing"
 KIND_RESOLVED = "alert.resolved"
@@ -29,7 +29,9 @@ MAX_LISTED = 50  # alerts listed in one notification's text; the rest are counte
 
 @dataclass(frozen=True)
 class Owed:
-    alert: Alert
+    """An alert (its row: the `alerts` table's columns) and what it owes people."""
+
+    alert: Mapping[str, Any]
     tell: Tell
 
 
@@ -42,17 +44,19 @@ def _episode_mark(owed: Owed, now: datetime) -> str:
     resolution, the round for a repeat."""
     alert = owed.alert
     if owed.tell is Tell.FIRING:
-        return f"{alert.fingerprint}@{alert.active_since.isoformat()}"
+        return f"{alert['fingerprint']}@{alert['active_since'].isoformat()}"
     if owed.tell is Tell.RESOLVED:
-        return f"{alert.fingerprint}@{alert.resolved_at.isoformat() if alert.resolved_at else ''}"
-    return f"{alert.fingerprint}@repeat@{now.isoformat()}"
+        resolved = alert["resolved_at"]
+        return f"{alert['fingerprint']}@{resolved.isoformat() if resolved else ''}"
+    return f"{alert['fingerprint']}@repeat@{now.isoformat()}"
 
 
-def _line(alert: Alert) -> str:
-    labels = " ".join(f"{k}={v}" for k, v in sorted(alert.labels.items()))
-    what = alert.annotations.get("summary") or alert.evidence or alert.rule
-    evidence = f" ({alert.evidence})" if alert.evidence and alert.evidence != what else ""
-    return f"- {what}{evidence} [{labels}]"
+def _line(alert: Mapping[str, Any]) -> str:
+    labels = " ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
+    evidence = alert["evidence"]
+    what = alert["annotations"].get("summary") or evidence or alert["rule"]
+    detail = f" ({evidence})" if evidence and evidence != what else ""
+    return f"- {what}{detail} [{labels}]"
 
 
 def build(owed: Iterable[Owed], now: datetime) -> list[Notification]:
@@ -60,24 +64,25 @@ def build(owed: Iterable[Owed], now: datetime) -> list[Notification]:
     groups: dict[tuple[str, str], list[Owed]] = defaultdict(list)
     for o in owed:
         kind = KIND_RESOLVED if o.tell is Tell.RESOLVED else KIND_FIRING
-        groups[(o.alert.group_key, kind)].append(o)
+        groups[(o.alert["group_key"], kind)].append(o)
     notes = []
     for (group, kind), members in sorted(groups.items()):
-        members.sort(key=lambda o: o.alert.fingerprint)
+        members.sort(key=lambda o: o.alert["fingerprint"])
         alerts = [o.alert for o in members]
-        severity = max((Severity(a.severity) for a in alerts), key=lambda s: s.rank)
-        labels = common_labels([a.labels for a in alerts])
-        labels.update(alertname=alerts[0].rule, severity=severity.value)
-        owners = tuple(sorted({o for a in alerts for o in a.owners}))
+        severity = max((Severity(a["severity"]) for a in alerts), key=lambda s: s.rank)
+        labels = common_labels([a["labels"] for a in alerts])
+        labels.update(alertname=alerts[0]["rule"], severity=severity.value)
+        owners = tuple(sorted({o for a in alerts for o in a["owners"]}))
         word = "FIRING" if kind == KIND_FIRING else "RESOLVED"
-        summary = alerts[0].annotations.get("summary") or alerts[0].rule
+        rule = alerts[0]["rule"]
+        summary = alerts[0]["annotations"].get("summary") or rule
         lines = [_line(a) for a in alerts[:MAX_LISTED]]
         if len(alerts) > MAX_LISTED:
             lines.append(f"… and {len(alerts) - MAX_LISTED} more")
         marks = ",".join(_episode_mark(o, now) for o in members)
         notes.append(Notification(
             kind=kind, severity=severity,
-            summary=f"[{word}:{len(alerts)}] {alerts[0].rule}: {summary}",
+            summary=f"[{word}:{len(alerts)}] {rule}: {summary}",
             dedup_key=f"{kind}|{_digest(group)}|{_digest(marks)}",
             text="\n".join(lines), labels=labels, owners=owners))
     return notes

@@ -56,10 +56,15 @@ def silencing(silences: Sequence[tuple[int, tuple[LabelMatcher, ...]]],
     return [sid for sid, matchers in silences if all_match(matchers, labels)]
 
 
-def matchable_labels(alert: Alert) -> dict[str, str]:
+def alert_labels_for_matching(labels: Mapping[str, str], rule: str,
+                              severity: str) -> dict[str, str]:
     """What a silence (and a listing's matcher) sees of an alert: its labels, plus
     `alertname` (the rule) and `severity`, as Alertmanager names them."""
-    return {**alert.labels, "alertname": alert.rule, "severity": alert.severity}
+    return {**labels, "alertname": rule, "severity": severity}
+
+
+def matchable_labels(alert: Alert) -> dict[str, str]:
+    return alert_labels_for_matching(alert.labels, alert.rule, alert.severity)
 
 
 def remark_alerts(session: Session, now: datetime) -> None:
