@@ -10,6 +10,7 @@ from gpufleet.domain.operations.alert_state import AlertState
 from gpufleet.domain.operations.observations import Observation
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.operations.alert_queries import AlertFilter
+from gpufleet.services.operations.alerts import AlertEvaluation
 from gpufleet.store.tables import AlertHistoryEntry, Gpu, MigInstance
 from gpufleet.wire.alerts import AlertAck, SilenceCreate
 from tests.helpers import gpu, join_token, registration
@@ -234,3 +235,18 @@ def test_a_mig_instance_alert_names_the_allocation_holding_that_instance(gf, wor
     assert by_instance["MIG-held"].owners == ["mia"]
     assert "allocation" not in by_instance["MIG-free"].labels
     assert by_instance["MIG-free"].labels["node"] == "node-7"
+
+
+def test_the_alerts_of_a_removed_rule_resolve_when_the_rule_set_is_complete(gf, world):
+    rule = Rule(for_s=0)
+    evaluate(gf, hot(world.gpus[0], gf, rule=rule), rules=[rule])
+    gf.clock.advance(60)
+    evaluate(gf, rules=[])  # a partial round names no rule: nothing changes
+    assert the_alert(gf).state is AlertState.FIRING
+    other = Rule(name="gpu-cold")
+    gf.record_alert_evaluation(AlertEvaluation(rules=[other], evaluated=frozenset(),
+                                               rules_complete=True))
+    assert the_alert(gf).state is AlertState.RESOLVED
+    history = gf.alert_history(SYSTEM, fingerprint=None, rule=None, cursor=None,
+                               limit=10).items
+    assert any(h.event == "resolved" and "no longer exists" in h.detail for h in history)

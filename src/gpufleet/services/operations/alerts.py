@@ -45,11 +45,14 @@ class AlertEvaluation:
 
     `rules`: the rules evaluated or known (their `for`, severity, group_by);
     `evaluated`: the names of the rules whose data was available this round — an alert of
-    a rule not in it keeps its state; `observations`: the series whose condition holds."""
+    a rule not in it keeps its state; `observations`: the series whose condition holds.
+    `rules_complete`: `rules` is the whole rule set, so the alerts of a rule no longer in
+    it (deleted, renamed) resolve instead of firing for ever."""
 
     rules: Sequence[AlertRule] = ()
     evaluated: frozenset[str] = frozenset()
     observations: Sequence[Observation] = ()
+    rules_complete: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,12 +154,14 @@ def apply_evaluation(session: Session, evaluation: AlertEvaluation, now: datetim
         _store_status(alert, step.status, now)
         history.extend((fp, change, o.value, o.evidence) for change in step.changes)
     for fp, alert in alerts.items():
-        if fp in seen or alert["rule"] not in evaluated:
+        removed = evaluation.rules_complete and alert["rule"] not in rules
+        if fp in seen or (alert["rule"] not in evaluated and not removed):
             continue  # observed above, or its rule's data was unavailable: unchanged
         step = sm.not_observed(_status(alert), now, policy.flap)
         if step.changes:
             _store_status(alert, step.status, now)
-            history.extend((fp, change, None, "") for change in step.changes)
+            detail = "its rule no longer exists" if removed else ""
+            history.extend((fp, change, None, detail) for change in step.changes)
     _mark_silenced(session, alerts.values(), now)
     owed = _owed(alerts.values(), now, policy)
     notes = alert_notifications.build(owed, now)
