@@ -194,6 +194,8 @@ class Settings(BaseSettings):
         "An alert that changed between firing and not firing more often than this within "
         "`alert_flap_window_s` is flapping and tells nobody until it settles (at half as "
         "many changes or fewer)."))
+    alert_resolved_retention_days: float = Field(default=30.0, gt=0, le=3660, description=(
+        "How long a resolved alert and its history are kept before they are deleted."))
 
     # Values the program itself chose, by name, with who chose them ("command line" for a
     # flag; the demo for its own defaults): `describe_settings` names them as the source.

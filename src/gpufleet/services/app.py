@@ -391,7 +391,20 @@ class Gpufleet:
         now = self.clock.now()
         evaluation = (self.alert_evaluator(now) if self.alert_evaluator
                       else alerts.AlertEvaluation())
-        return self.record_alert_evaluation(evaluation, now)
+        outcome = self.record_alert_evaluation(evaluation, now)
+        if outcome is not None:
+            self.forget_resolved_alerts(now)
+        return outcome
+
+    def forget_resolved_alerts(self, now: datetime | None = None) -> int:
+        """Delete alerts resolved more than `alert_resolved_retention_days` ago, with
+        their history (leader-locked; 0 when another replica leads)."""
+        now = now or self.clock.now()
+        before = now - timedelta(days=self.settings.alert_resolved_retention_days)
+        with self.store.write() as session:
+            if not self.store.try_leader_lock(session, "alerts"):
+                return 0
+            return alerts.forget_resolved(session, before)
 
     def list_alerts(self, principal: Principal, f: alert_queries.AlertFilter,
                     cursor: str | None, limit: int) -> Page[AlertView]:

@@ -250,3 +250,18 @@ def test_the_alerts_of_a_removed_rule_resolve_when_the_rule_set_is_complete(gf, 
     history = gf.alert_history(SYSTEM, fingerprint=None, rule=None, cursor=None,
                                limit=10).items
     assert any(h.event == "resolved" and "no longer exists" in h.detail for h in history)
+
+
+def test_resolved_alerts_are_forgotten_after_their_retention(gf, world):
+    rule = Rule(for_s=0)
+    evaluate(gf, hot(world.gpus[0], gf, rule=rule), rules=[rule])
+    gf.clock.advance(60)
+    evaluate(gf, rules=[rule])
+    gf.clock.advance(gf.settings.alert_resolved_retention_days * 86400 - 1)
+    gf.alert_round()
+    assert len(alerts(gf)) == 1  # not yet
+    gf.clock.advance(2)
+    gf.alert_round()
+    assert alerts(gf) == []
+    with gf.store.read() as s:
+        assert s.scalar(select(func.count()).select_from(AlertHistoryEntry)) == 0

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.operations import alert_state as sm
@@ -220,3 +220,19 @@ def _owed(alerts, now: datetime, policy: AlertPolicy) -> list[alert_notification
         if tell is not None:
             owed.append(alert_notifications.Owed(a, tell))
     return owed
+
+
+def forget_resolved(session: Session, before: datetime) -> int:
+    """Delete the alerts resolved before `before` that owe nobody anything, with their
+    history (its rows cascade); returns how many. A later episode of the same condition
+    starts a new alert under the same fingerprint."""
+    doomed = select(Alert.id).where(Alert.state == AlertState.RESOLVED.value,
+                                    Alert.resolved_at < before,
+                                    (Alert.notified_state.is_(None))
+                                    | (Alert.notified_state != AlertState.FIRING.value))
+    ids = list(session.scalars(doomed))
+    for lo in range(0, len(ids), 500):
+        chunk = ids[lo:lo + 500]
+        session.execute(delete(AlertHistoryEntry).where(AlertHistoryEntry.alert_id.in_(chunk)))
+        session.execute(delete(Alert).where(Alert.id.in_(chunk)))
+    return len(ids)
