@@ -265,3 +265,12 @@ def test_resolved_alerts_are_forgotten_after_their_retention(gf, world):
     assert alerts(gf) == []
     with gf.store.read() as s:
         assert s.scalar(select(func.count()).select_from(AlertHistoryEntry)) == 0
+
+
+def test_the_alert_round_records_what_the_wired_evaluator_saw(gf, world):
+    rule = Rule(for_s=0)
+    gf.alert_evaluator = lambda now: AlertEvaluation(
+        [rule], frozenset([rule.name]), [hot(world.gpus[0], gf, rule=rule)])
+    outcome = gf.alert_round()
+    assert outcome is not None and outcome.changes["firing"] == 1
+    assert the_alert(gf).state is AlertState.FIRING and len(outbox(gf)) == 2
