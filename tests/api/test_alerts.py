@@ -3,6 +3,8 @@ fleet-wide ones, operators acknowledge and silence, bad input is a 4xx naming it
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from gpufleet.domain.operations.observations import Observation
@@ -139,3 +141,14 @@ def test_acknowledging_a_resolved_alert_is_a_conflict(api, gf, world, firing):
     evaluate(gf, rules=[NOW_RULE])
     response = api.post(f"/api/v1/alerts/{firing['vision']}/ack", json={})
     assert response.status_code == 409 and response.json()["error"]["code"] == "alert_resolved"
+
+
+def test_a_silence_that_has_not_started_can_be_expired(api, gf):
+    later = (gf.clock.now() + timedelta(hours=3)).isoformat()
+    created = api.post("/api/v1/silences", json={
+        "matchers": ["project=vision"], "starts_at": later, "duration": "1h",
+        "comment": "tonight's maintenance"}).json()
+    assert created["state"] == "pending"
+    expired = api.request("DELETE", f"/api/v1/silences/{created['id']}").json()
+    assert expired["state"] == "expired"
+    assert api.get("/api/v1/silences").json()["items"] == []

@@ -122,7 +122,9 @@ def expire_silence(session: Session, principal: Principal, silence_id: int,
     if silence.ends_at <= now:
         raise Conflict(f"silence {silence_id} has already expired", code="silence_expired",
                        details={"silence": silence_id, "ends_at": silence.ends_at.isoformat()})
-    silence.ends_at = max(now, silence.starts_at)
+    # As Alertmanager: a silence that had not started yet starts and ends now.
+    silence.starts_at = min(silence.starts_at, now)
+    silence.ends_at = now
     silence.expired_by = principal.actor
     audit.record(session, at=now, actor=principal.actor, action="silence.expired",
                  subject_kind=AuditSubject.SILENCE, subject=str(silence.id),
