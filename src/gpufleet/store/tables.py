@@ -532,7 +532,7 @@ class Alert(Base):
     annotations: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     group_key: Mapped[str] = mapped_column(String(255))
     environment: Mapped[str | None] = mapped_column(String(63))
-    projects_key: Mapped[str | None] = mapped_column(String(255))
+    projects_key: Mapped[str | None] = mapped_column(Text)
     owners: Mapped[list[str]] = mapped_column(JSON, default=list)
     state: Mapped[str] = mapped_column(String(16))
     active_since: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -27,7 +27,7 @@ def upgrade() -> None:
         sa.Column("annotations", sa.JSON(), nullable=False),
         sa.Column("group_key", sa.String(255), nullable=False),
         sa.Column("environment", sa.String(63), nullable=True),
-        sa.Column("projects_key", sa.String(255), nullable=True),
+        sa.Column("projects_key", sa.Text(), nullable=True),
         sa.Column("owners", sa.JSON(), nullable=False),
         sa.Column("state", sa.String(16), nullable=False),
         sa.Column("active_since", UtcDateTime(), nullable=False),
