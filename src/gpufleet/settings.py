@@ -192,6 +192,22 @@ class Settings(BaseSettings):
         "How long the server trusts its copy of the event subscriptions before reading "
         "them again. Its own changes are seen at once; this bounds how long one made "
         "through another server process goes unseen."))
+    # --- operations: alert state (docs/operations.md, "Alert lifecycle") ----------------
+    alert_evaluation_interval_s: float = Field(default=60.0, gt=0, le=3600, description=(
+        "How often the server evaluates the alert rules and moves alerts through pending, "
+        "firing and resolved (one replica evaluates: the others find it leading)."))
+    alert_repeat_interval_s: float = Field(default=4 * 3600.0, gt=0, le=30 * 86400,
+                                           description=(
+        "How long a firing alert that nobody acknowledged waits before it is told again."))
+    alert_flap_window_s: float = Field(default=3600.0, gt=0, le=7 * 86400, description=(
+        "The window in which an alert's changes between firing and not firing are counted "
+        "to detect flapping."))
+    alert_flap_max_changes: int = Field(default=6, ge=2, le=1000, description=(
+        "An alert that changed between firing and not firing more often than this within "
+        "`alert_flap_window_s` is flapping and tells nobody until it settles (at half as "
+        "many changes or fewer)."))
+    alert_resolved_retention_days: float = Field(default=30.0, gt=0, le=3660, description=(
+        "How long a resolved alert and its history are kept before they are deleted."))
 
     # Values the program itself chose, by name, with who chose them ("command line" for a
     # flag; the demo for its own defaults): `describe_settings` names them as the source.

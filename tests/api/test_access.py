@@ -17,9 +17,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from gpufleet.clock import ManualClock
+from gpufleet.domain.operations.notifications import Severity
+from gpufleet.domain.operations.observations import Observation
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
+from gpufleet.services.operations.alerts import AlertEvaluation
 from gpufleet.store.tables import Gpu, GpuLabel, Node
+from gpufleet.wire.alerts import SilenceCreate
 from gpufleet.wire.events import EventSubscriptionCreate
 from gpufleet.wire.inventory import UserCreate
 from gpufleet.wire.remote_write import encode_write_request
@@ -124,6 +128,14 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/v1/event-subscriptions"): OPERATORS,
     ("GET", "/api/v1/event-subscriptions"): OPERATORS,
     ("DELETE", "/api/v1/event-subscriptions/{name}"): OPERATORS,
+    # Alerts: readers (members: their projects' and fleet-wide ones); operators act.
+    ("GET", "/api/v1/alerts"): READERS,
+    ("GET", "/api/v1/alerts/history"): READERS,
+    ("GET", "/api/v1/alerts/{fingerprint}"): READERS,
+    ("POST", "/api/v1/alerts/{fingerprint}/ack"): OPERATORS,
+    ("POST", "/api/v1/silences"): OPERATORS,
+    ("GET", "/api/v1/silences"): READERS,
+    ("DELETE", "/api/v1/silences/{silence_id}"): OPERATORS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -209,6 +221,19 @@ def world(request, tmp_path_factory) -> Iterator[World]:
         yield w
 
 
+@dataclass(frozen=True)
+class AlertRuleStub:
+    """The rule attributes the alert state needs (the rule language's Rule has them)."""
+
+    name: str = "gpu-hot"
+    severity: Severity = Severity.WARNING
+    for_s: float = 0
+    labels: dict = field(default_factory=dict)
+    group_by: tuple = ()
+    summary: str = "hot"
+    description: str = ""
+
+
 Request = tuple[str, dict | bytes | None]  # (concrete path, JSON body or raw bytes)
 
 
@@ -256,7 +281,27 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         node = NODE_NEW if caller == "join" else NODE_SELF
         return registration(node, gpus=2 if node == NODE_SELF else 1)
 
+    def fleet_alert() -> str:
+        """A firing alert on a GPU nobody holds: fleet-wide, so every reader sees it."""
+        rule = AlertRuleStub()
+        seen = Observation(rule=rule.name, labels={"gpu": gpu_other}, at=world.clock.now())
+        world.gf.record_alert_evaluation(AlertEvaluation([rule], frozenset([rule.name]),
+                                                         [seen]))
+        return seen.fingerprint
+
+    def new_silence() -> str:
+        return str(world.gf.create_silence(SYSTEM, SilenceCreate(
+            matchers=["alertname=nothing"], duration="1h", comment="test")).id)
+
     builders: dict[tuple[str, str], Callable[[], Request]] = {
+        ("GET", "/api/v1/alerts/{fingerprint}"): lambda: (
+            template.format(fingerprint=fleet_alert()), None),
+        ("POST", "/api/v1/alerts/{fingerprint}/ack"): lambda: (
+            template.format(fingerprint=fleet_alert()), {"comment": "on it"}),
+        ("POST", "/api/v1/silences"): lambda: (
+            template, {"matchers": ["project=vision"], "duration": "1h", "comment": "m"}),
+        ("DELETE", "/api/v1/silences/{silence_id}"): lambda: (
+            template.format(silence_id=new_silence()), None),
         ("POST", "/api/v1/tokens"): lambda: (
             template, {"name": world.unique("t"), "role": "viewer"}),
         ("POST", "/api/v1/tokens/{token_id}/revoke"): lambda: (

@@ -18,6 +18,7 @@ from gpufleet.api.deps import refuse_nul_characters
 from gpufleet.api.limits import BodySizeLimit
 from gpufleet.api.routes import (
     agent,
+    alerts,
     events,
     identity,
     inventory,
@@ -80,13 +81,29 @@ async def _telemetry_upkeep_loop(gf: Gpufleet) -> None:
         await asyncio.sleep(gf.settings.telemetry_rollup_interval_s)
 
 
+async def _alert_loop(gf: Gpufleet) -> None:
+    """Evaluate the alert rules and record what they saw, for the server's lifetime
+    (`Gpufleet.alert_round`: leader-locked, idempotent)."""
+    while True:
+        await asyncio.sleep(gf.settings.alert_evaluation_interval_s)
+        try:
+            outcome = await run_in_threadpool(gf.alert_round)
+            if outcome and outcome.changes:
+                log.info("alerts: %s; %d notification(s) queued", outcome.changes,
+                         outcome.notifications)
+        except GpufleetError as exc:
+            log.warning("alert round skipped: %s", exc.message)
+        except Exception:  # the loop must outlive a bug in one round
+            log.exception("alert round failed")
+
+
 DOCS_ASSETS_PATH = "/docs-assets"
 
 
 def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        loops = (_silent_node_loop, _lifecycle_loop, _telemetry_upkeep_loop)
+        loops = (_silent_node_loop, _lifecycle_loop, _telemetry_upkeep_loop, _alert_loop)
         tasks = [asyncio.create_task(loop(gf)) for loop in loops] if background_loops else []
         yield
         for task in tasks:
@@ -123,6 +140,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(telemetry_queries.router)
     app.include_router(server_settings.router)
     app.include_router(events.router)
+    app.include_router(alerts.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

@@ -94,6 +94,8 @@ COMMANDS: dict[str, LazyCommand] = {
     "events": LazyCommand("events", "app", "Events: every audited change, as it happens; "
                           "webhook subscriptions."),
     "mig": LazyCommand("mig", "app", "MIG layouts: export them for NVIDIA mig-parted."),
+    "alerts": LazyCommand("alerts", "app", "Alerts: list, inspect, acknowledge, silence, "
+                          "history."),
 }
 
 

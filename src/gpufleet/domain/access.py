@@ -40,6 +40,8 @@ class Action(StrEnum):
     READ_FLEET_METRICS = "metrics:read"
     READ_EVENTS = "events:read"
     MANAGE_EVENT_SUBSCRIPTIONS = "event_subscriptions:manage"
+    READ_ALERTS = "alerts:read"
+    MANAGE_ALERTS = "alerts:manage"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -64,6 +66,8 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.READ_FLEET_METRICS: "read the fleet's /metrics",
     Action.READ_EVENTS: "read events",
     Action.MANAGE_EVENT_SUBSCRIPTIONS: "manage event subscriptions",
+    Action.READ_ALERTS: "read alerts and silences",
+    Action.MANAGE_ALERTS: "acknowledge alerts or manage silences",
 }
 
 
@@ -87,6 +91,8 @@ class AuditSubject(StrEnum):
     REQUEST = "request"
     POOL = "pool"
     EVENT_SUBSCRIPTION = "event_subscription"
+    ALERT = "alert"
+    SILENCE = "silence"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -120,6 +126,9 @@ GRANTS: dict[Action, frozenset[Role]] = {
     Action.READ_EVENTS: frozenset(_READERS),
     # A subscription sends events of every project to a URL: the operators' business.
     Action.MANAGE_EVENT_SUBSCRIPTIONS: frozenset(_OPERATORS),
+    # Members read their projects' alerts (and fleet-wide ones); operators act on them.
+    Action.READ_ALERTS: frozenset(_READERS),
+    Action.MANAGE_ALERTS: frozenset(_OPERATORS),
 }
 
 

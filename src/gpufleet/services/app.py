@@ -10,20 +10,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from gpufleet import __version__
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
+from gpufleet.domain.operations.alert_state import FlapPolicy
 from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
-from gpufleet.services.operations import event_subscriptions, events
+from gpufleet.services.operations import (
+    alert_queries,
+    alerts,
+    event_subscriptions,
+    events,
+    silences,
+)
 from gpufleet.services.operations.event_publisher import EventPublisher
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
@@ -36,6 +44,7 @@ from gpufleet.store.tables import User
 from gpufleet.tsdb import TelemetryStore
 from gpufleet.wire import inventory as wi
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
+from gpufleet.wire.alerts import AlertAck, AlertHistoryView, AlertView, SilenceCreate, SilenceView
 from gpufleet.wire.base import Page
 from gpufleet.wire.events import EventPage, EventSubscriptionCreate, EventSubscriptionView
 from gpufleet.wire.server_settings import ServerSetting
@@ -62,6 +71,9 @@ class Gpufleet:
         # Every audit event becomes an event, sent to its subscribers in its own transaction.
         self.event_publisher = EventPublisher.for_store(store, settings.event_subscription_cache_s)
         self.event_bell = self.event_publisher.bell
+        # What the alert loop evaluates each round (the rule evaluator, wired by whoever
+        # owns the rules); None: rounds only tell what falls due (repeats, expiries).
+        self.alert_evaluator: Callable[[datetime], alerts.AlertEvaluation] | None = None
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -401,3 +413,80 @@ class Gpufleet:
         with self.store.read() as session:
             return mig_configs.export(session, principal, node=node, environment=environment,
                                       now=self.clock.now(), generator=f"gpufleet {__version__}")
+
+    # --- alerts (docs/operations.md, "Alert lifecycle") -----------------------------------
+    def _alert_policy(self) -> alerts.AlertPolicy:
+        return alerts.AlertPolicy(
+            flap=FlapPolicy(self.settings.alert_flap_window_s,
+                            self.settings.alert_flap_max_changes),
+            repeat_interval_s=self.settings.alert_repeat_interval_s)
+
+    def record_alert_evaluation(self, evaluation: alerts.AlertEvaluation,
+                                now: datetime | None = None
+                                ) -> alerts.EvaluationOutcome | None:
+        """Apply one evaluation of the alert rules, leader-locked (None when another
+        replica leads this round). Idempotent: the same evaluation at the same time
+        changes nothing more and tells nobody twice."""
+        now = now or self.clock.now()
+        with self.store.write() as session:
+            if not self.store.try_leader_lock(session, "alerts"):
+                return None
+            return alerts.apply_evaluation(session, evaluation, now, self._alert_policy())
+
+    def alert_round(self) -> alerts.EvaluationOutcome | None:
+        """One round of the alert loop: evaluate the rules (`alert_evaluator`, read-only,
+        outside the write transaction), then record what it saw."""
+        now = self.clock.now()
+        evaluation = (self.alert_evaluator(now) if self.alert_evaluator
+                      else alerts.AlertEvaluation())
+        outcome = self.record_alert_evaluation(evaluation, now)
+        if outcome is not None:
+            self.forget_resolved_alerts(now)
+        return outcome
+
+    def forget_resolved_alerts(self, now: datetime | None = None) -> int:
+        """Delete alerts resolved more than `alert_resolved_retention_days` ago, with
+        their history (leader-locked; 0 when another replica leads)."""
+        now = now or self.clock.now()
+        before = now - timedelta(days=self.settings.alert_resolved_retention_days)
+        with self.store.write() as session:
+            if not self.store.try_leader_lock(session, "alerts"):
+                return 0
+            return alerts.forget_resolved(session, before)
+
+    def list_alerts(self, principal: Principal, f: alert_queries.AlertFilter,
+                    cursor: str | None, limit: int) -> Page[AlertView]:
+        with self.store.read() as session:
+            return alert_queries.list_alerts(session, principal, f, cursor, limit)
+
+    def get_alert(self, principal: Principal, fingerprint: str) -> AlertView:
+        with self.store.read() as session:
+            return alert_queries.view(alert_queries.find(session, principal, fingerprint))
+
+    def acknowledge_alert(self, principal: Principal, fingerprint: str,
+                          body: AlertAck) -> AlertView:
+        with self.store.write() as session:
+            return alert_queries.acknowledge(session, principal, fingerprint, body,
+                                             self.clock.now())
+
+    def alert_history(self, principal: Principal, *, fingerprint: str | None,
+                      rule: str | None, cursor: str | None,
+                      limit: int) -> Page[AlertHistoryView]:
+        with self.store.read() as session:
+            return alert_queries.history(session, principal, fingerprint=fingerprint,
+                                         rule=rule, cursor=cursor, limit=limit)
+
+    def create_silence(self, principal: Principal, body: SilenceCreate) -> SilenceView:
+        with self.store.write() as session:
+            return silences.create_silence(session, principal, body, self.clock.now())
+
+    def list_silences(self, principal: Principal, *, include_expired: bool,
+                      cursor: str | None, limit: int) -> Page[SilenceView]:
+        with self.store.read() as session:
+            return silences.list_silences(session, principal, self.clock.now(),
+                                          include_expired=include_expired, cursor=cursor,
+                                          limit=limit)
+
+    def expire_silence(self, principal: Principal, silence_id: int) -> SilenceView:
+        with self.store.write() as session:
+            return silences.expire_silence(session, principal, silence_id, self.clock.now())

@@ -14,6 +14,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Double,
     ForeignKey,
     Index,
     Integer,
@@ -291,7 +292,7 @@ class AuditEvent(Base):
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # Stamped as the event is written, so it reads as an event (docs/operations.md,
     # "Events"): the project it concerns (members see their projects' events) and its
-    # labels (environment, node, gpu, allocation, project, …). None before migration 0012.
+    # labels (environment, node, gpu, allocation, project, …). None before migration 0007.
     project: Mapped[str | None] = mapped_column(String(63))
     labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
     # The event's place in the event log, given at commit in commit order (the id is given
@@ -520,3 +521,82 @@ class OutboxDelivery(Base):
     outcome: Mapped[str] = mapped_column(String(63))
     detail: Mapped[str | None] = mapped_column(Text)
     duration_ms: Mapped[int] = mapped_column(Integer)
+
+
+class Alert(Base):
+    """One alert: a rule's condition on one series, de-duplicated by fingerprint, through
+    its episodes pending → firing → resolved (docs/operations.md, "Alert lifecycle").
+
+    `labels`: the identifying labels and those read from the binding intervals
+    (allocation, project, owner); `projects_key` is `,vision,speech,` for the projects it
+    names (a shared GPU has several), so a member's listing filters in SQL.
+    `notified_state` / `notified_at`: what people last heard, and when (repeats, settle).
+    """
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(32), unique=True)
+    rule: Mapped[str] = mapped_column(String(127), index=True)
+    severity: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    annotations: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    group_key: Mapped[str] = mapped_column(String(255))
+    environment: Mapped[str | None] = mapped_column(String(63))
+    projects_key: Mapped[str | None] = mapped_column(Text)
+    owners: Mapped[list[str]] = mapped_column(JSON, default=list)
+    state: Mapped[str] = mapped_column(String(16))
+    active_since: Mapped[datetime] = mapped_column(UtcDateTime)
+    fired_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    resolved_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_seen_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_value: Mapped[float | None] = mapped_column(Double)
+    evidence: Mapped[str] = mapped_column(Text, default="")
+    state_changes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    flapping: Mapped[bool] = mapped_column(Boolean, default=False)
+    silenced_by: Mapped[list[int]] = mapped_column(JSON, default=list)
+    silenced: Mapped[bool] = mapped_column(Boolean, default=False)
+    acked_by: Mapped[str | None] = mapped_column(String(127))
+    acked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    ack_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    ack_comment: Mapped[str | None] = mapped_column(Text)
+    notified_state: Mapped[str | None] = mapped_column(String(16))
+    notified_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    # The evaluation's one read: every alert that is live or owes a notification.
+    __table_args__ = (Index("ix_alerts_state_notified", "state", "notified_state"),)
+
+
+class AlertHistoryEntry(Base):
+    """One thing that happened to an alert: a state change (pending, firing, resolved),
+    flapping / settled, acknowledged, notified. Append-only."""
+
+    __tablename__ = "alert_history"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"),
+                                          index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+    event: Mapped[str] = mapped_column(String(31))
+    actor: Mapped[str] = mapped_column(String(127))
+    value: Mapped[float | None] = mapped_column(Double)
+    detail: Mapped[str] = mapped_column(Text, default="")
+
+    alert: Mapped[Alert] = relationship(lazy="joined")
+
+
+class Silence(Base):
+    """Mutes the alerts its matchers all match, over [starts_at, ends_at). Expiring one
+    early sets `ends_at` to now, as Alertmanager does; the row stays as history."""
+
+    __tablename__ = "silences"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    matchers: Mapped[list[str]] = mapped_column(JSON)
+    starts_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    ends_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    created_by: Mapped[str] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    comment: Mapped[str] = mapped_column(Text)
+    expired_by: Mapped[str | None] = mapped_column(String(127))

@@ -4,10 +4,11 @@
 The project is a column so that listing events for a member ("only my projects' events")
 and filtering by project are index reads, not a scan of every event. `seq` is the event's
 position in the log, given at commit in commit order (PostgreSQL: from the sequence
-`audit_event_seq`, under a transaction lock); events written before are numbered by id. Event subscriptions
-themselves are receivers (table `receivers`, migration 0006): no table of their own.
+`audit_event_seq`, under a transaction lock); events written before are numbered by id.
+Event subscriptions themselves are receivers (table `receivers`, migration 0006): no table
+of their own.
 
-Revision ID: 0012_event_subscriptions
+Revision ID: 0007_event_log
 Revises: 0006_operations_outbox
 Create Date: 2026-11-25
 """
@@ -15,7 +16,7 @@ Create Date: 2026-11-25
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012_event_subscriptions"
+revision = "0007_event_log"
 down_revision = "0006_operations_outbox"
 branch_labels = None
 depends_on = None
