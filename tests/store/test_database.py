@@ -159,3 +159,13 @@ def test_unreachable_database_is_unavailable(url, tmp_path):
         assert listed.status_code == 503
         assert listed.json()["error"]["code"] == "database_unavailable"
     store.dispose()
+
+
+def test_leader_locks_of_names_sharing_a_prefix_are_distinct(store):
+    """Two background loops whose names share their first 8 bytes each find a leader."""
+    if store.is_sqlite:
+        pytest.skip("SQLite means one server process: it always leads")
+    with store.write() as one, store.write() as other:
+        assert store.try_leader_lock(one, "reclamation")
+        assert store.try_leader_lock(other, "reclamation-report")
+        assert not store.try_leader_lock(other, "reclamation")

@@ -18,6 +18,7 @@ Everything that differs between the two databases lives in this module:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -191,7 +192,10 @@ class StateStore:
         """
         if self.is_sqlite:
             return True
-        key = int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "big", signed=True)
+        # The whole name, hashed: two loops whose names share a prefix must not block each
+        # other (a key of the name's first 8 bytes made "reclamation" and "reclamat…" one).
+        key = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big",
+                             signed=True)
         return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"),
                                     {"k": key}).scalar())
 
