@@ -38,6 +38,8 @@ class Action(StrEnum):
     MANAGE_QUOTAS = "quotas:manage"
     READ_SERVER_SETTINGS = "server_settings:read"
     READ_FLEET_METRICS = "metrics:read"
+    READ_RECLAIM = "reclaim:read"
+    MANAGE_RECLAIM = "reclaim:manage"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -60,6 +62,8 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.MANAGE_QUOTAS: "manage quotas",
     Action.READ_SERVER_SETTINGS: "read the server's settings",
     Action.READ_FLEET_METRICS: "read the fleet's /metrics",
+    Action.READ_RECLAIM: "read reclamation policies and reports",
+    Action.MANAGE_RECLAIM: "manage reclamation (policies, exemptions, runs)",
 }
 
 
@@ -82,6 +86,7 @@ class AuditSubject(StrEnum):
     PROJECT = "project"
     REQUEST = "request"
     POOL = "pool"
+    RECLAIM_POLICY = "reclaim_policy"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -110,6 +115,10 @@ GRANTS: dict[Action, frozenset[Role]] = {
     # The server's /metrics is for monitoring (a viewer token): it shows every project's
     # allocations and the fleet's requests, which members may not see, so they get none.
     Action.READ_FLEET_METRICS: frozenset({Role.ADMIN, Role.OPERATOR, Role.VIEWER}),
+    # Reclamation: everyone who reads reads it (members their own projects' part); only
+    # operators set policies, grant exemptions and run a round (owners may ask: REQUEST_GPUS).
+    Action.READ_RECLAIM: frozenset(_READERS),
+    Action.MANAGE_RECLAIM: frozenset(_OPERATORS),
 }
 
 

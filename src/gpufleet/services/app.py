@@ -23,6 +23,7 @@ from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
+from gpufleet.services.operations.reclamation import ReclamationDesk
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
 from gpufleet.services.telemetry.ingest import TelemetryIngest
@@ -56,6 +57,7 @@ class Gpufleet:
         self._telemetry_lock = threading.Lock()
         self.queries = TelemetryQueries(store, lambda: self.telemetry, settings, self.clock)
         self.ingest = TelemetryIngest(store, lambda: self.telemetry, settings, self.clock)
+        self.reclaim = ReclamationDesk(store, self.queries, self.lifecycle, settings, self.clock)
 
     @property
     def telemetry(self) -> TelemetryStore:
