@@ -114,7 +114,7 @@ def set_policy(session: Session, principal: Principal, scope: Scope, name: str,
     session.flush()
     audit.record(session, at=now, actor=principal.actor, action="reclaim_policy.set",
                  subject_kind=AuditSubject.RECLAIM_POLICY, subject=f"{scope}:{name}",
-                 **{k: getattr(v, "value", v) for k, v in changes.items()},
+                 changes={k: getattr(v, "value", v) for k, v in changes.items()},
                  unset=list(body.unset))
     return row
 
