@@ -208,7 +208,7 @@ def test_shrink_releases_the_idle_units_and_keeps_the_used_ones(world):
 
 def test_idle_held_units_are_spared_when_the_policy_says_so(world):
     world.policy(idle_held="spare")
-    code, gpus = world.allocate(1)
+    _code, gpus = world.allocate(1)
     world.run(70, dict.fromkeys(gpus, HELD))
     assert world.tick().steps == []
     world.policy(idle_held="reclaim")
@@ -256,7 +256,7 @@ def test_a_disabled_policy_withdraws_an_open_warning(world):
 
 
 def test_the_report_counts_the_gpu_hours_that_came_back(world):
-    code, gpus = world.allocate(2, duration_hours=10)
+    _code, gpus = world.allocate(2, duration_hours=10)
     world.run(70, dict.fromkeys(gpus, IDLE))
     world.tick()
     world.run(31, dict.fromkeys(gpus, IDLE))
