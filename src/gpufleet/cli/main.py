@@ -92,6 +92,7 @@ COMMANDS: dict[str, LazyCommand] = {
                                "regions, on-prem clusters)."),
     "audit": LazyCommand("audit", "app", "The audit log."),
     "mig": LazyCommand("mig", "app", "MIG layouts: export them for NVIDIA mig-parted."),
+    "reclaim": LazyCommand("reclaim", "app", "Reclamation: idle allocations back to the pool."),
 }
 
 
