@@ -90,6 +90,9 @@ def test_members_see_only_their_projects_policies_and_allocations(api, fleet):
                                                        ("project", "vision")]
     hidden = member.post(f"/api/v1/requests/{speech}/exempt", json={"reason": "x", "hours": 1})
     assert hidden.status_code == 404
+    other = member.get("/api/v1/reclaim/policies/effective", params={"project": "speech"})
+    assert other.status_code == 404
+    assert effective(member, project="vision")["grace_minutes"] == 2
 
 
 @pytest.mark.parametrize(("body", "status", "fragment"), [

@@ -285,3 +285,15 @@ def test_the_owner_is_warned_before_the_allocation_ends(world):
     world.api.post(f"/api/v1/requests/{code}/extend", json={"hours": 5})
     world.run(5 * 60, dict.fromkeys(gpus, BUSY))
     assert world.tick().ending_warned == [code]  # the new end is warned of too
+
+
+def test_an_allocation_released_by_its_owner_during_grace_closes_its_warning(world):
+    code, gpus = world.allocate(1)
+    world.run(70, dict.fromkeys(gpus, IDLE))
+    world.tick()
+    world.member.post(f"/api/v1/requests/{code}/release")
+    world.run(31, dict.fromkeys(gpus, IDLE))
+    assert world.tick().steps == []
+    [warning] = world.warnings(code)
+    assert warning["outcome"] == "ended"
+    assert world.api.get("/api/v1/reclaim/warnings", params={"open": "true"}).json() == []

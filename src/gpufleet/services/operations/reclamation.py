@@ -24,7 +24,7 @@ from gpufleet.clock import Clock
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import Unavailable
 from gpufleet.domain.operations.notifications import Notification, Severity
-from gpufleet.domain.operations.reclaim_policy import ReclaimAction, ReclaimPolicy, Scope
+from gpufleet.domain.operations.reclaim_policy import ReclaimAction, ReclaimPolicy
 from gpufleet.domain.operations.reclamation import (
     OUTCOME_OF_STEP,
     WOULD,
@@ -39,15 +39,12 @@ from gpufleet.domain.operations.reclamation import (
     warning_summary,
 )
 from gpufleet.domain.requests import RequestState, request_code
-from gpufleet.domain.telemetry.durations import parse_duration
 from gpufleet.services.access import audit
-from gpufleet.services.access.people import get_project
 from gpufleet.services.access.principal import SYSTEM, Principal
-from gpufleet.services.inventory.environments import get_environment
 from gpufleet.services.lifecycle import requests as lifecycle_requests
 from gpufleet.services.lifecycle import shrink
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
-from gpufleet.services.operations import exemptions, outbox, reclaim_policies, reclaim_report
+from gpufleet.services.operations import outbox
 from gpufleet.services.operations.exemptions import exempt_now
 from gpufleet.services.operations.reclaim_policies import PolicyBook, default_policy
 from gpufleet.services.telemetry.ownership import Slot, read_slots
@@ -55,18 +52,7 @@ from gpufleet.services.telemetry.queries import TelemetryQueries
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import Gpu, GpuRequest, ReclaimWarning, User
-from gpufleet.wire.reclaim import (
-    EffectivePolicyView,
-    ExemptCreate,
-    ExemptionView,
-    PolicyList,
-    PolicySet,
-    PolicyView,
-    ReclaimReport,
-    RoundView,
-    StepView,
-    WarningView,
-)
+from gpufleet.wire.reclaim import RoundView, StepView
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +227,23 @@ class Reclamation:
                 ending.append(j.allocation.code)
                 if apply:
                     self._warn_ending(session, j, request, owner, now)
+        if apply:
+            self._close_ended(session, {j.allocation.code for j in judged}, now)
         return RoundView(at=now, dry_run=not apply, steps=steps, ending_warned=ending)
+
+    @staticmethod
+    def _close_ended(session: Session, judged: set[str], now: datetime) -> None:
+        """Close, as `ended`, the open idle warnings of allocations that ended (released by
+        their owner, expired) or hold no unit any more before their deadline."""
+        for warning in session.scalars(select(ReclaimWarning).where(
+                ReclaimWarning.outcome.is_(None), ReclaimWarning.kind == IDLE)):
+            code = request_code(warning.request_id)
+            if code in judged:
+                continue
+            warning.outcome, warning.outcome_at = Outcome.ENDED.value, now
+            audit.record(session, at=now, actor=ACTOR, action="reclaim.ended",
+                         subject_kind="request", subject=code,
+                         reason="the allocation ended before its deadline")
 
     def _warnings(self, session: Session, requests: dict[int, GpuRequest]):
         """Open idle warnings by request; when each allocation's last idle stretch was
@@ -415,61 +417,3 @@ def _policy_text(policy: ReclaimPolicy) -> str:
     return (f"Policy: idle window {policy.idle_window}, grace {policy.grace}, action "
             f"{policy.action.value}, idle-held {policy.idle_held.value} ({decided}).")
 
-
-class ReclamationDesk(Reclamation):
-    """Reclamation's front door: the round, and the policies, exemptions, warnings and
-    report the API and the CLI ask for — one use case, one transaction each."""
-
-    def list_policies(self, principal: Principal, scope: Scope | None = None) -> PolicyList:
-        with self.store.read() as session:
-            return reclaim_policies.list_policies(session, principal, self.default,
-                                                  scope=scope)
-
-    def set_policy(self, principal: Principal, scope: Scope, name: str,
-                   body: PolicySet) -> PolicyView:
-        with self.store.write() as session:
-            row = reclaim_policies.set_policy(session, principal, scope, name, body,
-                                              self.clock.now())
-            return reclaim_policies.policy_view(row)
-
-    def remove_policy(self, principal: Principal, scope: Scope, name: str) -> None:
-        with self.store.write() as session:
-            reclaim_policies.remove_policy(session, principal, scope, name, self.clock.now())
-
-    def effective_policy(self, principal: Principal, project: str,
-                         environment: str | None) -> EffectivePolicyView:
-        principal.require(Action.READ_RECLAIM)
-        with self.store.read() as session:
-            get_project(session, project)  # 404 for a project that does not exist
-            if environment is not None:
-                get_environment(session, environment)
-            book = PolicyBook(session, self.default)
-        return reclaim_policies.effective_view(book.policy_for(project, environment))
-
-    def exempt(self, principal: Principal, code: str, body: ExemptCreate) -> ExemptionView:
-        with self.store.write() as session:
-            row = exemptions.exempt(session, principal, code, body, self.clock.now())
-            return exemptions.view(row, session.get(GpuRequest, row.request_id))
-
-    def list_exemptions(self, principal: Principal, *,
-                        include_expired: bool = False) -> list[ExemptionView]:
-        with self.store.read() as session:
-            return exemptions.list_exemptions(session, principal, self.clock.now(),
-                                              include_expired=include_expired)
-
-    def list_warnings(self, principal: Principal, *, open_only: bool,
-                      allocation: str | None = None) -> list[WarningView]:
-        with self.store.read() as session:
-            allocation_id = None
-            if allocation is not None:
-                allocation_id = lifecycle_requests.get_request(session, principal,
-                                                               allocation).id
-            return reclaim_report.list_warnings(session, principal, open_only=open_only,
-                                                allocation_id=allocation_id)
-
-    def report(self, principal: Principal, window: str,
-               project: str | None = None) -> ReclaimReport:
-        span = parse_duration(window, name="window")
-        until = self.clock.now()
-        with self.store.read() as session:
-            return reclaim_report.report(session, principal, until - span, until, project)
