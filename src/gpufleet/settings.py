@@ -174,6 +174,12 @@ class Settings(BaseSettings):
         "An idle unit whose used memory is at least this is *idle-held*: memory held, "
         "nothing computed."))
 
+    # --- CLI client ----------------------------------------------------------------------
+    url: str = Field(default=DEFAULT_SERVER_URL, description=(
+        "Server URL the CLI talks to (`gpufleet login` stores it; `GPUFLEET_URL` overrides)."))
+    token: SecretStr | None = Field(default=None, description=(
+        "Bearer token the CLI sends (`gpufleet login` stores it; `GPUFLEET_TOKEN` overrides)."))
+
     # --- Reclamation (docs/operations.md, "Reclamation"): the server's default policy;
     # environments and projects override it field by field (`gpufleet reclaim policy set`).
     # Its idle window is `idle_window_hours`.
@@ -198,12 +204,6 @@ class Settings(BaseSettings):
         "warning)."))
     reclaim_interval_s: float = Field(default=60.0, gt=0, le=3600, description=(
         "How often the server's reclaim loop runs a round (one replica, leader-locked)."))
-
-    # --- CLI client ----------------------------------------------------------------------
-    url: str = Field(default=DEFAULT_SERVER_URL, description=(
-        "Server URL the CLI talks to (`gpufleet login` stores it; `GPUFLEET_URL` overrides)."))
-    token: SecretStr | None = Field(default=None, description=(
-        "Bearer token the CLI sends (`gpufleet login` stores it; `GPUFLEET_TOKEN` overrides)."))
 
     # Values the program itself chose, by name, with who chose them ("command line" for a
     # flag; the demo for its own defaults): `describe_settings` names them as the source.
