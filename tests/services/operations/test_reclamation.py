@@ -297,3 +297,19 @@ def test_an_allocation_released_by_its_owner_during_grace_closes_its_warning(wor
     [warning] = world.warnings(code)
     assert warning["outcome"] == "ended"
     assert world.api.get("/api/v1/reclaim/warnings", params={"open": "true"}).json() == []
+
+
+def test_a_notify_policy_takes_nothing_and_tells_once_per_idle_stretch(world):
+    world.policy(action="notify")
+    code, gpus = world.allocate(1)
+    world.run(70, dict.fromkeys(gpus, IDLE))
+    world.tick()
+    world.run(31, dict.fromkeys(gpus, IDLE))
+    assert [s.step for s in world.tick().steps] == ["act"]
+    assert world.request(code)["state"] == "active"
+    assert [w["outcome"] for w in world.warnings(code)] == ["notified"]
+    assert [r for r, _ in world.messages("reclaim.notified")] == ["mia"]
+    world.run(12 * 60, dict.fromkeys(gpus, IDLE))
+    assert world.tick().steps == []  # the same idle stretch: told already
+    world.run(14 * 60, dict.fromkeys(gpus, IDLE))  # a day after the warning: a reminder
+    assert [s.step for s in world.tick().steps] == ["warn"]
