@@ -208,6 +208,30 @@ class Settings(BaseSettings):
         "many changes or fewer)."))
     alert_resolved_retention_days: float = Field(default=30.0, gt=0, le=3660, description=(
         "How long a resolved alert and its history are kept before they are deleted."))
+    # --- Reclamation (docs/operations.md, "Reclamation"): the server's default policy;
+    # environments and projects override it field by field (`gpufleet reclaim policy set`).
+    # Its idle window is `idle_window_hours`.
+    reclaim_enabled: bool = Field(default=True, description=(
+        "Reclaim idle allocations by default (environment and project policies may differ)."))
+    reclaim_action: Literal["release", "shrink", "notify"] = Field(
+        default="notify", description=(
+            "What happens to an allocation still idle when its grace period ends: "
+            "`release` it, `shrink` it to its used units, or `notify` (take nothing: "
+            "tell, and count it in `gpufleet reclaim report`). Safe by default: an "
+            "operator chooses to take units."))
+    reclaim_idle_held: Literal["reclaim", "spare"] = Field(default="reclaim", description=(
+        "Whether an idle-held unit (memory held, no compute) counts as idle (`reclaim`) "
+        "or as in use (`spare`)."))
+    reclaim_grace_minutes: float = Field(default=60.0, ge=0, le=7 * 24 * 60, description=(
+        "From the warning to the action: used again meanwhile, nothing happens."))
+    reclaim_dry_run: bool = Field(default=False, description=(
+        "Record what reclamation would do; warn nobody and take nothing."))
+    reclaim_end_warning_lead_hours: float = Field(default=24.0, ge=0, le=30 * 24,
+                                                  description=(
+        "Warn an allocation's owner this long before its end (`request.ending`; 0: no "
+        "warning)."))
+    reclaim_interval_s: float = Field(default=60.0, gt=0, le=3600, description=(
+        "How often the server's reclaim loop runs a round (one replica, leader-locked)."))
 
     # Values the program itself chose, by name, with who chose them ("command line" for a
     # flag; the demo for its own defaults): `describe_settings` names them as the source.

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from gpufleet.clock import ManualClock
 from gpufleet.domain.operations.notifications import Severity
 from gpufleet.domain.operations.observations import Observation
+from gpufleet.domain.operations.reclaim_policy import Scope
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.operations.alerts import AlertEvaluation
@@ -26,6 +27,7 @@ from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.alerts import SilenceCreate
 from gpufleet.wire.events import EventSubscriptionCreate
 from gpufleet.wire.inventory import UserCreate
+from gpufleet.wire.reclaim import PolicySet
 from gpufleet.wire.remote_write import encode_write_request
 from gpufleet.wire.requests import PoolCreate, RequestCreate
 from gpufleet.wire.telemetry import NodeSnapshot, UnitSnapshot
@@ -136,6 +138,18 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/v1/silences"): OPERATORS,
     ("GET", "/api/v1/silences"): READERS,
     ("DELETE", "/api/v1/silences/{silence_id}"): OPERATORS,
+    # Reclamation: readers read (members their projects' part); operators set policies,
+    # run rounds and grant exemptions; owners may ask for one (it protects nothing until
+    # an operator grants it: docs/operations.md, "Exemptions").
+    ("GET", "/api/v1/reclaim/policies"): READERS,
+    ("GET", "/api/v1/reclaim/policies/effective"): READERS,
+    ("PUT", "/api/v1/reclaim/policies/{scope}/{name}"): OPERATORS,
+    ("DELETE", "/api/v1/reclaim/policies/{scope}/{name}"): OPERATORS,
+    ("POST", "/api/v1/reclaim/run"): OPERATORS,
+    ("GET", "/api/v1/reclaim/warnings"): READERS,
+    ("GET", "/api/v1/reclaim/exemptions"): READERS,
+    ("GET", "/api/v1/reclaim/report"): READERS,
+    ("POST", "/api/v1/requests/{code}/exempt"): REQUESTERS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -268,6 +282,13 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         start = world.clock.now() + timedelta(days=1)
         return new_request(starts_at=start, duration_hours=1)
 
+    def reclaim_policy() -> str:
+        """An environment's reclamation policy, there to be removed."""
+        if caller in MATRIX[route]:
+            world.gf.reclaim.set_policy(SYSTEM, Scope.ENVIRONMENT, "onprem-hpc",
+                                        PolicySet(grace_minutes=10))
+        return "onprem-hpc"
+
     def telemetry_batch() -> bytes:
         tick = NodeSnapshot(node="node-1", at=world.clock.now(), backend="sim", units=(
             UnitSnapshot(gpu_uuid=gpu_self, values={"gpu.sm_active": 50.0}),))
@@ -375,6 +396,14 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         ("DELETE", "/api/v1/event-subscriptions/{name}"): lambda: (
             template.format(name=world.gf.create_event_subscription(
                 SYSTEM, EventSubscriptionCreate(**subscription())).name), None),
+        ("GET", "/api/v1/reclaim/policies/effective"): lambda: (f"{template}?project=vision",
+                                                                None),
+        ("PUT", "/api/v1/reclaim/policies/{scope}/{name}"): lambda: (
+            template.format(scope="project", name="vision"), {"grace_minutes": 30}),
+        ("DELETE", "/api/v1/reclaim/policies/{scope}/{name}"): lambda: (
+            template.format(scope="environment", name=reclaim_policy()), None),
+        ("POST", "/api/v1/requests/{code}/exempt"): lambda: (
+            template.format(code=new_request()), {"reason": "a demo", "hours": 1}),
     }
     return builders.get(route, lambda: (template, None))()
 

@@ -25,6 +25,7 @@ from gpufleet.api.routes import (
     lifecycle,
     mig,
     prometheus,
+    reclaim,
     server_settings,
     telemetry,
     telemetry_queries,
@@ -70,6 +71,22 @@ async def _lifecycle_loop(gf: Gpufleet) -> None:
             log.exception("lifecycle round failed")
 
 
+async def _reclaim_loop(gf: Gpufleet) -> None:
+    """Reclamation rounds on a cadence: warn idle allocations, act when their grace ends,
+    warn of allocations' ends (leader-locked: one replica acts)."""
+    while True:
+        await asyncio.sleep(gf.settings.reclaim_interval_s)
+        try:
+            result = await run_in_threadpool(gf.reclaim.tick)
+            if result.steps or result.ending_warned:
+                log.info("reclamation: %d step(s), %d end warning(s)", len(result.steps),
+                         len(result.ending_warned))
+        except GpufleetError as exc:
+            log.warning("reclamation round skipped: %s", exc.message)
+        except Exception:  # the loop must outlive a bug in one round
+            log.exception("reclamation round failed")
+
+
 async def _telemetry_upkeep_loop(gf: Gpufleet) -> None:
     """Roll telemetry up and apply its retention, for the server's lifetime; the first round
     at start, so the funnel's caches are built before anyone asks."""
@@ -103,7 +120,8 @@ DOCS_ASSETS_PATH = "/docs-assets"
 def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        loops = (_silent_node_loop, _lifecycle_loop, _telemetry_upkeep_loop, _alert_loop)
+        loops = (_silent_node_loop, _lifecycle_loop, _telemetry_upkeep_loop, _alert_loop,
+                 _reclaim_loop)
         tasks = [asyncio.create_task(loop(gf)) for loop in loops] if background_loops else []
         yield
         for task in tasks:
@@ -141,6 +159,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(server_settings.router)
     app.include_router(events.router)
     app.include_router(alerts.router)
+    app.include_router(reclaim.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

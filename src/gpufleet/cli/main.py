@@ -96,6 +96,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "mig": LazyCommand("mig", "app", "MIG layouts: export them for NVIDIA mig-parted."),
     "alerts": LazyCommand("alerts", "app", "Alerts: list, inspect, acknowledge, silence, "
                           "history."),
+    "reclaim": LazyCommand("reclaim", "app", "Reclamation: idle allocations back to the pool."),
 }
 
 

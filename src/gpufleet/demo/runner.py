@@ -110,17 +110,26 @@ class _QuietServer(uvicorn.Server):
 # A fresh demo has no allocation idle for production's 4 hours: at a quarter of an hour,
 # `gpufleet idle` and the zombie list show the simulated idle notebooks soon after start.
 DEMO_IDLE_WINDOW_HOURS = 0.25
+# And a short reclamation policy, so a reclaim happens within ~20 minutes of start: the
+# idle-held allocations (docs/operations.md, "Reclamation") are warned after the idle
+# window, then released 5 minutes later unless used or exempted.
+DEMO_RECLAIM_GRACE_MINUTES = 5.0
+DEMO_DEFAULTS = {"idle_window_hours": DEMO_IDLE_WINDOW_HOURS,
+                 "reclaim_action": "release",
+                 "reclaim_grace_minutes": DEMO_RECLAIM_GRACE_MINUTES,
+                 "reclaim_interval_s": 30.0}
 
 
 def demo_settings(data_dir: Path | None = None, port: int = 8080) -> Settings:
-    """The server's settings with the demo's own defaults: the idle window is
-    DEMO_IDLE_WINDOW_HOURS unless the environment or the config file sets one."""
+    """The server's settings with the demo's own defaults (DEMO_DEFAULTS: a short idle
+    window and reclamation policy), each unless the environment or the config file sets
+    it."""
     settings = load_settings(data_dir=data_dir or default_demo_dir(), port=port,
                              host="127.0.0.1")
-    if "idle_window_hours" in settings.model_fields_set:
-        return settings
-    return settings.with_program_value("idle_window_hours", DEMO_IDLE_WINDOW_HOURS,
-                                       "gpufleet demo")
+    for name, value in DEMO_DEFAULTS.items():
+        if name not in settings.model_fields_set:
+            settings = settings.with_program_value(name, value, "gpufleet demo")
+    return settings
 
 
 def run_demo(data_dir: Path | None = None, port: int = 8080, reset: bool = False,
@@ -288,6 +297,9 @@ def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | 
     out.print(f"  server      {url}   (API docs {url}/docs)")
     out.print(f"  idle window {settings.idle_window_hours * 60:g} min   (production default "
               "4 h: GPUFLEET_IDLE_WINDOW_HOURS)")
+    out.print(f"  reclaim     idle allocations warned after the idle window, then "
+              f"{settings.reclaim_action} {settings.reclaim_grace_minutes:g} min later "
+              "(`gpufleet reclaim warnings`, `gpufleet reclaim report`)")
     out.print(f"  admin token {token}   {login_note}")
     out.print(f"  token file  {admin_token_path(settings)}")
     out.print(f"  data dir    {settings.data_dir}")

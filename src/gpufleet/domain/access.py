@@ -42,6 +42,8 @@ class Action(StrEnum):
     MANAGE_EVENT_SUBSCRIPTIONS = "event_subscriptions:manage"
     READ_ALERTS = "alerts:read"
     MANAGE_ALERTS = "alerts:manage"
+    READ_RECLAIM = "reclaim:read"
+    MANAGE_RECLAIM = "reclaim:manage"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -68,6 +70,8 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.MANAGE_EVENT_SUBSCRIPTIONS: "manage event subscriptions",
     Action.READ_ALERTS: "read alerts and silences",
     Action.MANAGE_ALERTS: "acknowledge alerts or manage silences",
+    Action.READ_RECLAIM: "read reclamation policies and reports",
+    Action.MANAGE_RECLAIM: "manage reclamation (policies, exemptions, runs)",
 }
 
 
@@ -93,6 +97,7 @@ class AuditSubject(StrEnum):
     EVENT_SUBSCRIPTION = "event_subscription"
     ALERT = "alert"
     SILENCE = "silence"
+    RECLAIM_POLICY = "reclaim_policy"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -129,6 +134,10 @@ GRANTS: dict[Action, frozenset[Role]] = {
     # Members read their projects' alerts (and fleet-wide ones); operators act on them.
     Action.READ_ALERTS: frozenset(_READERS),
     Action.MANAGE_ALERTS: frozenset(_OPERATORS),
+    # Reclamation: everyone who reads reads it (members their own projects' part); only
+    # operators set policies, grant exemptions and run a round (owners may ask: REQUEST_GPUS).
+    Action.READ_RECLAIM: frozenset(_READERS),
+    Action.MANAGE_RECLAIM: frozenset(_OPERATORS),
 }
 
 

@@ -33,6 +33,7 @@ from gpufleet.services.operations import (
     silences,
 )
 from gpufleet.services.operations.event_publisher import EventPublisher
+from gpufleet.services.operations.reclaim_desk import ReclamationDesk
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
 from gpufleet.services.telemetry.ingest import TelemetryIngest
@@ -74,6 +75,7 @@ class Gpufleet:
         # What the alert loop evaluates each round (the rule evaluator, wired by whoever
         # owns the rules); None: rounds only tell what falls due (repeats, expiries).
         self.alert_evaluator: Callable[[datetime], alerts.AlertEvaluation] | None = None
+        self.reclaim = ReclamationDesk(store, self.queries, self.lifecycle, settings, self.clock)
 
     @property
     def telemetry(self) -> TelemetryStore:

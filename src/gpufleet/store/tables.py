@@ -15,6 +15,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Double,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -600,3 +601,81 @@ class Silence(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     comment: Mapped[str] = mapped_column(Text)
     expired_by: Mapped[str | None] = mapped_column(String(127))
+# --- Reclamation (docs/operations.md, "Reclamation") ------------------------------------------
+class ReclaimPolicyRow(Base):
+    """What one environment or one project sets of its reclamation policy; NULL fields
+    are not set here (the next scope decides: project, then environment, then the server's
+    default). Exactly one of `environment_id` and `project_id` is set."""
+
+    __tablename__ = "reclaim_policies"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    environment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("environments.id", ondelete="CASCADE"), unique=True)
+    project_id: Mapped[int | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), unique=True)
+    idle_window_s: Mapped[int | None] = mapped_column(Integer)
+    idle_held: Mapped[str | None] = mapped_column(String(16))
+    grace_s: Mapped[int | None] = mapped_column(Integer)
+    end_warning_lead_s: Mapped[int | None] = mapped_column(Integer)
+    action: Mapped[str | None] = mapped_column(String(16))
+    enabled: Mapped[bool | None] = mapped_column(Boolean)
+    dry_run: Mapped[bool | None] = mapped_column(Boolean)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_by: Mapped[str] = mapped_column(String(127))
+
+    environment: Mapped[Environment | None] = relationship(lazy="joined")
+    project: Mapped[Project | None] = relationship(lazy="joined")
+
+
+class ReclaimExemption(Base):
+    """An allocation kept from reclamation until `expires_at`, with the reason. `state`
+    `granted` (by an operator: it protects) or `asked` (by its owner: it waits for an
+    operator and protects nothing)."""
+
+    __tablename__ = "reclaim_exemptions"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    request_id: Mapped[int] = mapped_column(ForeignKey("gpu_requests.id"), index=True)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    asked_by: Mapped[str] = mapped_column(String(127))
+    asked_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    granted_by: Mapped[str | None] = mapped_column(String(127))
+    granted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class ReclaimWarning(Base):
+    """One warning and how it ended: the reclamation log the report reads.
+
+    `kind` `idle` (an idle allocation, acted on at `deadline_at`) or `ending` (the
+    allocation's end is near; `deadline_at` is that end). `outcome` NULL while open; then
+    released, shrunk, notified, saved_by_use, exempted, withdrawn, ended, or would_… for a
+    dry run. `gpus_taken` (GPUs' worth: a fraction counts its share) came back at
+    `outcome_at`; the report counts them as back until `planned_end_at`, the end the
+    allocation had (or until the report's end when it had none)."""
+
+    __tablename__ = "reclaim_warnings"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    request_id: Mapped[int] = mapped_column(ForeignKey("gpu_requests.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    project: Mapped[str] = mapped_column(String(63))
+    environment: Mapped[str | None] = mapped_column(String(63))
+    owner: Mapped[str] = mapped_column(String(127))
+    action: Mapped[str] = mapped_column(String(16))
+    dry_run: Mapped[bool] = mapped_column(Boolean)
+    units: Mapped[int] = mapped_column(Integer)
+    idle_units: Mapped[list[str]] = mapped_column(JSON, default=list)
+    summary: Mapped[str] = mapped_column(Text)
+    warned_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    deadline_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    outcome_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    units_taken: Mapped[int] = mapped_column(Integer, default=0)
+    gpus_taken: Mapped[float] = mapped_column(Float, default=0.0)
+    planned_end_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    # The loop's question each round: the open warnings of each allocation.
+    __table_args__ = (Index("ix_reclaim_warnings_open", "outcome", "request_id"),)

@@ -422,6 +422,31 @@ def extend(code: Code, days: Days = None, hours: Hours = None, until: Until = No
         done(f"{request['code']} now ends {when(request['ends_at'])}")
 
 
+@app.command("exempt")
+def exempt(code: Code, reason: RequiredReason,
+           hours: Annotated[float | None, typer.Option(
+               "--hours", help="Exempt it for this many hours.")] = None,
+           until: Annotated[str | None, typer.Option(
+               "--until", help="Exempt it until this ISO time (without a zone: UTC).")] = None,
+           as_json: JsonFlag = False) -> None:
+    """Keep an allocation from reclamation until a time. An operator's call grants it; an
+    owner's is recorded as asked, and protects nothing until an operator grants it."""
+    if (hours is None) == (until is None):
+        raise typer.BadParameter("give one of --hours and --until")
+    if hours is not None and not 0 < hours <= 24 * 90:  # False for nan
+        raise typer.BadParameter(f"--hours must be above 0 and at most {24 * 90}, not {hours:g}")
+    with connect() as api:
+        row = api.post(api_path("requests", code, "exempt"),
+                       body(reason=reason, hours=hours, until=instant(until)))
+    if as_json:
+        print_json(row)
+    elif row["state"] == "granted":
+        done(f"{code} is exempt from reclamation until {when(row['expires_at'])}")
+    else:
+        done(f"{code}: exemption asked for until {when(row['expires_at'])}; an operator "
+             "grants it (until then it protects nothing)")
+
+
 @app.command("history")
 def history(code: Code, limit: Limit = None, all_pages: AllPages = False,
             as_json: JsonFlag = False) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy.orm import Session
 
@@ -144,6 +144,11 @@ class Lifecycle:
         if modes_changed:  # a GPU took the mode its node reported: the fleet's shape moved
             self.placement.mark_stale(modes_changed)
             self.shape.invalidate()
+
+    def freeing_write(self) -> AbstractContextManager[Session]:
+        """A write transaction for another service that ends bindings (reclamation): the
+        placement cache re-reads the nodes it freed once it commits."""
+        return self._write()
 
     def expire_due(self) -> list[str]:
         with self._write() as session:

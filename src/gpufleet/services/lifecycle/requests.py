@@ -289,6 +289,14 @@ def release(session: Session, principal: Principal, code: str, now: datetime,
     return request
 
 
+def release_for(session: Session, request: GpuRequest, actor: str, now: datetime,
+                reason: str) -> GpuRequest:
+    """Release on the server's own decision (`system:reclaim`): the owner's release path —
+    bindings end, labels come off, the transition is audited — with `actor` named."""
+    _close(session, request, RequestState.RELEASED, actor, now, reason)
+    return request
+
+
 def _close(session: Session, request: GpuRequest, target: RequestState, actor: str,
            now: datetime, reason: str | None) -> None:
     transition_event(RequestState(request.state), target, request_code(request.id))

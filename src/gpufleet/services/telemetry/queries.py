@@ -15,6 +15,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from operator import attrgetter
 
@@ -277,18 +278,20 @@ class TelemetryQueries:
 
     def idle(self, principal: Principal, *, held_only: bool = False,
              project: str | None = None, cursor: str | None = None,
-             limit: int | None = None) -> wt.IdleList:
+             limit: int | None = None, window_minutes: int | None = None) -> wt.IdleList:
         """Allocations whose units stayed below the activity threshold for the whole idle
         window, judged on the rolled-up minutes up to now; idle-held ones hold memory.
 
         Ordered by (idle since, allocation, GPU, MIG instance) and paged by that key
         (`limit` None: every item): the verdicts are worked out for every candidate (they
-        are counted in aggregate), but only a page's items are built and sent."""
+        are counted in aggregate), but only a page's items are built and sent.
+        `window_minutes`: another idle window than the setting's (a reclamation policy's)."""
         principal.require(Action.READ_INVENTORY)
         masks = self.masks  # a store without them: 503 before any work
         after = idle_cursor(cursor) if cursor is not None else None
         now = self.clock.now()
-        t = self.thresholds
+        t = self.thresholds if window_minutes is None else \
+            replace(self.thresholds, idle_window_minutes=window_minutes)
         window = timedelta(minutes=t.idle_window_minutes)
         with self.state.read() as session:
             slots = [s for s in read_slots(session, principal, now - IDLE_LOOKBACK, now,
