@@ -38,6 +38,9 @@ class Action(StrEnum):
     MANAGE_QUOTAS = "quotas:manage"
     READ_SERVER_SETTINGS = "server_settings:read"
     READ_FLEET_METRICS = "metrics:read"
+    READ_RECEIVERS = "receivers:read"
+    MANAGE_RECEIVERS = "receivers:manage"
+    READ_NOTIFICATIONS = "notifications:read"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -60,6 +63,9 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.MANAGE_QUOTAS: "manage quotas",
     Action.READ_SERVER_SETTINGS: "read the server's settings",
     Action.READ_FLEET_METRICS: "read the fleet's /metrics",
+    Action.READ_RECEIVERS: "read receivers and their delivery log",
+    Action.MANAGE_RECEIVERS: "manage receivers",
+    Action.READ_NOTIFICATIONS: "read its notifications",
 }
 
 
@@ -82,6 +88,7 @@ class AuditSubject(StrEnum):
     PROJECT = "project"
     REQUEST = "request"
     POOL = "pool"
+    RECEIVER = "receiver"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -110,6 +117,12 @@ GRANTS: dict[Action, frozenset[Role]] = {
     # The server's /metrics is for monitoring (a viewer token): it shows every project's
     # allocations and the fleet's requests, which members may not see, so they get none.
     Action.READ_FLEET_METRICS: frozenset({Role.ADMIN, Role.OPERATOR, Role.VIEWER}),
+    # Receivers hold secrets and decide who hears what: administrators write them;
+    # operators read them (secrets masked) and their delivery log to see what failed.
+    Action.READ_RECEIVERS: frozenset(_OPERATORS),
+    Action.MANAGE_RECEIVERS: frozenset({Role.ADMIN}),
+    # Every person reads their own inbox (the services show only the caller's messages).
+    Action.READ_NOTIFICATIONS: frozenset(_READERS),
 }
 
 

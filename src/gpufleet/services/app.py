@@ -23,6 +23,8 @@ from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
+from gpufleet.services.operations import receiver_admin
+from gpufleet.services.operations.sender import OutboxSender, Round
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
 from gpufleet.services.telemetry.ingest import TelemetryIngest
@@ -33,6 +35,7 @@ from gpufleet.store.database import StateStore
 from gpufleet.store.tables import User
 from gpufleet.tsdb import TelemetryStore
 from gpufleet.wire import inventory as wi
+from gpufleet.wire import receivers as wr
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
 from gpufleet.wire.base import Page
 from gpufleet.wire.server_settings import ServerSetting
@@ -56,6 +59,7 @@ class Gpufleet:
         self._telemetry_lock = threading.Lock()
         self.queries = TelemetryQueries(store, lambda: self.telemetry, settings, self.clock)
         self.ingest = TelemetryIngest(store, lambda: self.telemetry, settings, self.clock)
+        self.outbox_sender = OutboxSender(store, settings, self.clock)
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -89,6 +93,7 @@ class Gpufleet:
 
     def close(self) -> None:
         """Close the telemetry store and the state store's connections."""
+        self.outbox_sender.close()
         self.close_telemetry()
         self.store.dispose()
 
@@ -358,3 +363,41 @@ class Gpufleet:
         with self.store.read() as session:
             return mig_configs.export(session, principal, node=node, environment=environment,
                                       now=self.clock.now(), generator=f"gpufleet {__version__}")
+
+    # --- notifications: receivers, the outbox sender, the inbox --------------------------
+    def send_notifications(self) -> Round:
+        """One round of the outbox sender (the server's outbox loop): claims what is due
+        and hands it to the receivers' workers without waiting for them. Safe on every
+        replica at once: claims are row locks (docs/operations.md, "The outbox")."""
+        return self.outbox_sender.dispatch()
+
+    def create_receiver(self, principal: Principal, body: wr.ReceiverCreate) -> wr.ReceiverView:
+        with self.store.write() as session:
+            return receiver_admin.create_receiver(session, principal, body, self.clock.now())
+
+    def list_receivers(self, principal: Principal, cursor: str | None,
+                       limit: int) -> Page[wr.ReceiverView]:
+        with self.store.read() as session:
+            return receiver_admin.list_receivers(session, principal, cursor, limit)
+
+    def show_receiver(self, principal: Principal, name: str) -> wr.ReceiverView:
+        with self.store.read() as session:
+            return receiver_admin.show_receiver(session, principal, name)
+
+    def delete_receiver(self, principal: Principal, name: str) -> wr.ReceiverView:
+        with self.store.write() as session:
+            return receiver_admin.delete_receiver(session, principal, name, self.clock.now())
+
+    def test_receiver(self, principal: Principal, name: str) -> wr.TestQueued:
+        with self.store.write() as session:
+            return receiver_admin.queue_test(session, principal, name, self.clock.now())
+
+    def receiver_deliveries(self, principal: Principal, name: str, cursor: str | None,
+                            limit: int) -> Page[wr.DeliveryView]:
+        with self.store.read() as session:
+            return receiver_admin.list_deliveries(session, principal, name, cursor, limit)
+
+    def list_notifications(self, principal: Principal, cursor: str | None,
+                           limit: int) -> Page[wr.NotificationView]:
+        with self.store.read() as session:
+            return receiver_admin.list_inbox(session, principal, cursor, limit)
