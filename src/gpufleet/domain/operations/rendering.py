@@ -5,7 +5,7 @@ alert. Pure: the same payload (`Notification.as_payload`) renders the same every
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpufleet.domain.operations.notifications import UNIT_LABELS
@@ -69,25 +69,38 @@ def alertmanager_alert(payload: dict[str, Any], created_at: datetime) -> dict[st
     """One alert of Alertmanager's API v2 (`POST /api/v2/alerts`).
 
     Labels are the notification's labels (names made Prometheus-safe) plus `alertname` —
-    the label `alertname`, else `rule`, else the kind — and `severity`. `alert.firing`
-    sets `startsAt`; `alert.resolved` sets `endsAt`, which Alertmanager matches to the
-    firing alert by its labels. The times are the payload's `starts_at` / `ends_at` where
-    the alert rule gave them, else when the notification was queued.
+    the label `alertname`, else `rule`, else `GpufleetAlert` for alerts and the kind for
+    other notifications — and `severity`. Alertmanager identifies an alert by its labels,
+    so `alert.resolved` (which sets `endsAt`) resolves the `alert.firing` (`startsAt`) of
+    the same labels. The times are the payload's `starts_at` / `ends_at` where the alert
+    rule gave them, else when the notification was queued. Any other kind is a one-off:
+    it starts when queued and ends `ONE_OFF_ALERT_S` later.
     """
+    kind = str(payload.get("kind", ""))
     labels = {_LABEL_NAME.sub("_", k): str(v)
               for k, v in (payload.get("labels") or {}).items() if str(v)}
-    labels.setdefault("alertname", labels.get("rule") or str(payload.get("kind", "gpufleet")))
+    labels.setdefault("alertname", labels.get("rule") or (
+        "GpufleetAlert" if kind.startswith("alert.") else kind or "gpufleet"))
     labels["severity"] = str(payload.get("severity", "info"))
     alert: dict[str, Any] = {
         "labels": labels,
         "annotations": {k: v for k, v in (("summary", payload.get("summary")),
                                           ("description", payload.get("text"))) if v},
     }
-    at = created_at.isoformat().replace("+00:00", "Z")
-    if payload.get("kind") == "alert.resolved":
-        alert["endsAt"] = payload.get("ends_at") or at
+    if kind == "alert.resolved":
+        alert["endsAt"] = payload.get("ends_at") or _iso(created_at)
         if payload.get("starts_at"):
             alert["startsAt"] = payload["starts_at"]
+    elif kind == "alert.firing":
+        alert["startsAt"] = payload.get("starts_at") or _iso(created_at)
     else:
-        alert["startsAt"] = payload.get("starts_at") or at
+        alert["startsAt"] = _iso(created_at)
+        alert["endsAt"] = _iso(created_at + timedelta(seconds=ONE_OFF_ALERT_S))
     return alert
+
+
+ONE_OFF_ALERT_S = 300
+
+
+def _iso(at: datetime) -> str:
+    return at.isoformat().replace("+00:00", "Z")

@@ -25,7 +25,7 @@ _PERMANENT = {"users_not_found", "invalid_auth", "account_inactive", "not_authed
 def deliver(message: Outgoing, transport: Transport) -> Attempt:
     config = message.config
     client = WebClient(token=config["token"], timeout=int(max(1, transport.timeout_s)),
-                       base_url=config.get("api_url") or WebClient.BASE_URL)
+                       base_url=(config.get("api_url") or WebClient.BASE_URL).rstrip("/") + "/")
     try:
         if message.recipient is None:
             channel = config["channel"]
