@@ -21,6 +21,7 @@ from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
 from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.inventory import UserCreate
+from gpufleet.wire.receivers import ReceiverCreate
 from gpufleet.wire.remote_write import encode_write_request
 from gpufleet.wire.requests import PoolCreate, RequestCreate
 from gpufleet.wire.telemetry import NodeSnapshot, UnitSnapshot
@@ -116,6 +117,15 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/telemetry/zombies"): READERS,
     ("GET", "/api/v1/telemetry/unattributed"): READERS,
     ("GET", "/api/v1/telemetry/top"): READERS,
+    # Receivers hold secrets: admins write them, operators read them and their log.
+    ("POST", "/api/v1/receivers"): ADMIN,
+    ("GET", "/api/v1/receivers"): OPERATORS,
+    ("GET", "/api/v1/receivers/{name}"): OPERATORS,
+    ("DELETE", "/api/v1/receivers/{name}"): ADMIN,
+    ("POST", "/api/v1/receivers/{name}/test"): ADMIN,
+    ("GET", "/api/v1/receivers/{name}/deliveries"): OPERATORS,
+    # Every person reads their own notifications.
+    ("GET", "/api/v1/notifications"): READERS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -194,6 +204,7 @@ def world(request, tmp_path_factory) -> Iterator[World]:
             }).json()["tokens"][0]["token"],
         }
         clock.advance(2 * 86_400)  # past the `expired` token's day, well within the others'
+        assert api.post("/api/v1/receivers", json=_webhook("ops-hook")).status_code == 201
         w.vision_request = api.post("/api/v1/requests", json={
             "project": "vision", "count": 1, "models": ["H100-80GB"]}).json()["code"]
         w.vision_pool = api.post("/api/v1/pools", json={
@@ -202,6 +213,10 @@ def world(request, tmp_path_factory) -> Iterator[World]:
 
 
 Request = tuple[str, dict | bytes | None]  # (concrete path, JSON body or raw bytes)
+
+
+def _webhook(name: str) -> dict:
+    return {"name": name, "kind": "webhook", "config": {"url": "http://127.0.0.1:9/hook"}}
 
 
 def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
@@ -311,6 +326,15 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         ("DELETE", "/api/v1/projects/{name}/auto-approve"): lambda: (
             template.format(name="vision"), None),
         ("GET", "/api/v1/telemetry/query"): lambda: (f"{template}?metric=gpu.sm_active", None),
+        ("POST", "/api/v1/receivers"): lambda: (template, _webhook(world.unique("r"))),
+        ("GET", "/api/v1/receivers/{name}"): lambda: (template.format(name="ops-hook"), None),
+        ("DELETE", "/api/v1/receivers/{name}"): lambda: (template.format(
+            name=world.gf.create_receiver(SYSTEM, ReceiverCreate.model_validate(
+                _webhook(world.unique("r")))).name), None),
+        ("POST", "/api/v1/receivers/{name}/test"): lambda: (
+            template.format(name="ops-hook"), None),
+        ("GET", "/api/v1/receivers/{name}/deliveries"): lambda: (
+            template.format(name="ops-hook"), None),
     }
     return builders.get(route, lambda: (template, None))()
 
