@@ -92,6 +92,10 @@ COMMANDS: dict[str, LazyCommand] = {
                                "regions, on-prem clusters)."),
     "audit": LazyCommand("audit", "app", "The audit log."),
     "mig": LazyCommand("mig", "app", "MIG layouts: export them for NVIDIA mig-parted."),
+    "receivers": LazyCommand("receivers", "app", "Receivers: where notifications go (Slack, "
+                             "e-mail, webhooks, Alertmanager, the users' inbox)."),
+    "notifications": LazyCommand("notifications", "app", "Your notifications: what gpufleet "
+                                 "told you."),
 }
 
 

@@ -13,11 +13,13 @@ from enum import StrEnum
 from typing import Annotated, Any, ClassVar
 
 from pydantic import (
+    AfterValidator,
     AnyHttpUrl,
     BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
+    TypeAdapter,
     field_validator,
 )
 
@@ -37,7 +39,17 @@ class ReceiverKind(StrEnum):
 # What a view shows instead of a secret that is set.
 SECRET_SET = "set"
 
-Url = Annotated[AnyHttpUrl, Field(description="http:// or https:// URL")]
+_HTTP_URL = TypeAdapter(AnyHttpUrl)
+
+
+def _http_url(value: str) -> str:
+    """Checked as an http(s) URL, kept as typed (pydantic would add a trailing slash)."""
+    _HTTP_URL.validate_python(value)
+    return value
+
+
+Url = Annotated[str, StringConstraints(max_length=2000), AfterValidator(_http_url),
+                Field(description="http:// or https:// URL")]
 Email = Annotated[str, StringConstraints(min_length=3, max_length=254,
                                          pattern=r"^[^@\s<>]+@[^@\s<>]+$")]
 

@@ -205,13 +205,6 @@ def queue_test(session: Session, principal: Principal, name: str,
     return TestQueued(queued=len(keys), idempotency_keys=keys)
 
 
-def status_of(outcome: str) -> int | None:
-    """The receiver's own status code, which the outcome word ends with (`http_503`,
-    `smtp_451`); None for outcomes without one (`timeout`, `delivered`)."""
-    head, _, code = outcome.rpartition("_")
-    return int(code) if head and code.isdigit() else None
-
-
 def list_deliveries(session: Session, principal: Principal, name: str, cursor: str | None,
                     limit: int) -> Page[DeliveryView]:
     principal.require(Action.READ_RECEIVERS)
@@ -222,7 +215,7 @@ def list_deliveries(session: Session, principal: Principal, name: str, cursor: s
     rows, next_cursor = keyset_page(session, query, _NEWEST_DELIVERY, cursor, limit)
     return Page[DeliveryView](items=[DeliveryView(
         id=d.id, at=d.at, message_id=d.message_id, attempt=d.attempt, ok=d.ok,
-        outcome=d.outcome, status=status_of(d.outcome), detail=d.detail,
+        outcome=d.outcome, status=d.status, detail=d.detail,
         duration_ms=d.duration_ms, recipient=m.recipient, kind=m.kind,
         idempotency_key=m.idempotency_key) for d, m in rows], next_cursor=next_cursor)
 

@@ -185,7 +185,7 @@ class OutboxSender:
             session.add(OutboxDelivery(message_id=row.id, receiver_id=row.receiver_id, at=now,
                                        attempt=row.attempts, ok=attempt.ok,
                                        outcome=attempt.outcome[:63], detail=attempt.detail,
-                                       duration_ms=duration_ms))
+                                       status=attempt.status, duration_ms=duration_ms))
             if attempt.ok:
                 row.delivered_at, row.last_error = now, None
                 return None
