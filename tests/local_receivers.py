@@ -51,6 +51,8 @@ class LocalHttpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # no 40 ms delayed ACK between header and body
+
             def do_POST(self):
                 self._answer()
 

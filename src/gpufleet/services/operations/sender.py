@@ -40,6 +40,9 @@ from gpufleet.store.tables import OutboxDelivery, OutboxMessage, Receiver, User
 log = logging.getLogger(__name__)
 
 INBOX = "inbox"
+# A worker records its outcomes at least this often (see `OutboxSender._work`).
+RECORD_EVERY = 25
+RECORD_AFTER_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,13 @@ class OutboxSender:
 
     # --- a receiver's worker -------------------------------------------------------------
     def _work(self, batch: list[Outgoing], transport: Transport) -> None:
+        """Send a receiver's batch in order. Outcomes are recorded a few at a time (one
+        transaction for up to `RECORD_EVERY` attempts or `RECORD_AFTER_S`): a crash before
+        the record only means those are sent again, which at least once allows. A failure
+        is recorded at once, and the rest of the batch waits with it."""
         deliver = DELIVER[batch[0].receiver_kind]
+        settled: list[tuple[Outgoing, Attempt, int]] = []
+        first_unrecorded = time.perf_counter()
         for index, message in enumerate(batch):
             started = time.perf_counter()
             try:
@@ -164,40 +173,56 @@ class OutboxSender:
                 log.exception("receiver %s failed on message %d", message.receiver, message.id)
                 attempt = Attempt(ok=False, outcome="error",
                                   detail=f"{type(exc).__name__}: {exc}"[:500])
-            duration_ms = int((time.perf_counter() - started) * 1000)
-            retry_at = self._record(message, attempt, duration_ms)
-            if retry_at is not None and not attempt.permanent:
-                # The receiver is failing: the rest of its batch waits with this message
-                # instead of each costing a timeout now.
-                self._release(batch[index + 1:], retry_at)
-                return
+            settled.append((message, attempt, int((time.perf_counter() - started) * 1000)))
+            failing = not attempt.ok and not attempt.permanent
+            if failing or len(settled) >= RECORD_EVERY or (
+                    time.perf_counter() - first_unrecorded >= RECORD_AFTER_S):
+                retry_at = self._record(settled)
+                settled, first_unrecorded = [], time.perf_counter()
+                if failing and retry_at is not None:
+                    # The receiver is failing: the rest of its batch waits with this
+                    # message instead of each costing a timeout now.
+                    self._release(batch[index + 1:], retry_at)
+                    return
+        if settled:
+            self._record(settled)
 
-    def _record(self, message: Outgoing, attempt: Attempt,
-                duration_ms: int) -> datetime | None:
-        """Log the attempt and settle the message; returns when it will be retried (None:
-        delivered, abandoned, or gone with its receiver)."""
+    def _record(self, settled: list[tuple[Outgoing, Attempt, int]]) -> datetime | None:
+        """Log the attempts and settle their messages in one transaction; returns when
+        the last one will be retried (None: delivered, abandoned, or gone with its
+        receiver)."""
         now = self.clock.now()
+        retry_at = None
         with self.store.write() as session:
-            row = session.get(OutboxMessage, message.id)
-            if row is None:  # its receiver was removed meanwhile
-                return None
-            row.attempts += 1
-            session.add(OutboxDelivery(message_id=row.id, receiver_id=row.receiver_id, at=now,
-                                       attempt=row.attempts, ok=attempt.ok,
-                                       outcome=attempt.outcome[:63], detail=attempt.detail,
-                                       status=attempt.status, duration_ms=duration_ms))
-            if attempt.ok:
-                row.delivered_at, row.last_error = now, None
-                return None
-            row.last_error = f"{attempt.outcome}: {attempt.detail or ''}"[:2000]
-            if attempt.permanent or self.policy.gives_up(row.created_at, now):
-                row.abandoned_at = now
-                log.warning("gave up on outbox message %d to %s after %d attempts: %s",
-                            row.id, message.receiver, row.attempts, row.last_error)
-                return None
-            delay_s = self.policy.delay_s(row.attempts, self._jitter(), attempt.retry_after_s)
-            row.next_attempt_at = now + timedelta(seconds=delay_s)
-            return row.next_attempt_at
+            rows = {r.id: r for r in session.scalars(select(OutboxMessage).where(
+                OutboxMessage.id.in_([m.id for m, _, _ in settled])))}
+            for message, attempt, duration_ms in settled:
+                row = rows.get(message.id)
+                if row is None:  # its receiver was removed meanwhile
+                    retry_at = None
+                    continue
+                retry_at = self._settle(session, row, message, attempt, duration_ms, now)
+        return retry_at
+
+    def _settle(self, session: Session, row: OutboxMessage, message: Outgoing,
+                attempt: Attempt, duration_ms: int, now: datetime) -> datetime | None:
+        row.attempts += 1
+        session.add(OutboxDelivery(message_id=row.id, receiver_id=row.receiver_id, at=now,
+                                   attempt=row.attempts, ok=attempt.ok,
+                                   outcome=attempt.outcome[:63], detail=attempt.detail,
+                                   status=attempt.status, duration_ms=duration_ms))
+        if attempt.ok:
+            row.delivered_at, row.last_error = now, None
+            return None
+        row.last_error = f"{attempt.outcome}: {attempt.detail or ''}"[:2000]
+        if attempt.permanent or self.policy.gives_up(row.created_at, now):
+            row.abandoned_at = now
+            log.warning("gave up on outbox message %d to %s after %d attempts: %s",
+                        row.id, message.receiver, row.attempts, row.last_error)
+            return None
+        delay_s = self.policy.delay_s(row.attempts, self._jitter(), attempt.retry_after_s)
+        row.next_attempt_at = now + timedelta(seconds=delay_s)
+        return row.next_attempt_at
 
     def _release(self, rest: list[Outgoing], at: datetime) -> None:
         if not rest:
