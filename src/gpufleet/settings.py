@@ -188,7 +188,7 @@ class Settings(BaseSettings):
         "as failed and is retried."))
     outbox_receiver_batch: int = Field(default=50, ge=1, le=10_000, description=(
         "Messages one receiver's worker takes per round; a claimed message not settled "
-        "within batch × timeout + 60 s (the process died) is sent again."))
+        "within batch × timeout + 10 s (the process died) is sent again."))
     outbox_workers: int = Field(default=16, ge=1, le=256, description=(
         "Receivers delivered to at the same time, each by its own worker: one slow "
         "receiver holds one worker and delays no other receiver."))

@@ -43,6 +43,8 @@ INBOX = "inbox"
 # A worker records its outcomes at least this often (see `OutboxSender._work`).
 RECORD_EVERY = 25
 RECORD_AFTER_S = 0.25
+# Beyond the batch's attempts, time for the worker to record them (a busy state store).
+LEASE_MARGIN_S = 10
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class OutboxSender:
         self.batch = settings.outbox_receiver_batch
         self.timeout_s = settings.outbox_receiver_timeout_s
         # Long enough for a worker to try its whole batch, each attempt timing out.
-        self.lease = timedelta(seconds=self.batch * self.timeout_s + 60)
+        self.lease = timedelta(seconds=self.batch * self.timeout_s + LEASE_MARGIN_S)
         self.policy = RetryPolicy(base_s=settings.outbox_retry_base_s,
                                   max_s=settings.outbox_retry_max_s,
                                   give_up_after_s=settings.outbox_give_up_after_s,
