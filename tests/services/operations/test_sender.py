@@ -191,18 +191,20 @@ def _delivered_to(store, receiver: str) -> int:
 
 def test_a_message_in_flight_when_the_process_dies_is_sent_again(store, settings, clock):
     """kill -9 mid-send: the rows are the only state. The claimed message is nobody's until
-    its lease ends; then the next process sends it again (at least once)."""
+    its lease ends; then the next process sends it again (at least once). The real kill -9
+    is in test_sender_process.py; this one runs on both databases."""
     with LocalHttpReceiver() as hook:
         hook.hold = threading.Event()
         _receiver(store, "hook", hook.url)
         _queue(store, clock, 1)
         dead = _sender(store, settings, clock)
+        dead._record = lambda _settled: None  # killed: it never records what it sent
         dead.dispatch()
         _wait_for(lambda: len(hook.received) == 1, "the first send started")
         restarted = _sender(store, settings, clock)  # the process that comes back
         assert restarted.run_once().dispatched == 0  # leased to the dead one
         clock.advance(dead.lease.total_seconds())
-        hook.hold.set()  # the stand-in for a dead process: it never records anything
+        hook.hold.set()
         assert restarted.run_once().dispatched == 1
         restarted.close()
     keys = [r.headers["idempotency-key"] for r in hook.received]

@@ -130,8 +130,11 @@ class OutboxSender:
     # --- claiming ------------------------------------------------------------------------
     def _claim(self, busy: set[int]) -> tuple[dict[int, list[Outgoing]], int]:
         now = self.clock.now()
+        due = _due(now)
+        with self.store.read() as session:  # most rounds find nothing: no write lock then
+            if session.scalar(select(OutboxMessage.id).where(due).limit(1)) is None:
+                return {}, 0
         with self.store.write() as session:
-            due = _due(now)
             receivers = {r.id: r for r in session.scalars(select(Receiver).where(
                 Receiver.id.in_(select(OutboxMessage.receiver_id).where(due).distinct()),
                 Receiver.id.not_in(busy) if busy else True))}
