@@ -139,3 +139,23 @@ def test_each_user_reads_only_their_own_notifications(api, gf, clock):
     bob = api.as_(tokens["bob"]).get("/api/v1/notifications").json()["items"]
     assert [(n["summary"], n["labels"]) for n in bob] == [
         ("GPU 2 quarantined", {"gpu": "GPU-2"}), ("GPU 1 quarantined", {"gpu": "GPU-1"})]
+
+
+def test_metrics_show_what_waits_for_each_receiver(api, gf, clock):
+    from tests.api.test_prometheus import scrape
+
+    with LocalHttpReceiver(lambda _r: Reply(503)) as hook:
+        _create(api, name="hook", kind="webhook", config={"url": hook.url})
+        _create(api, name="idle", kind="inbox")
+        api.post("/api/v1/receivers/hook/test")
+        gf.outbox_sender.run_once()
+        gf.outbox_sender.close()
+    clock.advance(90)
+    metrics = scrape(api)
+    assert metrics["gpufleet_outbox_messages"] == {
+        (("receiver", "hook"), ("state", "waiting")): 1,
+        (("receiver", "hook"), ("state", "abandoned")): 0,
+        (("receiver", "idle"), ("state", "waiting")): 0,
+        (("receiver", "idle"), ("state", "abandoned")): 0}
+    assert metrics["gpufleet_outbox_oldest_waiting_seconds"] == {
+        (("receiver", "hook"),): 90, (("receiver", "idle"),): 0}

@@ -23,7 +23,7 @@ from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
-from gpufleet.services.operations import receiver_admin
+from gpufleet.services.operations import outbox_metrics, receiver_admin
 from gpufleet.services.operations.sender import OutboxSender, Round
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
@@ -282,6 +282,7 @@ class Gpufleet:
         principal.require(Action.READ_FLEET_METRICS)
         with self.store.read() as session:
             families = server_metrics.gather(session, principal, self.clock.now())
+            families += outbox_metrics.families(session, self.clock.now())
         # A telemetry store without funnel queries leaves the state gauges to count alone.
         with contextlib.suppress(Unavailable):
             families += server_metrics.funnel_families(
