@@ -98,9 +98,11 @@ class LocalHttpReceiver:
 
 
 @contextmanager
-def local_smtp() -> Iterator[list]:
-    """An aiosmtpd server on a free port; yields (port, envelopes received)."""
+def local_smtp(login: tuple[str, str] | None = None) -> Iterator[list]:
+    """An aiosmtpd server on a free port; yields (port, envelopes received). With `login`
+    (user, password) it requires AUTH, over plain SMTP (no certificate here)."""
     from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult
 
     class Keep:
         def __init__(self):
@@ -110,8 +112,14 @@ def local_smtp() -> Iterator[list]:
             self.envelopes.append(envelope)
             return "250 OK"
 
+    def authenticate(server, session, envelope, mechanism, auth_data):
+        given = (auth_data.login.decode(), auth_data.password.decode())
+        return AuthResult(success=given == login)
+
     handler = Keep()
-    controller = Controller(handler, hostname="127.0.0.1", port=free_port())
+    auth = ({"authenticator": authenticate, "auth_required": True, "auth_require_tls": False}
+            if login else {})
+    controller = Controller(handler, hostname="127.0.0.1", port=free_port(), **auth)
     controller.start()
     try:
         yield controller.port, handler.envelopes

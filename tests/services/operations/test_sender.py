@@ -246,3 +246,32 @@ def test_two_senders_never_claim_the_same_message(store, settings, clock):
         two.close()
     keys = [r.headers["idempotency-key"] for r in hook.received]
     assert len(keys) == len(set(keys)) == 200
+
+
+def test_owners_are_reached_at_their_gpufleet_email(store, settings, clock):
+    from email import message_from_bytes
+
+    from tests.local_receivers import local_smtp
+
+    with local_smtp() as (port, envelopes):
+        with store.write() as s:
+            s.add(User(name="alice", role="member", email="alice@example.com",
+                       created_at=START))
+            s.add(User(name="bob", role="member", created_at=START))  # no e-mail
+            create_receiver(s, SYSTEM, ReceiverCreate(
+                name="mail", kind="email", broadcast=False, tells_owners=True,
+                config={"host": "127.0.0.1", "port": port, "from": "g@example.com"}), START)
+        with store.write() as s:
+            notify_all(s, [Notification(kind="reclaim.warning", severity=Severity.WARNING,
+                                        summary="GR-1042 idle for 4 h", dedup_key="w1",
+                                        owners=("alice", "bob"))], clock.now())
+        sender = _sender(store, settings, clock)
+        sender.run_once()
+        sender.close()
+    assert [e.rcpt_tos for e in envelopes] == [["alice@example.com"]]
+    assert message_from_bytes(envelopes[0].content)["Subject"] == \
+        "[warning] GR-1042 idle for 4 h"
+    assert _states(store) == {"delivered": 1, "abandoned": 1, "waiting": 0}
+    with store.read() as s:
+        outcomes = sorted(s.scalars(select(OutboxDelivery.outcome)))
+    assert outcomes == ["delivered", "no_email"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from email import message_from_bytes
 
+import pytest
+
 from gpufleet.services.operations.receivers import email_smtp
 from tests.local_receivers import free_port, local_smtp
 from tests.services.operations.receivers.outgoing_world import outgoing, transport
@@ -38,3 +40,23 @@ def test_an_smtp_server_that_is_down_is_a_retryable_failure():
             "host": "127.0.0.1", "port": free_port(), "from": "g@example.com",
             "to": ["x@example.com"]}), t)
     assert (attempt.ok, attempt.outcome, attempt.permanent) == (False, "unreachable", False)
+
+
+# No certificate here, so AUTH over plain SMTP, which aiosmtpd rightly warns about.
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+def test_smtp_login_with_the_configured_credentials():
+    config = {"host": "127.0.0.1", "from": "g@example.com", "to": ["ops@example.com"],
+              "username": "gpufleet", "password": "right-password"}
+    with local_smtp(login=("gpufleet", "right-password")) as (port, envelopes):
+        with transport() as t:
+            ok = email_smtp.deliver(outgoing("email", {**config, "port": port}), t)
+            anonymous = email_smtp.deliver(outgoing("email", {
+                "host": "127.0.0.1", "port": port, "from": "g@example.com",
+                "to": ["ops@example.com"]}), t)
+        with transport(timeout_s=1) as t:  # aiosmtpd may not answer a refused login
+            wrong = email_smtp.deliver(outgoing("email", {**config, "port": port,
+                                                          "password": "wrong"}), t)
+    assert ok.ok
+    assert (anonymous.ok, anonymous.outcome, anonymous.status) == (False, "smtp_530", 530)
+    assert not wrong.ok and not wrong.permanent
+    assert len(envelopes) == 1
