@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,15 +22,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_process(data_dir: Path, **settings: object) -> Iterator[tuple[str, str]]:
+def serve_process(data_dir: Path, *, on_start: Callable[[subprocess.Popen], None] | None = None,
+                  **settings: object) -> Iterator[tuple[str, str]]:
     """Run `python -m gpufleet serve` with `GPUFLEET_<NAME>` for each setting given;
-    yields (its URL, the admin token) once it is ready, and stops it after."""
+    yields (its URL, the admin token) once it is ready, and stops it after. `on_start` is
+    handed the process (a test that kills it)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
     env.update({"GPUFLEET_DATA_DIR": str(data_dir), "GPUFLEET_PORT": str(port),
                 "GPUFLEET_HOST": "127.0.0.1", "GPUFLEET_LOG_LEVEL": "warning"})
     env.update({f"GPUFLEET_{name.upper()}": str(value) for name, value in settings.items()})
     process = subprocess.Popen([sys.executable, "-m", "gpufleet", "serve"], env=env)
+    if on_start is not None:
+        on_start(process)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -232,6 +232,29 @@ class Settings(BaseSettings):
         "warning)."))
     reclaim_interval_s: float = Field(default=60.0, gt=0, le=3600, description=(
         "How often the server's reclaim loop runs a round (one replica, leader-locked)."))
+    # --- operations: the outbox sender (docs/operations.md, "The outbox") ----------------
+    outbox_send_interval_s: float = Field(default=1.0, gt=0, le=3600, description=(
+        "How often the server looks for outbox messages due for delivery."))
+    outbox_receiver_timeout_s: float = Field(default=10.0, gt=0, le=300, description=(
+        "Longest one delivery attempt may take (connect, send, answer) before it counts "
+        "as failed and is retried."))
+    outbox_receiver_batch: int = Field(default=50, ge=1, le=10_000, description=(
+        "Messages one receiver's worker takes per round; a claimed message not settled "
+        "within batch × timeout + 10 s (the process died) is sent again."))
+    outbox_workers: int = Field(default=16, ge=1, le=256, description=(
+        "Receivers delivered to at the same time, each by its own worker: one slow "
+        "receiver holds one worker and delays no other receiver."))
+    outbox_retry_base_s: float = Field(default=10.0, gt=0, le=86_400, description=(
+        "Wait after a failed attempt; doubles per attempt (with jitter) up to "
+        "outbox_retry_max_s, never shorter than the receiver's Retry-After."))
+    outbox_retry_max_s: float = Field(default=900.0, gt=0, le=86_400, description=(
+        "Longest wait between two attempts of one message (Retry-After aside)."))
+    outbox_retry_after_max_s: float = Field(default=3600.0, gt=0, le=86_400, description=(
+        "Longest Retry-After a receiver is obeyed for."))
+    outbox_give_up_after_s: float = Field(default=172_800.0, gt=0, le=90 * 86_400,
+                                          description=(
+        "Age at which a message still failing is abandoned (kept, with its delivery log); "
+        "default two days, so a receiver down for an hour, or a weekend night, loses none."))
 
     # Values the program itself chose, by name, with who chose them ("command line" for a
     # flag; the demo for its own defaults): `describe_settings` names them as the source.

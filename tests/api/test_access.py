@@ -27,6 +27,7 @@ from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.alerts import SilenceCreate
 from gpufleet.wire.events import EventSubscriptionCreate
 from gpufleet.wire.inventory import UserCreate
+from gpufleet.wire.receivers import ReceiverCreate
 from gpufleet.wire.reclaim import PolicySet
 from gpufleet.wire.remote_write import encode_write_request
 from gpufleet.wire.requests import PoolCreate, RequestCreate
@@ -150,6 +151,15 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/reclaim/exemptions"): READERS,
     ("GET", "/api/v1/reclaim/report"): READERS,
     ("POST", "/api/v1/requests/{code}/exempt"): REQUESTERS,
+    # Receivers hold secrets: admins write them, operators read them and their log.
+    ("POST", "/api/v1/receivers"): ADMIN,
+    ("GET", "/api/v1/receivers"): OPERATORS,
+    ("GET", "/api/v1/receivers/{name}"): OPERATORS,
+    ("DELETE", "/api/v1/receivers/{name}"): ADMIN,
+    ("POST", "/api/v1/receivers/{name}/test"): ADMIN,
+    ("GET", "/api/v1/receivers/{name}/deliveries"): OPERATORS,
+    # Every person reads their own notifications.
+    ("GET", "/api/v1/notifications"): READERS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -228,6 +238,7 @@ def world(request, tmp_path_factory) -> Iterator[World]:
             }).json()["tokens"][0]["token"],
         }
         clock.advance(2 * 86_400)  # past the `expired` token's day, well within the others'
+        assert api.post("/api/v1/receivers", json=_webhook("ops-hook")).status_code == 201
         w.vision_request = api.post("/api/v1/requests", json={
             "project": "vision", "count": 1, "models": ["H100-80GB"]}).json()["code"]
         w.vision_pool = api.post("/api/v1/pools", json={
@@ -249,6 +260,10 @@ class AlertRuleStub:
 
 
 Request = tuple[str, dict | bytes | None]  # (concrete path, JSON body or raw bytes)
+
+
+def _webhook(name: str) -> dict:
+    return {"name": name, "kind": "webhook", "config": {"url": "http://127.0.0.1:9/hook"}}
 
 
 def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
@@ -404,6 +419,15 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             template.format(scope="environment", name=reclaim_policy()), None),
         ("POST", "/api/v1/requests/{code}/exempt"): lambda: (
             template.format(code=new_request()), {"reason": "a demo", "hours": 1}),
+        ("POST", "/api/v1/receivers"): lambda: (template, _webhook(world.unique("r"))),
+        ("GET", "/api/v1/receivers/{name}"): lambda: (template.format(name="ops-hook"), None),
+        ("DELETE", "/api/v1/receivers/{name}"): lambda: (template.format(
+            name=world.gf.create_receiver(SYSTEM, ReceiverCreate.model_validate(
+                _webhook(world.unique("r")))).name), None),
+        ("POST", "/api/v1/receivers/{name}/test"): lambda: (
+            template.format(name="ops-hook"), None),
+        ("GET", "/api/v1/receivers/{name}/deliveries"): lambda: (
+            template.format(name="ops-hook"), None),
     }
     return builders.get(route, lambda: (template, None))()
 

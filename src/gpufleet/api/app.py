@@ -25,6 +25,7 @@ from gpufleet.api.routes import (
     lifecycle,
     mig,
     prometheus,
+    receivers,
     reclaim,
     server_settings,
     telemetry,
@@ -112,6 +113,18 @@ async def _alert_loop(gf: Gpufleet) -> None:
             log.warning("alert round skipped: %s", exc.message)
         except Exception:  # the loop must outlive a bug in one round
             log.exception("alert round failed")
+async def _outbox_loop(gf: Gpufleet) -> None:
+    """Deliver queued notifications (docs/operations.md, "The outbox"). Each round only
+    claims and hands out work, so a slow receiver never holds the loop; every replica
+    runs it, and row claims keep them apart."""
+    while True:
+        await asyncio.sleep(gf.settings.outbox_send_interval_s)
+        try:
+            await run_in_threadpool(gf.send_notifications)
+        except GpufleetError as exc:
+            log.warning("outbox round skipped: %s", exc.message)
+        except Exception:  # the loop must outlive a bug in one round
+            log.exception("outbox round failed")
 
 
 DOCS_ASSETS_PATH = "/docs-assets"
@@ -121,7 +134,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         loops = (_silent_node_loop, _lifecycle_loop, _telemetry_upkeep_loop, _alert_loop,
-                 _reclaim_loop)
+                 _reclaim_loop, _outbox_loop)
         tasks = [asyncio.create_task(loop(gf)) for loop in loops] if background_loops else []
         yield
         for task in tasks:
@@ -160,6 +173,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(events.router)
     app.include_router(alerts.router)
     app.include_router(reclaim.router)
+    app.include_router(receivers.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

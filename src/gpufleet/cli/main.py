@@ -97,6 +97,10 @@ COMMANDS: dict[str, LazyCommand] = {
     "alerts": LazyCommand("alerts", "app", "Alerts: list, inspect, acknowledge, silence, "
                           "history."),
     "reclaim": LazyCommand("reclaim", "app", "Reclamation: idle allocations back to the pool."),
+    "receivers": LazyCommand("receivers", "app", "Receivers: where notifications go (Slack, "
+                             "e-mail, webhooks, Alertmanager, the users' inbox)."),
+    "notifications": LazyCommand("notifications", "app", "Your notifications: what gpufleet "
+                                 "told you."),
 }
 
 

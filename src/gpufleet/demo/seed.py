@@ -15,8 +15,14 @@ from gpufleet.domain.access import Role
 from gpufleet.services.access import people
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
+from gpufleet.services.operations.receiver_admin import create_receiver
 from gpufleet.store.tables import Project
 from gpufleet.wire.inventory import ProjectCreate, ProjectMemberAdd, UserCreate
+from gpufleet.wire.receivers import ReceiverCreate, ReceiverKind
+
+# The demo's one receiver: every notification that names owners lands in their inbox, so
+# a demo user sees what gpufleet told them (`gpufleet notifications ls`).
+OWNERS_INBOX = ReceiverCreate(name="owners-inbox", kind=ReceiverKind.INBOX)
 
 ORGANISATION = "KT"
 
@@ -93,4 +99,5 @@ def seed_people(gf: Gpufleet, seed: int) -> SeedSummary | None:
                 people.add_member(session, SYSTEM, project.name, ProjectMemberAdd(user=name),
                                   now)
                 memberships += 1
+        create_receiver(session, SYSTEM, OWNERS_INBOX, now)
     return SeedSummary(projects=len(projects), users=len(users), memberships=memberships)

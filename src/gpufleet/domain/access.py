@@ -44,6 +44,9 @@ class Action(StrEnum):
     MANAGE_ALERTS = "alerts:manage"
     READ_RECLAIM = "reclaim:read"
     MANAGE_RECLAIM = "reclaim:manage"
+    READ_RECEIVERS = "receivers:read"
+    MANAGE_RECEIVERS = "receivers:manage"
+    READ_NOTIFICATIONS = "notifications:read"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -72,6 +75,9 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.MANAGE_ALERTS: "acknowledge alerts or manage silences",
     Action.READ_RECLAIM: "read reclamation policies and reports",
     Action.MANAGE_RECLAIM: "manage reclamation (policies, exemptions, runs)",
+    Action.READ_RECEIVERS: "read receivers and their delivery log",
+    Action.MANAGE_RECEIVERS: "manage receivers",
+    Action.READ_NOTIFICATIONS: "read its notifications",
 }
 
 
@@ -98,6 +104,7 @@ class AuditSubject(StrEnum):
     ALERT = "alert"
     SILENCE = "silence"
     RECLAIM_POLICY = "reclaim_policy"
+    RECEIVER = "receiver"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -138,6 +145,12 @@ GRANTS: dict[Action, frozenset[Role]] = {
     # operators set policies, grant exemptions and run a round (owners may ask: REQUEST_GPUS).
     Action.READ_RECLAIM: frozenset(_READERS),
     Action.MANAGE_RECLAIM: frozenset(_OPERATORS),
+    # Receivers hold secrets and decide who hears what: administrators write them;
+    # operators read them (secrets masked) and their delivery log to see what failed.
+    Action.READ_RECEIVERS: frozenset(_OPERATORS),
+    Action.MANAGE_RECEIVERS: frozenset({Role.ADMIN}),
+    # Every person reads their own inbox (the services show only the caller's messages).
+    Action.READ_NOTIFICATIONS: frozenset(_READERS),
 }
 
 

@@ -30,10 +30,13 @@ from gpufleet.services.operations import (
     alerts,
     event_subscriptions,
     events,
+    outbox_metrics,
+    receiver_admin,
     silences,
 )
 from gpufleet.services.operations.event_publisher import EventPublisher
 from gpufleet.services.operations.reclaim_desk import ReclamationDesk
+from gpufleet.services.operations.sender import OutboxSender, Round
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
 from gpufleet.services.telemetry.ingest import TelemetryIngest
@@ -44,6 +47,7 @@ from gpufleet.store.database import StateStore
 from gpufleet.store.tables import User
 from gpufleet.tsdb import TelemetryStore
 from gpufleet.wire import inventory as wi
+from gpufleet.wire import receivers as wr
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
 from gpufleet.wire.alerts import AlertAck, AlertHistoryView, AlertView, SilenceCreate, SilenceView
 from gpufleet.wire.base import Page
@@ -76,6 +80,7 @@ class Gpufleet:
         # owns the rules); None: rounds only tell what falls due (repeats, expiries).
         self.alert_evaluator: Callable[[datetime], alerts.AlertEvaluation] | None = None
         self.reclaim = ReclamationDesk(store, self.queries, self.lifecycle, settings, self.clock)
+        self.outbox_sender = OutboxSender(store, settings, self.clock)
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -109,6 +114,7 @@ class Gpufleet:
 
     def close(self) -> None:
         """Close the telemetry store and the state store's connections."""
+        self.outbox_sender.close()
         self.close_telemetry()
         self.store.dispose()
 
@@ -297,6 +303,7 @@ class Gpufleet:
         principal.require(Action.READ_FLEET_METRICS)
         with self.store.read() as session:
             families = server_metrics.gather(session, principal, self.clock.now())
+            families += outbox_metrics.families(session, self.clock.now())
         # A telemetry store without funnel queries leaves the state gauges to count alone.
         with contextlib.suppress(Unavailable):
             families += server_metrics.funnel_families(
@@ -492,3 +499,40 @@ class Gpufleet:
     def expire_silence(self, principal: Principal, silence_id: int) -> SilenceView:
         with self.store.write() as session:
             return silences.expire_silence(session, principal, silence_id, self.clock.now())
+    # --- notifications: receivers, the outbox sender, the inbox --------------------------
+    def send_notifications(self) -> Round:
+        """One round of the outbox sender (the server's outbox loop): claims what is due
+        and hands it to the receivers' workers without waiting for them. Safe on every
+        replica at once: claims are row locks (docs/operations.md, "The outbox")."""
+        return self.outbox_sender.dispatch()
+
+    def create_receiver(self, principal: Principal, body: wr.ReceiverCreate) -> wr.ReceiverView:
+        with self.store.write() as session:
+            return receiver_admin.create_receiver(session, principal, body, self.clock.now())
+
+    def list_receivers(self, principal: Principal, cursor: str | None,
+                       limit: int) -> Page[wr.ReceiverView]:
+        with self.store.read() as session:
+            return receiver_admin.list_receivers(session, principal, cursor, limit)
+
+    def show_receiver(self, principal: Principal, name: str) -> wr.ReceiverView:
+        with self.store.read() as session:
+            return receiver_admin.show_receiver(session, principal, name)
+
+    def delete_receiver(self, principal: Principal, name: str) -> wr.ReceiverView:
+        with self.store.write() as session:
+            return receiver_admin.delete_receiver(session, principal, name, self.clock.now())
+
+    def test_receiver(self, principal: Principal, name: str) -> wr.TestQueued:
+        with self.store.write() as session:
+            return receiver_admin.queue_test(session, principal, name, self.clock.now())
+
+    def receiver_deliveries(self, principal: Principal, name: str, cursor: str | None,
+                            limit: int) -> Page[wr.DeliveryView]:
+        with self.store.read() as session:
+            return receiver_admin.list_deliveries(session, principal, name, cursor, limit)
+
+    def list_notifications(self, principal: Principal, cursor: str | None,
+                           limit: int) -> Page[wr.NotificationView]:
+        with self.store.read() as session:
+            return receiver_admin.list_inbox(session, principal, cursor, limit)

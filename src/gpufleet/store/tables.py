@@ -522,6 +522,8 @@ class OutboxDelivery(Base):
     outcome: Mapped[str] = mapped_column(String(63))
     detail: Mapped[str | None] = mapped_column(Text)
     duration_ms: Mapped[int] = mapped_column(Integer)
+    # The receiver's own status code (HTTP, SMTP), where it answered one (migration 0010).
+    status: Mapped[int | None] = mapped_column(Integer)
 
 
 class Alert(Base):

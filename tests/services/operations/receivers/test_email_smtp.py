@@ -1,0 +1,62 @@
+"""E-mail over SMTP to a local aiosmtpd server."""
+
+from __future__ import annotations
+
+from email import message_from_bytes
+
+import pytest
+
+from gpufleet.services.operations.receivers import email_smtp
+from tests.local_receivers import free_port, local_smtp
+from tests.services.operations.receivers.outgoing_world import outgoing, transport
+
+
+def test_the_broadcast_copy_goes_to_the_list_and_an_owner_to_their_address():
+    with local_smtp() as (port, envelopes), transport() as t:
+        config = {"host": "127.0.0.1", "port": port, "from": "gpufleet@example.com",
+                  "to": ["gpu-ops@example.com", "oncall@example.com"]}
+        broadcast = email_smtp.deliver(outgoing("email", config), t)
+        owner = email_smtp.deliver(outgoing("email", config, recipient="alice",
+                                            email="alice@example.com"), t)
+        nobody = email_smtp.deliver(outgoing("email", config, recipient="carol"), t)
+    assert broadcast.ok and owner.ok
+    assert (nobody.outcome, nobody.permanent) == ("no_email", True)
+    assert [e.rcpt_tos for e in envelopes] == [
+        ["gpu-ops@example.com", "oncall@example.com"], ["alice@example.com"]]
+    mail = message_from_bytes(envelopes[0].content)
+    assert mail["Subject"] == "[critical] GPU-3f2a quarantined by XID 79"
+    assert mail["From"] == "gpufleet@example.com"
+    assert "fallen off the bus" in mail.get_payload()
+    assert "project=vision" in mail.get_payload()
+    # The same message sent twice is recognisably the same mail.
+    again = message_from_bytes(email_smtp.compose(outgoing("email", config), ["x@y.z"])
+                               .as_bytes())
+    assert again["Message-ID"] == mail["Message-ID"]
+
+
+def test_an_smtp_server_that_is_down_is_a_retryable_failure():
+    with transport(timeout_s=1) as t:
+        attempt = email_smtp.deliver(outgoing("email", {
+            "host": "127.0.0.1", "port": free_port(), "from": "g@example.com",
+            "to": ["x@example.com"]}), t)
+    assert (attempt.ok, attempt.outcome, attempt.permanent) == (False, "unreachable", False)
+
+
+# No certificate here, so AUTH over plain SMTP, which aiosmtpd rightly warns about.
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+def test_smtp_login_with_the_configured_credentials():
+    config = {"host": "127.0.0.1", "from": "g@example.com", "to": ["ops@example.com"],
+              "username": "gpufleet", "password": "right-password"}
+    with local_smtp(login=("gpufleet", "right-password")) as (port, envelopes):
+        with transport() as t:
+            ok = email_smtp.deliver(outgoing("email", {**config, "port": port}), t)
+            anonymous = email_smtp.deliver(outgoing("email", {
+                "host": "127.0.0.1", "port": port, "from": "g@example.com",
+                "to": ["ops@example.com"]}), t)
+        with transport(timeout_s=1) as t:  # aiosmtpd may not answer a refused login
+            wrong = email_smtp.deliver(outgoing("email", {**config, "port": port,
+                                                          "password": "wrong"}), t)
+    assert ok.ok
+    assert (anonymous.ok, anonymous.outcome, anonymous.status) == (False, "smtp_530", 530)
+    assert not wrong.ok and not wrong.permanent
+    assert len(envelopes) == 1
