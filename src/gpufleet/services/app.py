@@ -17,12 +17,14 @@ from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
+from gpufleet.domain.operations.health_rules import default_pack
 from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
+from gpufleet.services.operations import health
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
 from gpufleet.services.telemetry.ingest import TelemetryIngest
@@ -35,6 +37,7 @@ from gpufleet.tsdb import TelemetryStore
 from gpufleet.wire import inventory as wi
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
 from gpufleet.wire.base import Page
+from gpufleet.wire.health import GpuClear, GpuHealthView
 from gpufleet.wire.server_settings import ServerSetting
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,7 @@ class Gpufleet:
         self._telemetry_lock = threading.Lock()
         self.queries = TelemetryQueries(store, lambda: self.telemetry, settings, self.clock)
         self.ingest = TelemetryIngest(store, lambda: self.telemetry, settings, self.clock)
+        self._health_pack = default_pack(health.thresholds(settings))
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -296,14 +300,54 @@ class Gpufleet:
                        body: wi.GpuHealthChange) -> wi.GpuView:
         now = self.clock.now()
         with self.store.write() as session:
+            principal.require(Action.MANAGE_INVENTORY)
+            previous = health.health_of(session, uuid)
+            holders = health.holders_of(session, uuid) \
+                if body.health is GpuHealth.QUARANTINED else []
             canonical = gpus.set_health(session, principal, uuid, body, now)
             if body.health is GpuHealth.QUARANTINED:
                 lost_units.gpu_quarantined(session, canonical, principal.actor, now,
                                            body.reason)
+            health.record_manual(session, canonical, previous, holders, principal.actor,
+                                 body.reason, now)
         view = self.get_gpu(principal, canonical)
         self.lifecycle.placement.mark_stale([view.node])
         self.lifecycle.shape.invalidate()  # a quarantined GPU is no longer capacity
         return view
+
+    # --- GPU health (docs/operations.md, "GPU health and quarantine") -------------------
+    def gpu_health(self, principal: Principal, uuid: str) -> GpuHealthView:
+        with self.store.read() as session:
+            return health.read(session, principal, uuid)
+
+    def clear_gpu(self, principal: Principal, uuid: str, body: GpuClear) -> GpuHealthView:
+        """Return a suspect or quarantined GPU to service (409 when it is healthy)."""
+        with self.store.write() as session:
+            node = health.clear(session, principal, uuid, body.reason, self.clock.now())
+        self.lifecycle.placement.mark_stale([node])
+        self.lifecycle.shape.invalidate()  # a cleared GPU is capacity again
+        return self.gpu_health(principal, uuid)
+
+    def evaluate_gpu_health(self) -> list[tuple[str, str, str, str | None]]:
+        """One evaluation of the health rules over the fleet (the server's health loop):
+        the moves made, as (GPU, from, to, rule). Any replica may read and plan; only the
+        leader applies, re-checking each GPU, so running it twice moves nothing twice."""
+        now = self.clock.now()
+        window = timedelta(seconds=self.settings.health_window_s)
+        hold = timedelta(seconds=self.settings.health_suspect_hold_s)
+        with self.store.read() as session:
+            planned = health.plan(session, self.telemetry, self._health_pack, now, window,
+                                  hold)
+        if not planned:
+            return []
+        with self.store.write() as session:
+            if not self.store.try_leader_lock(session, "gpu-health"):
+                return []
+            result = health.apply(session, planned, now)
+        if result.nodes:
+            self.lifecycle.placement.mark_stale(sorted(result.nodes))
+            self.lifecycle.shape.invalidate()  # quarantined GPUs are no longer capacity
+        return result.moves
 
     def approve_gpu_move(self, principal: Principal, uuid: str,
                          body: wi.GpuMoveApprovalCreate) -> wi.GpuMoveApprovalView:
