@@ -324,6 +324,11 @@ class NodeTelemetry:
             "node": registration.hostname, "at": at, "backend": "sim", "units": units,
             "problems": problems})
 
+    def force_workload(self, allocation: str, kind: WorkloadKind) -> None:
+        """Allocation `allocation` runs `kind` from its next unit on (as `workloads` does
+        for allocations known when the node is built)."""
+        self._forced_kinds[allocation] = kind
+
     def strike(self, gpu_uuid: str, kinds: Iterable[FaultKind], at: datetime) -> None:
         """From `at` on, GPU `gpu_uuid` has faults `kinds`, their first events (XIDs) at
         `at`: a fault on a schedule, for demos and tests, instead of hours in."""

@@ -55,7 +55,7 @@ def test_xids_by_severity(code, expected):
 def test_xid_evidence_names_the_code_and_its_meaning():
     found = XIDS.verdict(xid(79), NOW)
     assert found.rule == "xid" and found.evidence.metric == "gpu.xid_errors_total"
-    assert "XID 79 (GPU has fallen off the bus): +1 in 10 min" == found.evidence.line
+    assert found.evidence.line == "XID 79 (GPU has fallen off the bus): +1 in 10 min"
 
 
 def test_a_quarantine_xid_wins_over_a_suspect_one_seen_with_it():

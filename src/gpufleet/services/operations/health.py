@@ -134,6 +134,22 @@ class Planned:
     move: Move
 
 
+def _recently_cleared(session: Session, since: datetime) -> dict[int, datetime]:
+    """GPUs an operator returned to healthy after `since`, and when (the latest)."""
+    rows = session.execute(
+        select(GpuHealthTransition.gpu_id, func.max(GpuHealthTransition.at))
+        .where(GpuHealthTransition.at > since, GpuHealthTransition.rule.is_(None),
+               GpuHealthTransition.to_state == GpuHealth.HEALTHY.value)
+        .group_by(GpuHealthTransition.gpu_id))
+    return dict(rows.all())
+
+
+def _as_stored(uuid: str) -> list[str]:
+    """The spellings a GPU's series may carry in the telemetry store (as its agent
+    reported the UUID: NVML's `GPU-` prefix and lowercase hex, or all upper case)."""
+    return sorted({uuid, uuid.upper(), uuid.lower(), canonical_gpu_uuid(uuid)})
+
+
 def plan(session: Session, telemetry: TelemetryStore, pack: tuple[HealthRule, ...],
          now: datetime, window: timedelta, suspect_hold: timedelta) -> list[Planned]:
     """Apply `pack` to every healthy or suspect GPU; the moves it calls for. Reads only (the
@@ -141,7 +157,13 @@ def plan(session: Session, telemetry: TelemetryStore, pack: tuple[HealthRule, ..
     judged = _judged(session)
     if not judged:
         return []
-    signals = read_signals(telemetry, {j.uuid: j.missing_since for j in judged}, now, window)
+    cleared = _recently_cleared(session, now - window)
+    signals = read_signals(telemetry, {j.uuid: j.missing_since for j in judged
+                                       if j.gpu_id not in cleared}, now, window)
+    for j in judged:  # an operator cleared it: only what happened since counts
+        if j.gpu_id in cleared:
+            signals.update(read_signals(telemetry, {j.uuid: j.missing_since}, now,
+                                        now - cleared[j.gpu_id], uuids=_as_stored(j.uuid)))
     suspects = [j.gpu_id for j in judged if j.health is GpuHealth.SUSPECT]
     latest = _latest_transitions(session, suspects) if suspects else {}
     planned = []

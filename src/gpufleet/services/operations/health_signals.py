@@ -25,7 +25,7 @@ from gpufleet.domain.operations.health_rules import (
 )
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.tsdb import TelemetryStore
-from gpufleet.tsdb.protocol import Tier
+from gpufleet.tsdb.protocol import Filters, Tier
 
 # How far before the window a series must have been seen for its first value inside the
 # window not to count as new (a node silent for longer looks like a reader restart).
@@ -38,18 +38,20 @@ Key = tuple[str, ...]  # (gpu_uuid,) or (gpu_uuid, xid)
 
 
 def counter_increases(store: TelemetryStore, metric: str, now: datetime, window: timedelta,
-                      *, extra_label: str | None = None,
-                      new_series_counts: bool) -> dict[Key, Reading]:
+                      *, extra_label: str | None = None, new_series_counts: bool,
+                      filters: Filters | None = None) -> dict[Key, Reading]:
     """Each series' increase over [now - window, now), keyed by GPU (and `extra_label`),
     with the time of its latest sample; series that did not rise are left out."""
     group_by = ("gpu_uuid",) if extra_label is None else ("gpu_uuid", extra_label)
     start = now - window
-    buckets = max(1, -(-int(SEEN_BEFORE.total_seconds()) // int(window.total_seconds())))
+    buckets = max(1, -(-int(SEEN_BEFORE.total_seconds())
+                       // max(1, int(window.total_seconds()))))
     results = store.query_range(metric, start - buckets * window, now, window,
-                                group_by=group_by, over_time=OverTime.INCREASE,
-                                across=AcrossSeries.SUM, tier=Tier.RAW)
+                                filters=filters, group_by=group_by,
+                                over_time=OverTime.INCREASE, across=AcrossSeries.SUM,
+                                tier=Tier.RAW)
     latest = {_key(v.series.label, group_by): v
-              for v in store.latest(metric=metric, since=start)}
+              for v in store.latest(filters, metric=metric, since=start)}
     out: dict[Key, Reading] = {}
     for result in results:
         key = _key(result.labels.get, group_by)
@@ -71,18 +73,21 @@ def _key(label: Callable[[str], object], group_by: tuple[str, ...]) -> Key:
             *(str(label(name)) for name in group_by[1:]))
 
 
-def latest_flags(store: TelemetryStore, metric: str, since: datetime) -> dict[str, Reading]:
+def latest_flags(store: TelemetryStore, metric: str, since: datetime,
+                 filters: Filters | None = None) -> dict[str, Reading]:
     """The latest value of a per-GPU state metric, per GPU (whole-GPU series only)."""
     return {canonical_gpu_uuid(v.series.gpu_uuid): Reading(v.value, v.at)
-            for v in store.latest(metric=metric, since=since) if v.series.mig_uuid is None}
+            for v in store.latest(filters, metric=metric, since=since)
+            if v.series.mig_uuid is None}
 
 
-def throttle_shares(store: TelemetryStore, now: datetime, window: timedelta
+def throttle_shares(store: TelemetryStore, now: datetime, window: timedelta,
+                    filters: Filters | None = None
                     ) -> dict[str, tuple[Reading, Reading, timedelta]]:
     """Per GPU: the share of minutes with a thermal slowdown reason set, with a power one,
     and how long the minutes read span."""
     results = store.query_range("gpu.clock_throttle_reasons", now - window, now,
-                                THROTTLE_STEP, group_by=("gpu_uuid",),
+                                THROTTLE_STEP, filters=filters, group_by=("gpu_uuid",),
                                 over_time=OverTime.LAST, across=AcrossSeries.MAX,
                                 tier=Tier.RAW)
     out = {}
@@ -102,29 +107,33 @@ def throttle_shares(store: TelemetryStore, now: datetime, window: timedelta
 
 
 def read_signals(store: TelemetryStore, missing_since: Mapping[str, datetime | None],
-                 now: datetime, window: timedelta) -> dict[str, GpuSignals]:
+                 now: datetime, window: timedelta, *,
+                 uuids: list[str] | None = None) -> dict[str, GpuSignals]:
     """The signals of every GPU in `missing_since` (its keys: the GPUs to judge; values:
-    since when its node's inventory lacks it, or None)."""
+    since when its node's inventory lacks it, or None). `uuids`: read only these GPUs'
+    series (as the store keeps them), not the whole fleet's."""
+    filters: Filters | None = {"gpu_uuid": uuids} if uuids is not None else None
     xids: dict[str, dict[int, Reading]] = defaultdict(dict)
     for (uuid, code), reading in counter_increases(
             store, "gpu.xid_errors_total", now, window, extra_label="xid",
-            new_series_counts=True).items():
+            new_series_counts=True, filters=filters).items():
         if code.isdigit():
             xids[uuid][int(code)] = reading
     ecc = {k[0]: r for k, r in counter_increases(
         store, "gpu.ecc_uncorrected_errors_total", now, window,
-        new_series_counts=False).items()}
+        new_series_counts=False, filters=filters).items()}
     nvlink: dict[str, Reading] = {}
     for metric in NVLINK_ERROR_METRICS:
         for (uuid,), r in counter_increases(store, metric, now, window,
-                                            new_series_counts=False).items():
+                                            new_series_counts=False,
+                                            filters=filters).items():
             before = nvlink.get(uuid)
             nvlink[uuid] = r if before is None else \
                 Reading(before.value + r.value, max(before.at, r.at))
     since = now - window
-    pending = latest_flags(store, "gpu.remapped_rows_pending", since)
-    failed = latest_flags(store, "gpu.remapped_rows_failed", since)
-    throttle = throttle_shares(store, now, window)
+    pending = latest_flags(store, "gpu.remapped_rows_pending", since, filters)
+    failed = latest_flags(store, "gpu.remapped_rows_failed", since, filters)
+    throttle = throttle_shares(store, now, window, filters)
     signals = {}
     for uuid, missing in missing_since.items():
         key = canonical_gpu_uuid(uuid)
