@@ -212,9 +212,9 @@ class Settings(BaseSettings):
         "Quarantine a GPU missing from its node's inventory for this long (it is suspect "
         "from the first registration that lacks it). Empty: it stays suspect."))
     health_suspect_hold_s: float = Field(default=1800.0, ge=0, description=(
-        "A GPU a health rule marked suspect returns to healthy by itself once that rule "
-        "has found nothing for an evaluation, and not before it has been suspect this "
-        "long. Quarantine is only ever cleared by an operator."))
+        "A GPU a health rule marked suspect returns to healthy by itself once no rule "
+        "finds anything against it, and not before it has been suspect this long. "
+        "Quarantine is only ever cleared by an operator."))
 
     @field_validator("health_xid_quarantine", "health_xid_suspect")
     @classmethod

@@ -44,6 +44,7 @@ def counter_increases(store: TelemetryStore, metric: str, now: datetime, window:
     with the time of its latest sample; series that did not rise are left out."""
     group_by = ("gpu_uuid",) if extra_label is None else ("gpu_uuid", extra_label)
     start = now - window
+    edge = start - window / 2
     buckets = max(1, -(-int(SEEN_BEFORE.total_seconds())
                        // max(1, int(window.total_seconds()))))
     results = store.query_range(metric, start - buckets * window, now, window,
@@ -58,8 +59,10 @@ def counter_increases(store: TelemetryStore, metric: str, now: datetime, window:
         last = latest.get(key)
         if last is None:
             continue
-        seen_before = any(at < start for at, _ in result.points)
-        inside = sum(value for at, value in result.points if at >= start)
+        # Points are at their step's start, in whole ms: the window's own step starts at
+        # `start` give or take a millisecond, every earlier one a window or more before.
+        seen_before = any(at < edge for at, _ in result.points)
+        inside = sum(value for at, value in result.points if at >= edge)
         if not seen_before and new_series_counts:
             inside = max(inside, last.value)
         if inside > 0:
