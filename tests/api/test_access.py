@@ -20,7 +20,7 @@ from gpufleet.clock import ManualClock
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
 from gpufleet.store.tables import Gpu, GpuLabel, Node
-from gpufleet.wire.inventory import UserCreate
+from gpufleet.wire.inventory import GpuHealthChange, UserCreate
 from gpufleet.wire.remote_write import encode_write_request
 from gpufleet.wire.requests import PoolCreate, RequestCreate
 from gpufleet.wire.telemetry import NodeSnapshot, UnitSnapshot
@@ -68,6 +68,9 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/gpus"): READERS,
     ("GET", "/api/v1/gpus/{uuid}"): READERS,
     ("POST", "/api/v1/gpus/{uuid}/health"): OPERATORS,
+    # members: only the GPUs their projects hold (the builder picks one vision holds)
+    ("GET", "/api/v1/gpus/{uuid}/health"): READERS,
+    ("POST", "/api/v1/gpus/{uuid}/clear"): OPERATORS,
     ("POST", "/api/v1/gpus/{uuid}/move-approvals"): OPERATORS,
     ("GET", "/api/v1/nodes"): READERS,
     ("GET", "/api/v1/nodes/{name}"): READERS,
@@ -226,6 +229,18 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         assert world.gf.lifecycle.approve(SYSTEM, code, None).state == "active"
         return code
 
+    def held_by_vision() -> str:
+        if caller not in MATRIX[route]:
+            return gpu_self  # refused before lookup
+        view = world.gf.lifecycle.show_request(SYSTEM, active_request())
+        return view.units[0].gpu_uuid
+
+    def quarantined() -> str:
+        if caller in MATRIX[route]:
+            world.gf.set_gpu_health(SYSTEM, gpu_other, GpuHealthChange(
+                health="quarantined", reason="xid 79"))
+        return gpu_other
+
     def new_pool() -> str:
         return world.gf.lifecycle.request_pool(SYSTEM, PoolCreate(
             project="vision", flavour="H100-80GB", count=1)).code
@@ -260,6 +275,10 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         ("GET", "/api/v1/gpus/{uuid}"): lambda: (template.format(uuid=gpu_self), None),
         ("POST", "/api/v1/gpus/{uuid}/health"): lambda: (
             template.format(uuid=gpu_other), {"health": "healthy", "reason": "checked"}),
+        ("GET", "/api/v1/gpus/{uuid}/health"): lambda: (
+            template.format(uuid=held_by_vision()), None),
+        ("POST", "/api/v1/gpus/{uuid}/clear"): lambda: (
+            template.format(uuid=quarantined()), {"reason": "reseated"}),
         ("POST", "/api/v1/gpus/{uuid}/move-approvals"): lambda: (
             template.format(uuid=gpu_other), {"to_node": "node-1", "reason": "rma"}),
         ("GET", "/api/v1/nodes/{name}"): lambda: (template.format(name="node-1"), None),
