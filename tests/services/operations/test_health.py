@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from gpufleet.sim.faults import FaultKind
 from tests.health_world import add_receiver, allocate, outbox, sim_world
+from tests.helpers import create_environment, gpu_uuid, register
 
 
 def test_an_xid_79_gpu_is_quarantined_and_its_owner_told(api, gf, clock, people):
@@ -116,3 +117,21 @@ def test_a_sustained_thermal_slowdown_marks_suspect_tells_broadcast_only_then_cl
     clock.advance(settings.health_suspect_hold_s)
     node.upload(ticks=11)
     assert gf.evaluate_gpu_health() == [(hot, "suspect", "healthy", None)]
+
+
+def test_a_gpu_missing_from_its_nodes_inventory_is_quarantined_after_the_grace(
+        api, gf, clock, settings):
+    create_environment(api)
+    register(api, 1, gpus=2)
+    clock.advance(3 * 86_400)  # the node registered long before the GPU went missing
+    register(api, 1, gpus=1)  # GPU 1 is gone from the node's inventory
+    gone = gpu_uuid(1, 1)
+    assert api.get(f"/api/v1/gpus/{gone}").json()["health"] == "suspect"
+    assert gf.evaluate_gpu_health() == []  # suspect already; not missing for long yet
+    clock.advance(settings.health_missing_quarantine_s - 60)
+    assert gf.evaluate_gpu_health() == []
+    clock.advance(60)
+    assert gf.evaluate_gpu_health() == [(gone, "suspect", "quarantined",
+                                         "missing_from_inventory")]
+    view = api.get(f"/api/v1/gpus/{gone}/health").json()
+    assert view["evidence"]["line"].startswith("missing from its node's inventory since ")

@@ -33,6 +33,7 @@ from gpufleet.services.operations.health_signals import read_signals
 from gpufleet.services.operations.outbox import notify_all
 from gpufleet.settings import Settings
 from gpufleet.store.tables import (
+    AuditEvent,
     Binding,
     Environment,
     Gpu,
@@ -47,6 +48,7 @@ from gpufleet.tsdb import TelemetryStore
 from gpufleet.wire.health import GpuHealthView, HealthTransitionView
 
 EVALUATOR = "system:health"
+REGISTRATION_ACTIONS = ("node.registered", "node.reregistered")
 HISTORY_LIMIT = 100
 
 
@@ -98,14 +100,35 @@ class _Judged:
 def _judged(session: Session) -> list[_Judged]:
     """The GPUs the rules judge: healthy or suspect, on nodes not retired."""
     rows = session.execute(
-        select(Gpu.id, Gpu.uuid, Gpu.health, Gpu.health_reason, Node.name,
-               Node.registered_at, Environment.name)
+        select(Gpu.id, Gpu.uuid, Gpu.health, Gpu.health_reason, Node.name, Environment.name)
         .join(Node, Node.id == Gpu.node_id).join(Environment, Environment.id == Gpu.environment_id)
         .where(Gpu.health.in_([GpuHealth.HEALTHY.value, GpuHealth.SUSPECT.value]),
-               Node.status != NodeStatus.RETIRED.value).order_by(Gpu.id))
-    return [_Judged(gpu_id, uuid, GpuHealth(health), node, env,
-                    registered_at if reason == MISSING_REASON else None)
-            for gpu_id, uuid, health, reason, node, registered_at, env in rows]
+               Node.status != NodeStatus.RETIRED.value).order_by(Gpu.id)).all()
+    missing = _missing_since(session, {uuid: node for _, uuid, _, reason, node, _ in rows
+                                       if reason == MISSING_REASON})
+    return [_Judged(gpu_id, uuid, GpuHealth(health), node, env, missing.get(uuid))
+            for gpu_id, uuid, health, _, node, env in rows]
+
+
+def _missing_since(session: Session, node_of: dict[str, str]) -> dict[str, datetime]:
+    """When each GPU went missing: the registration of its node that first lacked it, as
+    the audit log has it (`missing_gpus`). A GPU with no such event is left out: the rule
+    then sees it as not missing rather than missing since an unknown time."""
+    if not node_of:
+        return {}
+    found: dict[str, datetime] = {}
+    events = session.scalars(
+        select(AuditEvent).where(AuditEvent.subject_kind == "node",
+                                 AuditEvent.subject.in_(sorted(set(node_of.values()))),
+                                 AuditEvent.action.in_(REGISTRATION_ACTIONS))
+        .order_by(AuditEvent.id.desc()))
+    for event in events:
+        for uuid in (event.details or {}).get("missing_gpus") or ():
+            if node_of.get(uuid) == event.subject:
+                found.setdefault(uuid, event.at)
+        if len(found) == len(node_of):
+            break
+    return found
 
 
 def _latest_transitions(session: Session, gpu_ids: Iterable[int]
