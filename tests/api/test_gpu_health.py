@@ -71,3 +71,39 @@ def test_bad_input_is_a_clear_4xx(api):
     extra = api.post(f"/api/v1/gpus/{gpu_uuid(1, 0)}/clear",
                      json={"reason": "x", "force": True})
     assert extra.status_code == 422
+
+
+def test_a_quarantined_gpu_retires_for_good(h100s, api):
+    member, operator = h100s
+    uuid = gpu_uuid(2, 3)
+    early = operator.post(f"/api/v1/gpus/{uuid}/retire", json={"reason": "RMA"})
+    assert early.status_code == 409
+    assert early.json()["error"]["code"] == "gpu_not_quarantined"
+    quarantined_by_hand(api, operator, uuid)
+    assert member.post(f"/api/v1/gpus/{uuid}/retire", json={"reason": "x"}).status_code == 403
+    retired = operator.post(f"/api/v1/gpus/{uuid}/retire", json={"reason": "RMA"})
+    assert retired.status_code == 200, retired.text
+    assert retired.json()["health"] == "retired"
+    assert retired.json()["history"][0]["to_state"] == "retired"
+    gpu = api.get(f"/api/v1/gpus/{uuid}").json()
+    assert (gpu["health"], gpu["status"]) == ("retired", "retired")
+    listed = api.get("/api/v1/gpus", params={"health": "retired"}).json()["items"]
+    assert [g["uuid"] for g in listed] == [uuid]
+    # nothing returns it: not a clear, not an unquarantine, not a new quarantine
+    clear = operator.post(f"/api/v1/gpus/{uuid}/clear", json={"reason": "x"})
+    assert clear.status_code == 409 and clear.json()["error"]["code"] == "gpu_retired"
+    back = operator.post(f"/api/v1/gpus/{uuid}/health",
+                         json={"health": "healthy", "reason": "x"})
+    assert back.status_code == 409 and back.json()["error"]["code"] == "gpu_retired"
+    # and it is no longer capacity: of the 16 H100s, 15 are left to ask for
+    refused = create(member, expect=400, count=16, duration_hours=1)
+    assert refused["error"]["code"] == "not_enough_in_fleet"
+    assert "the fleet has 15 H100-80GB" in refused["error"]["message"]
+
+
+def test_retired_is_not_a_health_to_set_by_hand(h100s, api):
+    _, operator = h100s
+    response = operator.post(f"/api/v1/gpus/{gpu_uuid(1, 2)}/health",
+                             json={"health": "retired", "reason": "x"})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "use_gpu_retire"

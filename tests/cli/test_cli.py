@@ -371,6 +371,10 @@ def test_gpu_health_shows_the_history_and_clear_returns_it_to_service(cli, fleet
     assert again.exit_code != 0 and "Traceback" not in again.output
     assert_one_error_line(again, "is healthy: there is nothing to clear")
     assert invoke("gpu", "clear", uuid).exit_code == 2  # --reason is required
+    ok("gpu", "quarantine", uuid, "--reason", "XID 79 again")
+    assert f"GPU {uuid} on node node-2 is retired" in \
+        ok("gpu", "retire", uuid, "--reason", "RMA").stdout
+    assert json_of("fleet", "show", uuid)["status"] == "retired"
 
 
 def test_gpu_approve_move(cli, fleet):

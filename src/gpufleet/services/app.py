@@ -328,6 +328,14 @@ class Gpufleet:
         self.lifecycle.shape.invalidate()  # a cleared GPU is capacity again
         return self.gpu_health(principal, uuid)
 
+    def retire_gpu(self, principal: Principal, uuid: str, body: GpuClear) -> GpuHealthView:
+        """Retire a quarantined GPU for good (409 for any other state)."""
+        with self.store.write() as session:
+            node = health.retire(session, principal, uuid, body.reason, self.clock.now())
+        self.lifecycle.placement.mark_stale([node])
+        self.lifecycle.shape.invalidate()
+        return self.gpu_health(principal, uuid)
+
     def evaluate_gpu_health(self) -> list[tuple[str, str, str, str | None]]:
         """One evaluation of the health rules over the fleet (the server's health loop):
         the moves made, as (GPU, from, to, rule). Any replica may read and plan; only the

@@ -39,4 +39,6 @@ class GpuHealthView(View):
 
 
 class GpuClear(StrictModel):
-    reason: Text = Field(min_length=1, description="Why the GPU may be used again")
+    """The body of a clear or a retirement: why."""
+
+    reason: Text = Field(min_length=1, description="Why (kept in the history and the audit)")

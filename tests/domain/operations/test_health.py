@@ -15,6 +15,7 @@ from gpufleet.domain.operations.health import (
     Move,
     Verdict,
     check_clear,
+    check_retire,
     decide,
     worst,
 )
@@ -85,3 +86,19 @@ def test_clearing_a_healthy_gpu_is_a_conflict_naming_the_state():
     assert "healthy" in refused.value.message
     check_clear(GpuHealth.SUSPECT, "GPU-1")
     check_clear(GpuHealth.QUARANTINED, "GPU-1")
+
+
+@pytest.mark.parametrize("state", ["healthy", "suspect", "retired"])
+def test_only_a_quarantined_gpu_retires(state):
+    with pytest.raises(Conflict) as refused:
+        check_retire(GpuHealth(state), "GPU-1")
+    assert refused.value.code == "gpu_not_quarantined" and state in refused.value.message
+    check_retire(GpuHealth.QUARANTINED, "GPU-1")
+
+
+def test_a_retired_gpu_is_never_cleared_nor_moved():
+    with pytest.raises(Conflict) as refused:
+        check_clear(GpuHealth.RETIRED, "GPU-1")
+    assert refused.value.code == "gpu_retired"
+    for name in FINDINGS:
+        assert decide(GpuHealth.RETIRED, None, None, FINDINGS[name], NOW, HOLD) is None

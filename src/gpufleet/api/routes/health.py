@@ -26,3 +26,11 @@ def clear_gpu(uuid: str, body: GpuClear, p: Principal = Depends(principal),
     """Return a suspect or quarantined GPU to healthy (operators); 409 when it is healthy
     already. The history records who cleared it and why."""
     return gf.clear_gpu(p, uuid, body)
+
+
+@router.post("/gpus/{uuid}/retire", response_model=GpuHealthView)
+def retire_gpu(uuid: str, body: GpuClear, p: Principal = Depends(principal),
+               gf: Gpufleet = Depends(services)):
+    """Retire a quarantined GPU for good (operators): placement never uses it again and
+    nothing returns it. 409 for a GPU that is not quarantined."""
+    return gf.retire_gpu(p, uuid, body)

@@ -1,4 +1,4 @@
-"""`gpufleet gpu health | clear | quarantine | unquarantine | approve-move`: one GPU's
+"""`gpufleet gpu health | clear | retire | quarantine | unquarantine | approve-move`: one GPU's
 health and the operator's decisions on it."""
 
 from typing import Annotated
@@ -70,6 +70,14 @@ def clear(uuid: Uuid, reason: RequiredReason) -> None:
     with connect() as api:
         view = api.post(api_path("gpus", uuid, "clear"), body(reason=reason))
     done(f"GPU {view['gpu']} on node {view['node']} is healthy again")
+
+
+@app.command("retire")
+def retire(uuid: Uuid, reason: RequiredReason) -> None:
+    """Retire a quarantined GPU for good (operators): placement never uses it again."""
+    with connect() as api:
+        view = api.post(api_path("gpus", uuid, "retire"), body(reason=reason))
+    done(f"GPU {view['gpu']} on node {view['node']} is retired")
 
 
 def _health_view(view: dict):

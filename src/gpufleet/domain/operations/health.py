@@ -1,4 +1,4 @@
-"""The GPU health state machine: `healthy → suspect → quarantined → healthy`.
+"""The GPU health state machine: `healthy → suspect → quarantined → healthy | retired`.
 
 A health rule (`health_rules.py`) looks at one GPU's signals and answers a *finding*: a
 verdict (`suspect` or `quarantine`) with its evidence, or nothing. `decide` turns the
@@ -13,7 +13,9 @@ What moves a GPU, and what brings it back:
 - a suspect GPU on which no rule finds anything, once `suspect_hold_s` has passed since
   a rule made it suspect, returns to healthy by itself. Suspicion a rule did not raise
   (registration's "missing from its node's latest inventory", an operator) is not the
-  evaluator's to clear.
+  evaluator's to clear;
+- an operator retires a quarantined GPU for good (`gpufleet gpu retire`): nothing returns
+  a retired GPU to service.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def decide(current: GpuHealth, current_rule: str | None, since: datetime | None,
     an operator did); `since`: when it entered its state."""
     findings = list(findings)
     chosen = worst(findings)
-    if current is GpuHealth.QUARANTINED:
+    if current in (GpuHealth.QUARANTINED, GpuHealth.RETIRED):
         return None  # only an operator clears a quarantine: no flapping
     if chosen is not None and chosen.verdict is Verdict.QUARANTINE:
         return Move(GpuHealth.QUARANTINED, chosen)
@@ -110,4 +112,16 @@ def check_clear(current: GpuHealth, uuid: str) -> None:
     if current is GpuHealth.HEALTHY:
         raise Conflict(f"GPU {uuid} is healthy: there is nothing to clear",
                        code="gpu_already_healthy",
+                       details={"gpu": uuid, "health": current.value})
+    if current is GpuHealth.RETIRED:
+        raise Conflict(f"GPU {uuid} is retired: a retired GPU does not return to service",
+                       code="gpu_retired", details={"gpu": uuid, "health": current.value})
+
+
+def check_retire(current: GpuHealth, uuid: str) -> None:
+    """Only a quarantined GPU retires: retiring is giving up on a GPU already out of
+    service, not a way around quarantine (409 naming the state)."""
+    if current is not GpuHealth.QUARANTINED:
+        raise Conflict(f"GPU {uuid} is {current.value}: only a quarantined GPU can be "
+                       "retired (quarantine it first)", code="gpu_not_quarantined",
                        details={"gpu": uuid, "health": current.value})

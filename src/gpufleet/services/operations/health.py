@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action
 from gpufleet.domain.inventory import GpuHealth, NodeStatus, canonical_gpu_uuid
-from gpufleet.domain.operations.health import Finding, Move, check_clear, decide
+from gpufleet.domain.operations.health import Finding, Move, check_clear, check_retire, decide
 from gpufleet.domain.operations.health_rules import HealthRule, HealthThresholds, findings
 from gpufleet.domain.operations.notifications import Notification, Severity
 from gpufleet.domain.requests import request_code
@@ -383,6 +383,27 @@ def clear(session: Session, principal: Principal, uuid: str, reason: str,
     audit.record(session, at=now, actor=principal.actor, action="gpu.health_cleared",
                  subject_kind="gpu", subject=gpu.uuid, reason=reason,
                  previous=previous.value, health=GpuHealth.HEALTHY.value)
+    return node.name
+
+
+def retire(session: Session, principal: Principal, uuid: str, reason: str,
+           now: datetime) -> str:
+    """An operator retires a quarantined GPU for good (409 for any other state); placement
+    never uses it again and nothing returns it. Returns the GPU's node."""
+    principal.require(Action.MANAGE_INVENTORY)
+    gpu = session.scalar(select(Gpu).where(Gpu.uuid == canonical_gpu_uuid(uuid))
+                         .with_for_update())
+    if gpu is None:
+        raise not_found("gpu", uuid, label="GPU")
+    previous = GpuHealth(gpu.health)
+    check_retire(previous, gpu.uuid)
+    gpu.health, gpu.health_reason = GpuHealth.RETIRED.value, reason
+    node = session.get(Node, gpu.node_id)
+    refresh_status(session, node)
+    _record(session, gpu, previous, GpuHealth.RETIRED, None, principal.actor, reason, now)
+    audit.record(session, at=now, actor=principal.actor, action="gpu.retired",
+                 subject_kind="gpu", subject=gpu.uuid, reason=reason,
+                 previous=previous.value, health=GpuHealth.RETIRED.value)
     return node.name
 
 
