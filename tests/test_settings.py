@@ -166,3 +166,12 @@ def test_samples_may_not_be_accepted_older_than_the_raw_tier_keeps():
     Settings(telemetry_raw_retention_days=2, telemetry_max_sample_age_s=2 * 86400)
     with pytest.raises(ValidationError, match="exceeds the raw tier's retention"):
         Settings(telemetry_raw_retention_days=1, telemetry_max_sample_age_s=2 * 86400)
+
+
+def test_application_xids_cannot_be_made_to_mark_a_gpu(monkeypatch):
+    """XIDs 13, 31, 43, 45 are the program's fault, never the GPU's (docs/operations.md)."""
+    monkeypatch.setenv("GPUFLEET_HEALTH_XID_QUARANTINE", "[79, 43]")
+    with pytest.raises(pydantic.ValidationError, match="XID 43 is an application error"):
+        Settings()
+    monkeypatch.setenv("GPUFLEET_HEALTH_XID_QUARANTINE", "[79, 48]")
+    assert Settings().health_xid_quarantine == [79, 48]

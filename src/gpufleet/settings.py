@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, PrivateAttr, SecretStr, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -43,6 +43,7 @@ from gpufleet.config_files import (
     store_login,
     stored_login_url,
 )
+from gpufleet.domain.operations.health_rules import APPLICATION_XIDS
 
 # Where the files are and how a login is stored live in `gpufleet.config_files` (standard
 # library only, for the CLI's start-up); they are named here too for the server's callers.
@@ -255,6 +256,49 @@ class Settings(BaseSettings):
                                           description=(
         "Age at which a message still failing is abandoned (kept, with its delivery log); "
         "default two days, so a receiver down for an hour, or a weekend night, loses none."))
+    # --- operations: GPU health and quarantine (docs/operations.md) ----------------------
+    health_interval_s: float = Field(default=60.0, gt=0, le=3600, description=(
+        "How often the server applies the GPU health rules to the telemetry and the "
+        "inventory (one replica evaluates; docs/operations.md, GPU health and quarantine)."))
+    health_window_s: float = Field(default=600.0, ge=60, le=86400, description=(
+        "The window the health rules read: counter increases (XIDs, ECC, NVLink errors) "
+        "and the share of throttled samples are taken over the last this many seconds."))
+    health_xid_quarantine: list[int] = Field(
+        default=[48, 64, 74, 79, 95, 119, 120], description=(
+            "XID codes that quarantine a GPU when they occur (JSON list). Application XIDs "
+            "(13, 31, 43, 45) are refused: they never mark a GPU."))
+    health_xid_suspect: list[int] = Field(default=[63, 94], description=(
+        "XID codes that mark a GPU suspect when they occur (JSON list)."))
+    health_ecc_uncorrected_min_increase: float = Field(default=1, gt=0, description=(
+        "Quarantine a GPU whose uncorrectable ECC errors rose by at least this within the "
+        "window."))
+    health_nvlink_suspect_per_s: float = Field(default=0.01, gt=0, description=(
+        "Mark a GPU suspect when its NVLink CRC and replay errors, all links together, "
+        "run at this rate or more over the window."))
+    health_nvlink_quarantine_per_s: float | None = Field(default=None, gt=0, description=(
+        "Quarantine at this NVLink error rate or more. Empty: NVLink errors only mark "
+        "a GPU suspect."))
+    health_slowdown_min_share: float = Field(default=0.9, gt=0, le=1, description=(
+        "Mark a GPU suspect when a thermal (or power) slowdown reason is set in at least "
+        "this share of its samples over the window."))
+    health_slowdown_min_span_s: float = Field(default=600.0, ge=0, description=(
+        "The samples must span at least this long for a slowdown to count as sustained."))
+    health_missing_quarantine_s: float | None = Field(default=1800.0, ge=0, description=(
+        "Quarantine a GPU missing from its node's inventory for this long (it is suspect "
+        "from the first registration that lacks it). Empty: it stays suspect."))
+    health_suspect_hold_s: float = Field(default=1800.0, ge=0, description=(
+        "A GPU a health rule marked suspect returns to healthy by itself once no rule "
+        "finds anything against it, and not before it has been suspect this long. "
+        "Quarantine is only ever cleared by an operator."))
+
+    @field_validator("health_xid_quarantine", "health_xid_suspect")
+    @classmethod
+    def _no_application_xids(cls, codes: list[int]) -> list[int]:
+        wrong = sorted(set(codes) & APPLICATION_XIDS)
+        if wrong:
+            raise ValueError(f"XID {', '.join(map(str, wrong))} is an application error "
+                             "(13, 31, 43, 45 never mark a GPU)")
+        return codes
 
     # Values the program itself chose, by name, with who chose them ("command line" for a
     # flag; the demo for its own defaults): `describe_settings` names them as the source.

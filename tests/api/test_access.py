@@ -26,7 +26,7 @@ from gpufleet.services.operations.alerts import AlertEvaluation
 from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.alerts import SilenceCreate
 from gpufleet.wire.events import EventSubscriptionCreate
-from gpufleet.wire.inventory import UserCreate
+from gpufleet.wire.inventory import GpuHealthChange, UserCreate
 from gpufleet.wire.receivers import ReceiverCreate
 from gpufleet.wire.reclaim import PolicySet
 from gpufleet.wire.remote_write import encode_write_request
@@ -76,6 +76,10 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/gpus"): READERS,
     ("GET", "/api/v1/gpus/{uuid}"): READERS,
     ("POST", "/api/v1/gpus/{uuid}/health"): OPERATORS,
+    # members: only the GPUs their projects hold (the builder picks one vision holds)
+    ("GET", "/api/v1/gpus/{uuid}/health"): READERS,
+    ("POST", "/api/v1/gpus/{uuid}/clear"): OPERATORS,
+    ("POST", "/api/v1/gpus/{uuid}/retire"): OPERATORS,
     ("POST", "/api/v1/gpus/{uuid}/move-approvals"): OPERATORS,
     ("GET", "/api/v1/nodes"): READERS,
     ("GET", "/api/v1/nodes/{name}"): READERS,
@@ -184,6 +188,7 @@ CASES = list(itertools.product(CALLERS, MATRIX))
 # --- one fleet per database for the whole matrix -----------------------------------------
 
 NODE_SELF, NODE_CORDON, NODE_RETIRE, NODE_NEW = 1, 2, 3, 50
+NODE_SPARE = 4  # its GPUs are retired one per allowed caller (a retirement is for good)
 
 
 @dataclass
@@ -212,6 +217,7 @@ def world(request, tmp_path_factory) -> Iterator[World]:
         agent = register(api, NODE_SELF, gpus=2)["credential"]
         register(api, NODE_CORDON, gpus=1)
         register(api, NODE_RETIRE, gpus=1)
+        register(api, NODE_SPARE, gpus=len(ROLES))
         for user, role in (("olga", "operator"), ("mia", "member"), ("vic", "viewer")):
             assert api.post("/api/v1/users", json={"name": user, "role": role}).status_code == 201
         for project in ("vision", "speech"):
@@ -288,6 +294,18 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         assert world.gf.lifecycle.approve(SYSTEM, code, None).state == "active"
         return code
 
+    def held_by_vision() -> str:
+        if caller not in MATRIX[route]:
+            return gpu_self  # refused before lookup
+        view = world.gf.lifecycle.show_request(SYSTEM, active_request())
+        return view.units[0].gpu_uuid
+
+    def quarantined(uuid: str = gpu_other) -> str:
+        if caller in MATRIX[route]:
+            world.gf.set_gpu_health(SYSTEM, uuid, GpuHealthChange(
+                health="quarantined", reason="xid 79"))
+        return uuid
+
     def new_pool() -> str:
         return world.gf.lifecycle.request_pool(SYSTEM, PoolCreate(
             project="vision", flavour="H100-80GB", count=1)).code
@@ -353,6 +371,14 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         ("GET", "/api/v1/gpus/{uuid}"): lambda: (template.format(uuid=gpu_self), None),
         ("POST", "/api/v1/gpus/{uuid}/health"): lambda: (
             template.format(uuid=gpu_other), {"health": "healthy", "reason": "checked"}),
+        ("GET", "/api/v1/gpus/{uuid}/health"): lambda: (
+            template.format(uuid=held_by_vision()), None),
+        ("POST", "/api/v1/gpus/{uuid}/clear"): lambda: (
+            template.format(uuid=quarantined()), {"reason": "reseated"}),
+        ("POST", "/api/v1/gpus/{uuid}/retire"): lambda: (
+            template.format(uuid=quarantined(gpu_uuid(NODE_SPARE, ROLES.index(caller))
+                                             if caller in ROLES else gpu_other)),
+            {"reason": "RMA"}),
         ("POST", "/api/v1/gpus/{uuid}/move-approvals"): lambda: (
             template.format(uuid=gpu_other), {"to_node": "node-1", "reason": "rma"}),
         ("GET", "/api/v1/nodes/{name}"): lambda: (template.format(name="node-1"), None),

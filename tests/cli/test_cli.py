@@ -357,6 +357,26 @@ def test_gpu_quarantine_and_unquarantine(cli, fleet):
     assert invoke("gpu", "quarantine", uuid).exit_code == 2  # --reason is required
 
 
+def test_gpu_health_shows_the_history_and_clear_returns_it_to_service(cli, fleet):
+    uuid = gpu(2, 6)["uuid"]
+    ok("gpu", "quarantine", uuid, "--reason", "XID 79")
+    text = " ".join(ok("gpu", "health", uuid).stdout.split())
+    assert "health quarantined" in text and "healthy → quarantined" in text
+    assert "XID 79 user:admin" in text
+    assert f"GPU {uuid} on node node-2 is healthy again" in \
+        ok("gpu", "clear", uuid, "--reason", "reseated").stdout
+    view = json_of("gpu", "health", uuid)
+    assert view["health"] == "healthy" and view["cleared_by"] == "user:admin"
+    again = invoke("gpu", "clear", uuid, "--reason", "reseated")
+    assert again.exit_code != 0 and "Traceback" not in again.output
+    assert_one_error_line(again, "is healthy: there is nothing to clear")
+    assert invoke("gpu", "clear", uuid).exit_code == 2  # --reason is required
+    ok("gpu", "quarantine", uuid, "--reason", "XID 79 again")
+    assert f"GPU {uuid} on node node-2 is retired" in \
+        ok("gpu", "retire", uuid, "--reason", "RMA").stdout
+    assert json_of("fleet", "show", uuid)["status"] == "retired"
+
+
 def test_gpu_approve_move(cli, fleet):
     uuid = gpu(1, 0)["uuid"]
     result = ok("gpu", "approve-move", uuid, "--to-node", "node-2", "--reason", "swap")

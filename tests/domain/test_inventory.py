@@ -45,9 +45,9 @@ def test_node_status(admin_state, reachable):
 
 def expected_gpu_status(node: NodeStatus, health: GpuHealth, allocated: bool) -> GpuStatus:
     """The documented precedence, written as a table walk rather than the code's ifs:
-    retired > unreachable > quarantined > allocated > cordoned > free."""
+    retired (node or GPU) > unreachable > quarantined > allocated > cordoned > free."""
     precedence = [
-        (node is NodeStatus.RETIRED, GpuStatus.RETIRED),
+        (node is NodeStatus.RETIRED or health is GpuHealth.RETIRED, GpuStatus.RETIRED),
         (node is NodeStatus.UNREACHABLE, GpuStatus.UNREACHABLE),
         (health is GpuHealth.QUARANTINED, GpuStatus.QUARANTINED),
         (allocated, GpuStatus.ALLOCATED),

@@ -333,6 +333,21 @@ def test_a_gpu_off_the_bus_raises_xid_79_and_reads_nothing_more():
     assert any(lost.gpu_uuid in problem for problem in snapshot.problems)
 
 
+def test_a_fault_struck_on_a_schedule_starts_then_not_hours_in():
+    """What the demo does (NodeTelemetry.strike): XID 79 at the time named, on a GPU the
+    seeded draw left healthy."""
+    backend = SimBackend(standalone_backend("dgx-h100", "sim-strike", seed=3).node,
+                         fault_rate=0.0)
+    backend.collect(at=T0)
+    uuid = backend.discover().gpus[1].uuid
+    backend.telemetry.strike(uuid, [FaultKind.FALLEN_OFF_BUS], T0 + timedelta(minutes=2))
+    early = backend.collect(at=T0 + timedelta(minutes=1))
+    assert not xids(gpu_unit(early, 1))
+    snapshot = backend.collect(at=T0 + timedelta(minutes=2))
+    assert xids(gpu_unit(snapshot, 1)) == {79: 1}
+    assert not xids(gpu_unit(snapshot, 0)) and not xids(gpu_unit(snapshot, 2))
+
+
 def test_a_hot_gpu_throttles_on_temperature():
     backend = faulty_backend(FaultKind.THERMAL)
     values = [gpu_unit(backend.collect(at=at), 0).values for at in ticks(0.5, 30)]

@@ -20,6 +20,7 @@ from gpufleet.api.routes import (
     agent,
     alerts,
     events,
+    health,
     identity,
     inventory,
     lifecycle,
@@ -125,6 +126,19 @@ async def _outbox_loop(gf: Gpufleet) -> None:
             log.warning("outbox round skipped: %s", exc.message)
         except Exception:  # the loop must outlive a bug in one round
             log.exception("outbox round failed")
+async def _gpu_health_loop(gf: Gpufleet) -> None:
+    """Apply the GPU health rules every `health_interval_s` (docs/operations.md, "GPU
+    health and quarantine"); one replica applies, and a round is idempotent."""
+    while True:
+        await asyncio.sleep(gf.settings.health_interval_s)
+        try:
+            moves = await run_in_threadpool(gf.evaluate_gpu_health)
+            for uuid, before, after, rule in moves:
+                log.warning("GPU %s: %s → %s (%s)", uuid, before, after, rule or "cleared")
+        except GpufleetError as exc:
+            log.warning("GPU health round skipped: %s", exc.message)
+        except Exception:  # the loop must outlive a bug in one round
+            log.exception("GPU health round failed")
 
 
 DOCS_ASSETS_PATH = "/docs-assets"
@@ -133,8 +147,8 @@ DOCS_ASSETS_PATH = "/docs-assets"
 def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        loops = (_silent_node_loop, _lifecycle_loop, _telemetry_upkeep_loop, _alert_loop,
-                 _reclaim_loop, _outbox_loop)
+        loops = (_silent_node_loop, _lifecycle_loop, _telemetry_upkeep_loop, _gpu_health_loop,
+                 _alert_loop, _reclaim_loop, _outbox_loop)
         tasks = [asyncio.create_task(loop(gf)) for loop in loops] if background_loops else []
         yield
         for task in tasks:
@@ -174,6 +188,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(alerts.router)
     app.include_router(reclaim.router)
     app.include_router(receivers.router)
+    app.include_router(health.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

@@ -65,7 +65,10 @@ console = Console(stderr=True)
 DEMO_MARKERS = ("gpufleet.db", "admin-token", "agents")
 # One snapshot per node a minute, one batch per snapshot: ~4 batches/s for the default
 # 243-node fleet, which a 2-core machine ingests beside everything else the demo does.
-DEMO_TELEMETRY = FleetTelemetry(interval_s=60.0, ticks_per_batch=1)
+# One GPU an allocation holds falls off the bus (XID 79) a minute after the fleet runs, so
+# the health loop quarantines it and its owner is told within minutes (docs/operations.md,
+# "GPU health and quarantine").
+DEMO_TELEMETRY = FleetTelemetry(interval_s=60.0, ticks_per_batch=1, strike_after_s=60.0)
 SEED_PROGRESS_EVERY_S = 15.0  # how often the demo says where its seeding stands
 
 
@@ -307,4 +310,6 @@ def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | 
     out.print(f"  export GPUFLEET_URL={url} GPUFLEET_TOKEN={token}")
     out.print("  gpufleet fleet summary")
     out.print("  gpufleet fleet ls --environment onprem-hpc --model H100-80GB")
+    out.print("  gpufleet fleet ls --health quarantined   (a GPU falls off the bus in a few "
+              "minutes; then gpufleet gpu health GPU)")
     out.print("\nCtrl-C stops the server and the simulated agents.")

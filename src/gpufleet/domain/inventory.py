@@ -40,9 +40,17 @@ class NodeStatus(StrEnum):
 
 
 class GpuHealth(StrEnum):
+    """docs/operations.md, "GPU health and quarantine": `retired` is for good (a quarantined
+    GPU an operator gave up on); placement uses neither it nor a quarantined one."""
+
     HEALTHY = "healthy"
     SUSPECT = "suspect"
     QUARANTINED = "quarantined"
+    RETIRED = "retired"
+
+
+# Health values placement never uses.
+OUT_OF_SERVICE = (GpuHealth.QUARANTINED.value, GpuHealth.RETIRED.value)
 
 
 class GpuStatus(StrEnum):
@@ -73,12 +81,13 @@ def node_status(admin_state: NodeAdminState, reachable: bool) -> NodeStatus:
 
 
 def gpu_status(node: NodeStatus, health: GpuHealth, allocated: bool) -> GpuStatus:
-    """Precedence: retired > unreachable > quarantined > allocated > cordoned > free.
+    """Precedence: retired (the node or the GPU) > unreachable > quarantined > allocated >
+    cordoned > free.
 
     An allocated GPU on a cordoned node is still allocated (a cordon stops new placements,
     not running work); a `suspect` GPU stays usable and is reported by its health.
     """
-    if node is NodeStatus.RETIRED:
+    if node is NodeStatus.RETIRED or health is GpuHealth.RETIRED:
         return GpuStatus.RETIRED
     if node is NodeStatus.UNREACHABLE:
         return GpuStatus.UNREACHABLE

@@ -19,6 +19,7 @@ from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
 from gpufleet.domain.operations.alert_state import FlapPolicy
+from gpufleet.domain.operations.health_rules import default_pack
 from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
@@ -30,6 +31,7 @@ from gpufleet.services.operations import (
     alerts,
     event_subscriptions,
     events,
+    health,
     outbox_metrics,
     receiver_admin,
     silences,
@@ -52,6 +54,7 @@ from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, Reg
 from gpufleet.wire.alerts import AlertAck, AlertHistoryView, AlertView, SilenceCreate, SilenceView
 from gpufleet.wire.base import Page
 from gpufleet.wire.events import EventPage, EventSubscriptionCreate, EventSubscriptionView
+from gpufleet.wire.health import GpuClear, GpuHealthView
 from gpufleet.wire.server_settings import ServerSetting
 
 log = logging.getLogger(__name__)
@@ -81,6 +84,7 @@ class Gpufleet:
         self.alert_evaluator: Callable[[datetime], alerts.AlertEvaluation] | None = None
         self.reclaim = ReclamationDesk(store, self.queries, self.lifecycle, settings, self.clock)
         self.outbox_sender = OutboxSender(store, settings, self.clock)
+        self._health_pack = default_pack(health.thresholds(settings))
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -323,14 +327,62 @@ class Gpufleet:
                        body: wi.GpuHealthChange) -> wi.GpuView:
         now = self.clock.now()
         with self.store.write() as session:
+            principal.require(Action.MANAGE_INVENTORY)
+            previous = health.health_of(session, uuid)
+            holders = health.holders_of(session, uuid) \
+                if body.health is GpuHealth.QUARANTINED else []
             canonical = gpus.set_health(session, principal, uuid, body, now)
             if body.health is GpuHealth.QUARANTINED:
                 lost_units.gpu_quarantined(session, canonical, principal.actor, now,
                                            body.reason)
+            health.record_manual(session, canonical, previous, holders, principal.actor,
+                                 body.reason, now)
         view = self.get_gpu(principal, canonical)
         self.lifecycle.placement.mark_stale([view.node])
         self.lifecycle.shape.invalidate()  # a quarantined GPU is no longer capacity
         return view
+
+    # --- GPU health (docs/operations.md, "GPU health and quarantine") -------------------
+    def gpu_health(self, principal: Principal, uuid: str) -> GpuHealthView:
+        with self.store.read() as session:
+            return health.read(session, principal, uuid)
+
+    def clear_gpu(self, principal: Principal, uuid: str, body: GpuClear) -> GpuHealthView:
+        """Return a suspect or quarantined GPU to service (409 when it is healthy)."""
+        with self.store.write() as session:
+            node = health.clear(session, principal, uuid, body.reason, self.clock.now())
+        self.lifecycle.placement.mark_stale([node])
+        self.lifecycle.shape.invalidate()  # a cleared GPU is capacity again
+        return self.gpu_health(principal, uuid)
+
+    def retire_gpu(self, principal: Principal, uuid: str, body: GpuClear) -> GpuHealthView:
+        """Retire a quarantined GPU for good (409 for any other state)."""
+        with self.store.write() as session:
+            node = health.retire(session, principal, uuid, body.reason, self.clock.now())
+        self.lifecycle.placement.mark_stale([node])
+        self.lifecycle.shape.invalidate()
+        return self.gpu_health(principal, uuid)
+
+    def evaluate_gpu_health(self) -> list[tuple[str, str, str, str | None]]:
+        """One evaluation of the health rules over the fleet (the server's health loop):
+        the moves made, as (GPU, from, to, rule). Any replica may read and plan; only the
+        leader applies, re-checking each GPU, so running it twice moves nothing twice."""
+        now = self.clock.now()
+        window = timedelta(seconds=self.settings.health_window_s)
+        hold = timedelta(seconds=self.settings.health_suspect_hold_s)
+        with self.store.read() as session:
+            planned = health.plan(session, self.telemetry, self._health_pack, now, window,
+                                  hold)
+        if not planned:
+            return []
+        with self.store.write() as session:
+            if not self.store.try_leader_lock(session, "gpu-health"):
+                return []
+            result = health.apply(session, planned, now)
+        if result.nodes:
+            self.lifecycle.placement.mark_stale(sorted(result.nodes))
+            self.lifecycle.shape.invalidate()  # quarantined GPUs are no longer capacity
+        return result.moves
 
     def approve_gpu_move(self, principal: Principal, uuid: str,
                          body: wi.GpuMoveApprovalCreate) -> wi.GpuMoveApprovalView:

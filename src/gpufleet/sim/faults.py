@@ -94,10 +94,17 @@ class GpuFaults:
 
     kinds: frozenset[FaultKind]
     key: int
+    # When set, each fault's first event (XID) happens this many seconds after the backend
+    # started instead of at its seeded time, hours in: a demo's schedule (`NodeTelemetry.
+    # strike`), so a fault shows within minutes.
+    onset_s: float | None = None
 
     @property
     def healthy(self) -> bool:
         return not self.kinds
+
+    def _first(self, salt: int, lo: float, hi: float) -> float:
+        return self.onset_s if self.onset_s is not None else between(self.key, salt, lo, hi)
 
     def state(self, elapsed_s: float, *, ampere_or_newer: bool) -> FaultState:
         """The counters and conditions `elapsed_s` after the backend started."""
@@ -116,7 +123,7 @@ class GpuFaults:
         if FaultKind.FALLEN_OFF_BUS in self.kinds:
             fields["pcie_replays"] = replay_base + int(between(k, 40, 100, 1000)
                                                        * elapsed_s / _HOUR_S)
-            off_bus = _Events(between(k, 41, 1.0, 6.0) * _HOUR_S)
+            off_bus = _Events(self._first(41, 1.0 * _HOUR_S, 6.0 * _HOUR_S))
             xids.append((79, off_bus))
             fields["lost"] = off_bus.count(elapsed_s) > 0
         if FaultKind.THERMAL in self.kinds:
@@ -131,7 +138,7 @@ class GpuFaults:
     def _ecc(self, elapsed_s: float, fields: dict, xids: list, ampere: bool) -> None:
         k = self.key
         fields["ecc_corrected"] += int(between(k, 10, 20, 200) * elapsed_s / _HOUR_S)
-        uncorrected = _Events(between(k, 11, 300, 1800), between(k, 12, 1.0, 3.0) * _HOUR_S)
+        uncorrected = _Events(self._first(11, 300, 1800), between(k, 12, 1.0, 3.0) * _HOUR_S)
         n = uncorrected.count(elapsed_s)
         fields["ecc_uncorrected"] = n
         if ampere:
@@ -145,7 +152,7 @@ class GpuFaults:
 
     def _remap_failure(self, elapsed_s: float, fields: dict, xids: list, ampere: bool) -> None:
         k = self.key
-        failure = _Events(between(k, 20, 600, 2400), between(k, 21, 2.0, 4.0) * _HOUR_S)
+        failure = _Events(self._first(20, 600, 2400), between(k, 21, 2.0, 4.0) * _HOUR_S)
         n = failure.count(elapsed_s)
         fields["ecc_uncorrected"] = fields.get("ecc_uncorrected", 0) + n
         if ampere:
@@ -161,7 +168,7 @@ class GpuFaults:
         fields["nvlink_crc_flit"] = int(between(k, 30, 50, 500) * hours)
         fields["nvlink_crc_data"] = int(between(k, 31, 5, 50) * hours)
         fields["nvlink_replay"] = int(between(k, 32, 10, 120) * hours)
-        recovery = _Events(between(k, 33, 120, 1200), between(k, 34, 0.5, 2.0) * _HOUR_S)
+        recovery = _Events(self._first(33, 120, 1200), between(k, 34, 0.5, 2.0) * _HOUR_S)
         fields["nvlink_recovery"] = recovery.count(elapsed_s)
         xids.append((74, recovery))
 
@@ -187,12 +194,13 @@ def _last_code(xids: list[tuple[int, _Events]], elapsed_s: float) -> int:
 
 
 def faults_for(seed: int, gpu_uuid: str, *, rate: float = DEFAULT_FAULT_RATE,
-               has_nvlink: bool = True, kinds: Iterable[FaultKind] | None = None) -> GpuFaults:
-    """The faults of one GPU: `kinds` when given, else one seeded fault for `rate` of GPUs
-    (NVLink faults only where the GPU has NVLink)."""
+               has_nvlink: bool = True, kinds: Iterable[FaultKind] | None = None,
+               onset_s: float | None = None) -> GpuFaults:
+    """The faults of one GPU: `kinds` when given (first events at `onset_s`, if given),
+    else one seeded fault for `rate` of GPUs (NVLink faults only where the GPU has NVLink)."""
     key = stable_key(seed, "faults", gpu_uuid.lower())
     if kinds is not None:
-        return GpuFaults(frozenset(FaultKind(kind) for kind in kinds), key)
+        return GpuFaults(frozenset(FaultKind(kind) for kind in kinds), key, onset_s)
     if uniform(key, 0) >= rate:
         return GpuFaults(frozenset(), key)
     choices = [kind for kind in FaultKind if has_nvlink or kind is not FaultKind.NVLINK]

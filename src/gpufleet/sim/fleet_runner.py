@@ -47,6 +47,7 @@ from gpufleet.clock import Clock
 
 from .backend import SimBackend
 from .credentials import FleetCredentials
+from .faults import FaultKind
 from .fleet_spec import FleetSpec
 from .nodes import iter_nodes
 from .operator_api import OperatorApi
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 
 SAVE_EVERY_REGISTRATIONS = 200
 RUNNING_PROGRESS_EVERY_S = 1.0  # heartbeats are many; report their counts at this pace
+STRIKE_RETRY_S = 15.0  # how often a scheduled fault looks again for a held GPU
 
 
 @dataclasses.dataclass
@@ -83,6 +85,11 @@ class FleetTelemetry:
     ticks_per_batch: int = 1
     spool_max_bytes: int = 2 * 1024**2  # per agent: a few minutes of an outage
     clock: Clock | None = None
+    # A demo's fault on a schedule: this long after the fleet runs, the first GPU held whole
+    # by an allocation gets `strike_kind` (its XID at once), so the health loop has
+    # something to quarantine and an owner to tell within minutes (docs/operations.md).
+    strike_after_s: float | None = None
+    strike_kind: FaultKind = FaultKind.FALLEN_OFF_BUS
 
 
 ProgressCallback = Callable[[FleetProgress], None]
@@ -170,10 +177,30 @@ class _FleetRun:
         registered = [a for a in self.agents if a.session.registered]
         self.report("running")
         async with asyncio.TaskGroup() as group:
+            if self.telemetry is not None and self.telemetry.strike_after_s is not None:
+                group.create_task(self._strike_later(self.telemetry.strike_after_s,
+                                                     self.telemetry.strike_kind))
             for agent in registered:
                 group.create_task(self._heartbeat_forever(agent))
                 if agent.uploader is not None:
                     group.create_task(self._telemetry_forever(agent))
+
+    async def _strike_later(self, after_s: float, kind: FaultKind) -> None:
+        """After `after_s`, strike the first GPU an allocation holds whole (waiting for one
+        to be held): its fault starts now, on a schedule, not hours in."""
+        await self.sleep(after_s)
+        while True:
+            for agent in self.agents:
+                held = [b for b in agent.backend.bindings if b.mig_profile_id is None
+                        and (b.milli is None or b.milli >= 1000)]
+                if held:
+                    backend = agent.backend
+                    backend.telemetry.strike(held[0].gpu_uuid, [kind], backend.clock.now())
+                    log.warning("demo fault: GPU %s on %s (held by %s) now has %s",
+                                held[0].gpu_uuid, backend.node.hostname, held[0].allocation,
+                                kind.value)
+                    return
+            await self.sleep(STRIKE_RETRY_S)
 
     async def _leave_out_retired(self) -> None:
         """An operator retired these nodes: their agents stay down (re-joining would undo

@@ -292,6 +292,7 @@ class NodeTelemetry:
         self.fault_rate = fault_rate
         self._forced_faults = {uuid.lower(): tuple(kinds) for uuid, kinds in (faults or {}).items()}
         self._forced_kinds = dict(workloads or {})
+        self._onsets: dict[str, float] = {}
         self._gpus: dict[str, _Gpu] = {}
         self._workloads: dict[tuple[str, str], Workload] = {}
         self._leftovers: dict[str, Workload | None] = {}
@@ -322,6 +323,23 @@ class NodeTelemetry:
         return NodeSnapshot.model_validate({
             "node": registration.hostname, "at": at, "backend": "sim", "units": units,
             "problems": problems})
+
+    def force_workload(self, allocation: str, kind: WorkloadKind) -> None:
+        """Allocation `allocation` runs `kind` from its next unit on (as `workloads` does
+        for allocations known when the node is built)."""
+        self._forced_kinds[allocation] = kind
+
+    def strike(self, gpu_uuid: str, kinds: Iterable[FaultKind], at: datetime) -> None:
+        """From `at` on, GPU `gpu_uuid` has faults `kinds`, their first events (XIDs) at
+        `at`: a fault on a schedule, for demos and tests, instead of hours in."""
+        uuid = gpu_uuid.lower()
+        self._forced_faults[uuid] = tuple(kinds)
+        started = self._started_s if self._started_s is not None else at.timestamp()
+        self._onsets[uuid] = max(0.0, at.timestamp() - started)
+        found = self._gpus.get(uuid)
+        if found is not None:
+            found.faults = faults_for(self.seed, uuid, kinds=self._forced_faults[uuid],
+                                      onset_s=self._onsets[uuid])
 
     # -- loads ---------------------------------------------------------------------------
 
@@ -360,7 +378,8 @@ class NodeTelemetry:
         links = physics.nvlink_links if report.nvlink_peers else 0
         key = stable_key(self.seed, "gpu", uuid)
         faults = faults_for(self.seed, uuid, rate=self.fault_rate, has_nvlink=links > 0,
-                            kinds=self._forced_faults.get(uuid))
+                            kinds=self._forced_faults.get(uuid),
+                            onset_s=self._onsets.get(uuid))
         raw = [0.9 + 0.2 * uniform(key, 10 + link) for link in range(links)]
         weights = tuple(w * links / sum(raw) for w in raw) if links else ()
         uptime_s = between(key, 1, 1.0, 60.0) * 86400.0

@@ -681,3 +681,25 @@ class ReclaimWarning(Base):
 
     # The loop's question each round: the open warnings of each allocation.
     __table_args__ = (Index("ix_reclaim_warnings_open", "outcome", "request_id"),)
+
+
+class GpuHealthTransition(Base):
+    """One change of a GPU's health: from, to, the rule that moved it and its evidence, or
+    who moved it by hand and why (docs/operations.md, "GPU health and quarantine").
+
+    The GPU's latest transition says why it is in its state now; the rows before it are its
+    history. `rule` None: an operator (or registration) moved it; `actor` says who."""
+
+    __tablename__ = "gpu_health_transitions"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+    from_state: Mapped[str] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    rule: Mapped[str | None] = mapped_column(String(63))
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    actor: Mapped[str] = mapped_column(String(127))
+    reason: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_gpu_health_transitions_gpu_id_id", "gpu_id", "id"),)

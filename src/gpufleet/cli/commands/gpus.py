@@ -1,4 +1,5 @@
-"""`gpufleet gpu quarantine | unquarantine | approve-move`: operator decisions on one GPU."""
+"""`gpufleet gpu health | clear | retire | quarantine | unquarantine | approve-move`: one GPU's
+health and the operator's decisions on it."""
 
 from typing import Annotated
 
@@ -6,8 +7,8 @@ import typer
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands import losing_units
-from gpufleet.cli.commands.common import Reason, body
-from gpufleet.cli.output import done
+from gpufleet.cli.commands.common import JsonFlag, Reason, body
+from gpufleet.cli.output import Group, done, emit, fields, table, when
 from gpufleet.domain.inventory import GpuHealth
 
 app = typer.Typer(help="One GPU: health and moves between nodes.", no_args_is_help=True)
@@ -53,3 +54,40 @@ def approve_move(
                             body(to_node=to_node, reason=reason))
     done(f"approved: GPU {approval['gpu_uuid']} may move to node {approval['to_node_name']} "
          "at that node's next registration")
+
+
+@app.command("health")
+def health(uuid: Uuid, as_json: JsonFlag = False) -> None:
+    """The GPU's health, the rule and evidence that put it there, and its history."""
+    with connect() as api:
+        view = api.get(api_path("gpus", uuid, "health"))
+    emit(view, as_json, _health_view)
+
+
+@app.command("clear")
+def clear(uuid: Uuid, reason: RequiredReason) -> None:
+    """Return a suspect or quarantined GPU to healthy (operators); recorded as yours."""
+    with connect() as api:
+        view = api.post(api_path("gpus", uuid, "clear"), body(reason=reason))
+    done(f"GPU {view['gpu']} on node {view['node']} is healthy again")
+
+
+@app.command("retire")
+def retire(uuid: Uuid, reason: RequiredReason) -> None:
+    """Retire a quarantined GPU for good (operators): placement never uses it again."""
+    with connect() as api:
+        view = api.post(api_path("gpus", uuid, "retire"), body(reason=reason))
+    done(f"GPU {view['gpu']} on node {view['node']} is retired")
+
+
+def _health_view(view: dict):
+    evidence = view.get("evidence") or {}
+    head = fields({"GPU": view["gpu"], "node": view["node"],
+                   "environment": view["environment"], "health": view["health"],
+                   "since": when(view.get("since")), "rule": view.get("rule"),
+                   "evidence": evidence.get("line"), "reason": view.get("health_reason"),
+                   "last cleared by": view.get("cleared_by")})
+    rows = [(when(t["at"]), f"{t['from_state']} → {t['to_state']}", t.get("rule"),
+             (t.get("evidence") or {}).get("line") or t.get("reason"), t["actor"])
+            for t in view["history"]]
+    return Group(head, table(("at", "change", "rule", "why", "by"), rows, title="history"))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpufleet.domain.inventory import GpuHealth, NodeAdminState
+from gpufleet.domain.inventory import OUT_OF_SERVICE, NodeAdminState
 from gpufleet.store.tables import Environment, Gpu, Node
 
 ShapeKey = tuple[str, str, str]  # (environment, sharing mode, model)
@@ -46,7 +46,7 @@ def read_shape(session: Session) -> dict[ShapeKey, ShapeCell]:
     per_node = (select(Gpu.node_id, Gpu.sharing_mode, Gpu.model, func.count().label("n"))
                 .join(Node, Node.id == Gpu.node_id)
                 .where(Node.admin_state != NodeAdminState.RETIRED.value,
-                       Gpu.health != GpuHealth.QUARANTINED.value)
+                       Gpu.health.not_in(OUT_OF_SERVICE))
                 .group_by(Gpu.node_id, Gpu.sharing_mode, Gpu.model).subquery())
     rows = session.execute(
         select(Environment.name, per_node.c.sharing_mode, per_node.c.model,

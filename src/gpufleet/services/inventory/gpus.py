@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.access import Action
+from gpufleet.domain.errors import Conflict, InvalidInput
 from gpufleet.domain.inventory import GpuHealth, canonical_gpu_uuid
 from gpufleet.services.access import audit
 from gpufleet.services.access.principal import Principal
@@ -38,6 +39,14 @@ def set_health(session: Session, principal: Principal, uuid: str, body: GpuHealt
     """Quarantine a GPU (placement skips it) or return it to service; audited."""
     principal.require(Action.MANAGE_INVENTORY)
     gpu = _get_gpu(session, uuid)
+    if body.health is GpuHealth.RETIRED:
+        raise InvalidInput("a GPU is retired with `gpufleet gpu retire` (POST "
+                           "/api/v1/gpus/{uuid}/retire), once quarantined",
+                           code="use_gpu_retire", details={"health": body.health.value})
+    if gpu.health == GpuHealth.RETIRED.value:
+        raise Conflict(f"GPU {gpu.uuid} is retired: a retired GPU does not return to "
+                       "service", code="gpu_retired",
+                       details={"gpu": gpu.uuid, "health": gpu.health})
     previous = gpu.health
     gpu.health = body.health.value
     # The reason says why a GPU is unhealthy; why it returned to service is in the audit log.

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, raiseload
 
 from gpufleet.domain.errors import Conflict
 from gpufleet.domain.gpu_models import model as catalogue_model
-from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus, gpu_status
+from gpufleet.domain.inventory import OUT_OF_SERVICE, GpuHealth, GpuStatus, NodeStatus, gpu_status
 from gpufleet.domain.mig import mig_unit_name
 from gpufleet.domain.placement import Decision, UnitChoice, UnitKind
 from gpufleet.domain.requests import FlavourKind, request_code
@@ -140,8 +140,8 @@ def _check_usable(session: Session, gpus: Iterable[Gpu],
     for _, units in placed:
         for unit in units:
             gpu = by_id[gpu_ids[unit.gpu]]
-            if gpu.health == GpuHealth.QUARANTINED.value:
-                raise UnitTaken(f"GPU {gpu.uuid} was quarantined meanwhile")
+            if gpu.health in OUT_OF_SERVICE:
+                raise UnitTaken(f"GPU {gpu.uuid} was {gpu.health} meanwhile")
             if gpu.sharing_mode != MODE_OF_KIND[FlavourKind(unit.kind.value)].value:
                 raise UnitTaken(f"GPU {gpu.uuid} is in {gpu.sharing_mode} mode now")
     not_ready = session.scalars(select(Node.name).where(

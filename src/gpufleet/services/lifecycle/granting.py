@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.admission import CapacityFact, QuotaFact
 from gpufleet.domain.gpu_models import model as catalogue_model
-from gpufleet.domain.inventory import GpuHealth, GpuStatus, NodeStatus
+from gpufleet.domain.inventory import OUT_OF_SERVICE, GpuStatus, NodeStatus
 from gpufleet.domain.placement import Decision, Demand, Placer, Refusal, UnitKind
 from gpufleet.domain.requests import Flavour, FlavourKind, parse_flavour
 from gpufleet.services.lifecycle import placement_state
@@ -163,7 +163,7 @@ def free_capacity(session: Session, kind: FlavourKind, model: str) -> int:
         return int(free) * 1000
     ready = (select(Gpu.id).join(Node, Node.id == Gpu.node_id)
              .where(*usable, Node.status == NodeStatus.READY.value,
-                    Gpu.health != GpuHealth.QUARANTINED.value))
+                    Gpu.health.not_in(OUT_OF_SERVICE)))
     gpu_ids = list(session.scalars(ready))
     if kind is FlavourKind.SHARED:
         used = session.scalar(select(func.coalesce(func.sum(Gpu.used_milli), 0))
@@ -298,7 +298,7 @@ def capacity_fact(session: Session, request: GpuRequest, refusal: Refusal) -> Ca
     for health, node_status, n in session.execute(query):
         if node_status != NodeStatus.READY.value:
             unschedulable += n
-        elif health == GpuHealth.QUARANTINED.value:
+        elif health in OUT_OF_SERVICE:
             quarantined += n
         else:
             usable += n

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpufleet.domain.inventory import GpuHealth, NodeStatus, SharingMode
+from gpufleet.domain.inventory import OUT_OF_SERVICE, NodeStatus, SharingMode
 from gpufleet.domain.placement import FleetState, GpuState, MigSlot, NodeState, free_milli
 from gpufleet.domain.requests import FlavourKind
 from gpufleet.store.tables import (
@@ -60,7 +60,7 @@ def load(session: Session, *, kinds: Iterable[FlavourKind] = tuple(FlavourKind),
              .join(Node, Node.id == Gpu.node_id)
              .join(Environment, Environment.id == Node.environment_id)
              .where(Node.status == NodeStatus.READY.value,
-                    Gpu.health != GpuHealth.QUARANTINED.value,
+                    Gpu.health.not_in(OUT_OF_SERVICE),
                     Gpu.sharing_mode.in_(modes), Gpu.pending_sharing_mode.is_(None))
              .order_by(Node.id, Gpu.index))
     if models is not None:

@@ -1,0 +1,150 @@
+"""Read what the health rules look at, for the whole fleet at once, from the telemetry
+store: counter increases, the latest state flags, the share of throttled samples.
+
+A few fleet-wide queries per evaluation, never one per GPU. A counter's increase over the
+window [now - window, now) is the store's own (resets count from 0) plus the step from the
+last sample before the window; a series the store has not seen before the window counts
+its value as new only where the counter starts at zero when its reader starts (XIDs: the
+reader counts since it started). Aggregate ECC and NVLink totals persist across reboots,
+so a GPU first seen with an old total is not failing now (docs/operations.md, "GPU health
+and quarantine").
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from gpufleet.domain.inventory import canonical_gpu_uuid
+from gpufleet.domain.operations.health_rules import (
+    POWER_SLOWDOWN_BITS,
+    THERMAL_SLOWDOWN_BITS,
+    GpuSignals,
+    Reading,
+)
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.tsdb import TelemetryStore
+from gpufleet.tsdb.protocol import Filters, Tier
+
+# How far before the window a series must have been seen for its first value inside the
+# window not to count as new (a node silent for longer looks like a reader restart).
+SEEN_BEFORE = timedelta(hours=1)
+NVLINK_ERROR_METRICS = ("gpu.nvlink_crc_flit_errors_total", "gpu.nvlink_crc_data_errors_total",
+                        "gpu.nvlink_replay_errors_total")
+THROTTLE_STEP = timedelta(minutes=1)
+
+Key = tuple[str, ...]  # (gpu_uuid,) or (gpu_uuid, xid)
+
+
+def counter_increases(store: TelemetryStore, metric: str, now: datetime, window: timedelta,
+                      *, extra_label: str | None = None, new_series_counts: bool,
+                      filters: Filters | None = None) -> dict[Key, Reading]:
+    """Each series' increase over [now - window, now), keyed by GPU (and `extra_label`),
+    with the time of its latest sample; series that did not rise are left out."""
+    group_by = ("gpu_uuid",) if extra_label is None else ("gpu_uuid", extra_label)
+    start = now - window
+    edge = start - window / 2
+    buckets = max(1, -(-int(SEEN_BEFORE.total_seconds())
+                       // max(1, int(window.total_seconds()))))
+    results = store.query_range(metric, start - buckets * window, now, window,
+                                filters=filters, group_by=group_by,
+                                over_time=OverTime.INCREASE, across=AcrossSeries.SUM,
+                                tier=Tier.RAW)
+    latest = {_key(v.series.label, group_by): v
+              for v in store.latest(filters, metric=metric, since=start)}
+    out: dict[Key, Reading] = {}
+    for result in results:
+        key = _key(result.labels.get, group_by)
+        last = latest.get(key)
+        if last is None:
+            continue
+        # Points are at their step's start, in whole ms: the window's own step starts at
+        # `start` give or take a millisecond, every earlier one a window or more before.
+        seen_before = any(at < edge for at, _ in result.points)
+        inside = sum(value for at, value in result.points if at >= edge)
+        if not seen_before and new_series_counts:
+            inside = max(inside, last.value)
+        if inside > 0:
+            out[key] = Reading(inside, last.at)
+    return out
+
+
+def _key(label: Callable[[str], object], group_by: tuple[str, ...]) -> Key:
+    """(canonical GPU UUID, extra label values...): the store keeps UUIDs as reported."""
+    return (canonical_gpu_uuid(str(label(group_by[0]))),
+            *(str(label(name)) for name in group_by[1:]))
+
+
+def latest_flags(store: TelemetryStore, metric: str, since: datetime,
+                 filters: Filters | None = None) -> dict[str, Reading]:
+    """The latest value of a per-GPU state metric, per GPU (whole-GPU series only)."""
+    return {canonical_gpu_uuid(v.series.gpu_uuid): Reading(v.value, v.at)
+            for v in store.latest(filters, metric=metric, since=since)
+            if v.series.mig_uuid is None}
+
+
+def throttle_shares(store: TelemetryStore, now: datetime, window: timedelta,
+                    filters: Filters | None = None
+                    ) -> dict[str, tuple[Reading, Reading, timedelta]]:
+    """Per GPU: the share of minutes with a thermal slowdown reason set, with a power one,
+    and how long the minutes read span."""
+    results = store.query_range("gpu.clock_throttle_reasons", now - window, now,
+                                THROTTLE_STEP, filters=filters, group_by=("gpu_uuid",),
+                                over_time=OverTime.LAST, across=AcrossSeries.MAX,
+                                tier=Tier.RAW)
+    out = {}
+    for result in results:
+        points = result.points
+        if not points:
+            continue
+        n = len(points)
+        thermal = sum(1 for _, v in points if int(v) & THERMAL_SLOWDOWN_BITS) / n
+        power = sum(1 for _, v in points if int(v) & POWER_SLOWDOWN_BITS) / n
+        last_at = points[-1][0] + THROTTLE_STEP
+        span = last_at - points[0][0]
+        at = min(last_at, now)
+        uuid = canonical_gpu_uuid(str(result.labels.get("gpu_uuid")))
+        out[uuid] = (Reading(thermal, at), Reading(power, at), span)
+    return out
+
+
+def read_signals(store: TelemetryStore, missing_since: Mapping[str, datetime | None],
+                 now: datetime, window: timedelta, *,
+                 uuids: list[str] | None = None) -> dict[str, GpuSignals]:
+    """The signals of every GPU in `missing_since` (its keys: the GPUs to judge; values:
+    since when its node's inventory lacks it, or None). `uuids`: read only these GPUs'
+    series (as the store keeps them), not the whole fleet's."""
+    filters: Filters | None = {"gpu_uuid": uuids} if uuids is not None else None
+    xids: dict[str, dict[int, Reading]] = defaultdict(dict)
+    for (uuid, code), reading in counter_increases(
+            store, "gpu.xid_errors_total", now, window, extra_label="xid",
+            new_series_counts=True, filters=filters).items():
+        if code.isdigit():
+            xids[uuid][int(code)] = reading
+    ecc = {k[0]: r for k, r in counter_increases(
+        store, "gpu.ecc_uncorrected_errors_total", now, window,
+        new_series_counts=False, filters=filters).items()}
+    nvlink: dict[str, Reading] = {}
+    for metric in NVLINK_ERROR_METRICS:
+        for (uuid,), r in counter_increases(store, metric, now, window,
+                                            new_series_counts=False,
+                                            filters=filters).items():
+            before = nvlink.get(uuid)
+            nvlink[uuid] = r if before is None else \
+                Reading(before.value + r.value, max(before.at, r.at))
+    since = now - window
+    pending = latest_flags(store, "gpu.remapped_rows_pending", since, filters)
+    failed = latest_flags(store, "gpu.remapped_rows_failed", since, filters)
+    throttle = throttle_shares(store, now, window, filters)
+    signals = {}
+    for uuid, missing in missing_since.items():
+        key = canonical_gpu_uuid(uuid)
+        thermal, power, span = throttle.get(key, (None, None, timedelta(0)))
+        signals[uuid] = GpuSignals(
+            uuid=uuid, window=window, xid_increases=xids.get(key, {}),
+            ecc_uncorrected_increase=ecc.get(key), remap_pending=pending.get(key),
+            remap_failed=failed.get(key), nvlink_errors_increase=nvlink.get(key),
+            thermal_share=thermal, power_share=power, throttle_span=span,
+            missing_since=missing)
+    return signals
