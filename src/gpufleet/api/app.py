@@ -18,6 +18,7 @@ from gpufleet.api.deps import refuse_nul_characters
 from gpufleet.api.limits import BodySizeLimit
 from gpufleet.api.routes import (
     agent,
+    alert_rules,
     identity,
     inventory,
     lifecycle,
@@ -121,6 +122,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(prometheus.router)
     app.include_router(telemetry_queries.router)
     app.include_router(server_settings.router)
+    app.include_router(alert_rules.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

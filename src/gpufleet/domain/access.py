@@ -38,6 +38,8 @@ class Action(StrEnum):
     MANAGE_QUOTAS = "quotas:manage"
     READ_SERVER_SETTINGS = "server_settings:read"
     READ_FLEET_METRICS = "metrics:read"
+    READ_ALERT_RULES = "alert_rules:read"
+    MANAGE_ALERT_RULES = "alert_rules:manage"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -60,6 +62,8 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.MANAGE_QUOTAS: "manage quotas",
     Action.READ_SERVER_SETTINGS: "read the server's settings",
     Action.READ_FLEET_METRICS: "read the fleet's /metrics",
+    Action.READ_ALERT_RULES: "read alert rules",
+    Action.MANAGE_ALERT_RULES: "manage alert rules",
 }
 
 
@@ -82,6 +86,7 @@ class AuditSubject(StrEnum):
     PROJECT = "project"
     REQUEST = "request"
     POOL = "pool"
+    ALERT_RULE = "alert_rule"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -110,6 +115,9 @@ GRANTS: dict[Action, frozenset[Role]] = {
     # The server's /metrics is for monitoring (a viewer token): it shows every project's
     # allocations and the fleet's requests, which members may not see, so they get none.
     Action.READ_FLEET_METRICS: frozenset({Role.ADMIN, Role.OPERATOR, Role.VIEWER}),
+    # Alert rules (docs/operations.md, "Alert rules"): everyone reads, operators write.
+    Action.READ_ALERT_RULES: frozenset(_READERS),
+    Action.MANAGE_ALERT_RULES: frozenset(_OPERATORS),
 }
 
 

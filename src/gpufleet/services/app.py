@@ -17,12 +17,15 @@ from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
+from gpufleet.domain.operations.rules import Rule
 from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
+from gpufleet.services.operations import alert_rules, rule_evaluation
+from gpufleet.services.operations.rule_evaluation import EvaluationResult
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
 from gpufleet.services.telemetry.ingest import TelemetryIngest
@@ -34,6 +37,7 @@ from gpufleet.store.tables import User
 from gpufleet.tsdb import TelemetryStore
 from gpufleet.wire import inventory as wi
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
+from gpufleet.wire.alert_rules import AlertRuleView, ObservationView, RuleTestReply
 from gpufleet.wire.base import Page
 from gpufleet.wire.server_settings import ServerSetting
 
@@ -358,3 +362,49 @@ class Gpufleet:
         with self.store.read() as session:
             return mig_configs.export(session, principal, node=node, environment=environment,
                                       now=self.clock.now(), generator=f"gpufleet {__version__}")
+
+    # --- alert rules (docs/operations.md, "Alert rules") ---------------------------------
+    def list_alert_rules(self, principal: Principal) -> list[AlertRuleView]:
+        with self.store.read() as session:
+            return alert_rules.list_rules(session, principal)
+
+    def get_alert_rule(self, principal: Principal, name: str) -> AlertRuleView:
+        with self.store.read() as session:
+            return alert_rules.get_rule(session, principal, name)
+
+    def put_alert_rule(self, principal: Principal, name: str, body: dict) -> AlertRuleView:
+        with self.store.write() as session:
+            return alert_rules.put_rule(session, principal, name, body, self.clock.now())
+
+    def delete_alert_rule(self, principal: Principal, name: str) -> None:
+        with self.store.write() as session:
+            alert_rules.delete_rule(session, principal, name, self.clock.now())
+
+    def alert_rules_in_effect(self) -> list[Rule]:
+        """The rules the alert evaluation runs: the default pack, stored rules laid over."""
+        with self.store.read() as session:
+            return alert_rules.rules_in_effect(session)
+
+    def evaluate_alert_rules(self, rules: list[Rule] | None = None) -> EvaluationResult:
+        """One evaluation of `rules` (None: the rules in effect) at the clock's now: what
+        each rule observes; the alert state machine applies `for` and tells people."""
+        return rule_evaluation.evaluate(
+            self.queries, self.alert_rules_in_effect() if rules is None else rules,
+            self.clock.now())
+
+    def test_alert_rules(self, principal: Principal, body: dict) -> RuleTestReply:
+        """What the rules of a rule file (sent as JSON) would observe now; nothing is
+        stored or told. Members see observations about their own projects only."""
+        principal.require(Action.READ_ALERT_RULES)
+        principal.require(Action.READ_INVENTORY)
+        rules = alert_rules.parse_rules_document(body)
+        result = self.evaluate_alert_rules(rules)
+        seen = [o for o in result.observations if principal.visible_projects is None or any(
+            principal.sees_project(p) for p in
+            (o.labels.get("project") or o.annotations.get("project") or "").split(",") if p)]
+        return RuleTestReply(
+            at=self.clock.now(), evaluated=result.evaluated, unavailable=result.unavailable,
+            observations=[ObservationView(
+                rule=o.rule, fingerprint=o.fingerprint, labels=dict(o.labels),
+                annotations=dict(o.annotations), value=o.value, evidence=o.evidence, at=o.at)
+                for o in seen])
