@@ -92,6 +92,8 @@ COMMANDS: dict[str, LazyCommand] = {
                                "regions, on-prem clusters)."),
     "audit": LazyCommand("audit", "app", "The audit log."),
     "mig": LazyCommand("mig", "app", "MIG layouts: export them for NVIDIA mig-parted."),
+    "rules": LazyCommand("rules", "app", "Alert rules: list, check and test rule files, "
+                         "export for Prometheus."),
 }
 
 

@@ -310,7 +310,8 @@ _FIELDS = tuple((f.alias or name) for name, f in RuleSpec.model_fields.items())
 
 
 def _choices(word: str, valid: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, valid, n=3)
+    close = [v for v in valid if word and v.startswith(word)][:2] or \
+        difflib.get_close_matches(word, valid, n=2, cutoff=0.75)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     return f"{hint}choose from: {', '.join(valid)}"
 

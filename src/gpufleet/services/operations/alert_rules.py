@@ -38,7 +38,8 @@ def rules_in_effect(session: Session) -> list[Rule]:
 def list_rules(session: Session, principal: Principal) -> list[AlertRuleView]:
     principal.require(Action.READ_ALERT_RULES)
     stored = {row.name: row for row in session.scalars(select(AlertRule))}
-    views = [_view(rule, stored.get(rule.name)) for rule in default_rules()]
+    views = [_view(rule_from_mapping(stored[rule.name].body), stored[rule.name])
+             if rule.name in stored else _view(rule, None) for rule in default_rules()]
     defaults = {r.name for r in default_rules()}
     views += [_view(rule_from_mapping(row.body), row) for name, row in sorted(stored.items())
               if name not in defaults]
