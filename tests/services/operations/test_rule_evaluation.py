@@ -185,6 +185,7 @@ def test_a_source_that_cannot_answer_is_unavailable_not_empty(gf, clock, world, 
         raise Unavailable("the telemetry store is down", code="telemetry_store_unavailable")
 
     monkeypatch.setattr(gf.telemetry, "query_range", down)
+    monkeypatch.setattr(gf.telemetry, "latest", down)
     hot = rule(kind="threshold", metric="gpu.temperature_celsius", op=">=", value=85)
     stale = replace(rule(kind="absence", absent="agent", after="5m"), name="stale")
     result = evaluate(gf.queries, [hot, stale], clock.now())

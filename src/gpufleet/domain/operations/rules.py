@@ -21,6 +21,7 @@ which refuses an unknown metric or label with the valid choices.
 from __future__ import annotations
 
 import difflib
+import operator
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -64,14 +65,16 @@ class Op(StrEnum):
     HAS_ANY_BITS = "has_any_bits"
 
     def holds(self, left: float, right: float) -> bool:
-        if self is Op.HAS_ANY_BITS:
-            return (int(left) & int(right)) != 0
-        return {Op.GT: left > right, Op.GE: left >= right, Op.LT: left < right,
-                Op.LE: left <= right, Op.EQ: left == right, Op.NE: left != right}[self]
+        return _COMPARE[self](left, right)
 
     @property
     def symbol(self) -> str:
         return {Op.GE: "≥", Op.LE: "≤", Op.NE: "≠", Op.HAS_ANY_BITS: "&"}.get(self, self.value)
+
+
+_COMPARE = {Op.GT: operator.gt, Op.GE: operator.ge, Op.LT: operator.lt, Op.LE: operator.le,
+            Op.EQ: operator.eq, Op.NE: operator.ne,
+            Op.HAS_ANY_BITS: lambda left, right: (int(left) & int(right)) != 0}
 
 
 class StateCondition(StrEnum):

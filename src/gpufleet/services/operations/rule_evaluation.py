@@ -35,12 +35,13 @@ from gpufleet.domain.operations.rules import (
 )
 from gpufleet.domain.requests import RequestState, request_code, request_id_from_code
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
-from gpufleet.domain.telemetry.vocabulary import OverTime
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.lifecycle import quotas
 from gpufleet.services.telemetry.ownership import UnitKey, read_slots
 from gpufleet.services.telemetry.queries import TelemetryQueries
 from gpufleet.store.tables import Environment, Gpu, GpuRequest, Node, Project, Quota, User
+from gpufleet.tsdb import LatestValue, SeriesLabels
 from gpufleet.tsdb.protocol import UNIT_LABELS as SERIES_UNIT_LABELS
 
 log = logging.getLogger(__name__)
@@ -142,30 +143,47 @@ def _unit_labels(labels: Mapping[str, str | None], extra: Iterable[str]) -> dict
     return {k: v for k, v in found.items() if v}
 
 
+def _latest(queries: TelemetryQueries, metric: str, now: datetime, window_s: float
+            ) -> list[LatestValue]:
+    """Each series' latest value in [now − window, now): the store's latest-value path
+    (the raw tier's newest rows)."""
+    found = queries.telemetry.latest(metric=metric, since=now - timedelta(seconds=window_s))
+    return [v for v in found if v.at < now]
+
+
 def _per_series(queries: TelemetryQueries, metric: str, now: datetime, window_s: float,
-                over_time: OverTime, by: Sequence[str] | None = None, across=None
-                ) -> dict[tuple, tuple[dict[str, str | None], float]]:
-    """Each series' (or group's) value over [now − window, now): one range query, one step.
-    Keyed by its labels' values."""
+                over_time: OverTime, by: Sequence[str] | None = None,
+                across: AcrossSeries | None = None
+                ) -> dict[tuple, tuple[Mapping[str, str | None], float]]:
+    """Each series' (or, with `by`, each group's) mean, increase or last value over
+    [now − window, now), keyed by its labels' values: one range query, one step."""
     row = catalogue_metric(metric)
     group = list(by) if by is not None else [*SERIES_UNIT_LABELS[:4], *row.labels]
     window = timedelta(seconds=window_s)
+    # Per series, a group is one series: combined by what keeps its own value (the
+    # metric class's way across series would not: a state's COUNT makes every value 1).
     results = queries.telemetry.query_range(metric, now - window, now, window + _STEP_MARGIN,
                                             group_by=group, over_time=over_time,
-                                            across=across)
+                                            across=across or _ONE_SERIES[over_time])
     return {tuple(r.labels.get(n) for n in group): (r.labels, r.points[-1][1])
             for r in results if r.points}
 
 
+_ONE_SERIES = {OverTime.MEAN: AcrossSeries.MEAN, OverTime.INCREASE: AcrossSeries.SUM,
+               OverTime.LAST: AcrossSeries.MAX}
+
+
 def _threshold(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]:
     assert rule.metric and rule.op is not None and rule.value is not None
+    if rule.across is None and rule.over_time == "last":
+        return _threshold_latest(queries, rule, now)
     by = rule.by if rule.across is not None else None
     over_time = OverTime(rule.over_time)
     values = _per_series(queries, rule.metric, now, rule.over_s, over_time, by, rule.across)
     if rule.ratio_to:
         if by is None:  # the denominator per unit: a unit's series of the two metrics
             values = {k[:4]: v for k, v in values.items()}
-        totals = _per_series(queries, rule.ratio_to, now, rule.over_s, OverTime.LAST,
+        totals = _per_series(queries, rule.ratio_to, now, rule.over_s, over_time,
                              by, rule.across)
         totals = {k if by is not None else k[:4]: v[1] for k, v in totals.items()}
         values = {k: (labels, 100.0 * v / totals[k]) for k, (labels, v) in values.items()
@@ -175,6 +193,33 @@ def _threshold(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[See
                  {n: str(labels.get(n)) for n in by if labels.get(n)},
                  value, _unit_of(labels) if by is None else None)
             for labels, value in values.values() if rule.op.holds(value, rule.value)]
+
+
+def _threshold_latest(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]:
+    """Per series, its latest value: the condition is checked first and labels are made
+    for the series that hold it only (at 100,000 GPUs most do not)."""
+    assert rule.metric and rule.op is not None and rule.value is not None
+    holds, limit = rule.op.holds, rule.value
+    found = _latest(queries, rule.metric, now, rule.over_s)
+    if rule.ratio_to:
+        totals = {(v.series.gpu_uuid, v.series.mig_uuid): v.value
+                  for v in _latest(queries, rule.ratio_to, now, rule.over_s)}
+        hits = []
+        for v in found:
+            total = totals.get((v.series.gpu_uuid, v.series.mig_uuid))
+            if total and holds(percent := 100.0 * v.value / total, limit):
+                hits.append((v.series, percent))
+    else:
+        hits = [(v.series, v.value) for v in found if holds(v.value, limit)]
+    extra = catalogue_metric(rule.metric).labels
+    return [Seen(_series_labels(s, extra), value, (s.gpu_uuid, s.mig_uuid or None))
+            for s, value in hits]
+
+
+def _series_labels(s: SeriesLabels, extra: Iterable[str]) -> dict[str, str]:
+    found = {"environment": s.environment, "node": s.node, "gpu": s.gpu_uuid,
+             "mig_instance": s.mig_uuid, **{n: s.label(n) for n in extra}}
+    return {k: v for k, v in found.items() if v}
 
 
 def _unit_of(labels: Mapping[str, str | None]) -> UnitKey | None:
