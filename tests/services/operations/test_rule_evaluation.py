@@ -201,3 +201,15 @@ def test_the_default_pack_evaluates_on_a_quiet_fleet(gf, clock, world):
     fired = {o.rule for o in result.observations}
     assert {"gpu-memory-saturation", "gpu-thermal-near-slowdown", "gpu-xid-error",
             "agent-stale"} <= fired
+
+
+def test_quota_nearly_exhausted(api, gf, clock, world):
+    response = api.request("PUT", "/api/v1/projects/vision/quotas",
+                           json={"flavour": "H100-80GB", "limit": 2})
+    assert response.status_code == 200, response.text
+    nearly = rule(kind="state", condition="quota_nearly_exhausted", value=50)
+    [o] = observed(gf, clock, nearly)  # one H100 of two held
+    assert dict(o.labels) == {"project": "vision", "flavour": "H100-80GB"}
+    assert o.value == 50.0
+    assert observed(gf, clock, rule(kind="state", condition="quota_nearly_exhausted",
+                                    value=51)) == []
