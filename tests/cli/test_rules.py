@@ -112,3 +112,15 @@ def test_export_passes_promtool(tmp_path, files):
                                  capture_output=True, text=True, check=False)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert "SUCCESS" in checked.stdout
+
+
+def test_export_of_the_servers_rules(api, cli_in_process):
+    response = api.request("PUT", "/api/v1/alert-rules/gpu-xid-error",
+                           json={"kind": "increase", "metric": "gpu.xid_errors_total",
+                                 "enabled": False})
+    assert response.status_code == 200, response.text
+    text = ok("rules", "export").stdout
+    assert "#   gpu-xid-error: disabled" in text
+    assert "alert: GpuEccUncorrectable" in text
+    assert "error: give a rule file or --default-pack" in \
+        invoke("rules", "export", "x.toml", "--default-pack").stderr

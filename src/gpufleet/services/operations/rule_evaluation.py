@@ -154,9 +154,9 @@ def _latest(queries: TelemetryQueries, metric: str, now: datetime, window_s: flo
 def _per_series(queries: TelemetryQueries, metric: str, now: datetime, window_s: float,
                 over_time: OverTime, by: Sequence[str] | None = None,
                 across: AcrossSeries | None = None
-                ) -> dict[tuple, tuple[Mapping[str, str | None], float]]:
-    """Each series' (or, with `by`, each group's) mean, increase or last value over
-    [now − window, now), keyed by its labels' values: one range query, one step."""
+                ) -> list[tuple[Mapping[str, str | None], float]]:
+    """Each series' (or, with `by`, each group's) labels and mean, increase or last value
+    over [now − window, now): one range query, one step."""
     row = catalogue_metric(metric)
     group = list(by) if by is not None else [*SERIES_UNIT_LABELS[:4], *row.labels]
     window = timedelta(seconds=window_s)
@@ -165,8 +165,7 @@ def _per_series(queries: TelemetryQueries, metric: str, now: datetime, window_s:
     results = queries.telemetry.query_range(metric, now - window, now, window + _STEP_MARGIN,
                                             group_by=group, over_time=over_time,
                                             across=across or _ONE_SERIES[over_time])
-    return {tuple(r.labels.get(n) for n in group): (r.labels, r.points[-1][1])
-            for r in results if r.points}
+    return [(r.labels, r.points[-1][1]) for r in results if r.points]
 
 
 _ONE_SERIES = {OverTime.MEAN: AcrossSeries.MEAN, OverTime.INCREASE: AcrossSeries.SUM,
@@ -180,19 +179,24 @@ def _threshold(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[See
     by = rule.by if rule.across is not None else None
     over_time = OverTime(rule.over_time)
     values = _per_series(queries, rule.metric, now, rule.over_s, over_time, by, rule.across)
-    if rule.ratio_to:
-        if by is None:  # the denominator per unit: a unit's series of the two metrics
-            values = {k[:4]: v for k, v in values.items()}
-        totals = _per_series(queries, rule.ratio_to, now, rule.over_s, over_time,
-                             by, rule.across)
-        totals = {k if by is not None else k[:4]: v[1] for k, v in totals.items()}
-        values = {k: (labels, 100.0 * v / totals[k]) for k, (labels, v) in values.items()
-                  if totals.get(k)}
-    extra = catalogue_metric(rule.metric).labels if by is None else by
-    return [Seen(_unit_labels(labels, extra) if by is None else
-                 {n: str(labels.get(n)) for n in by if labels.get(n)},
-                 value, _unit_of(labels) if by is None else None)
-            for labels, value in values.values() if rule.op.holds(value, rule.value)]
+    if rule.ratio_to:  # the denominator: the same unit's (or group's) series of the other
+        key = _group_key(by)
+        totals = {key(labels): v for labels, v in _per_series(
+            queries, rule.ratio_to, now, rule.over_s, over_time, by, rule.across)}
+        values = [(labels, 100.0 * v / total) for labels, v in values
+                  if (total := totals.get(key(labels)))]
+    holds, limit = rule.op.holds, rule.value
+    if by is not None:
+        return [Seen({n: str(labels[n]) for n in by if labels.get(n)}, value)
+                for labels, value in values if holds(value, limit)]
+    extra = catalogue_metric(rule.metric).labels
+    return [Seen(_unit_labels(labels, extra), value, _unit_of(labels))
+            for labels, value in values if holds(value, limit)]
+
+
+def _group_key(by: Sequence[str] | None) -> Callable[[Mapping[str, str | None]], tuple]:
+    names = list(by) if by is not None else ["gpu_uuid", "mig_uuid"]
+    return lambda labels: tuple(labels.get(n) for n in names)
 
 
 def _threshold_latest(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]:
@@ -231,8 +235,9 @@ def _increase(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen
     assert rule.metric and rule.op is not None and rule.value is not None
     values = _per_series(queries, rule.metric, now, rule.over_s, OverTime.INCREASE)
     extra = catalogue_metric(rule.metric).labels
+    holds, limit = rule.op.holds, rule.value
     return [Seen(_unit_labels(labels, extra), value, _unit_of(labels))
-            for labels, value in values.values() if rule.op.holds(value, rule.value)]
+            for labels, value in values if holds(value, limit)]
 
 
 def _absence(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]:
