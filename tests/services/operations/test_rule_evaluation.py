@@ -213,3 +213,19 @@ def test_quota_nearly_exhausted(api, gf, clock, world):
     assert o.value == 50.0
     assert observed(gf, clock, rule(kind="state", condition="quota_nearly_exhausted",
                                     value=51)) == []
+
+
+def test_pool_nearly_exhausted(api, gf, clock, world):
+    pool = api.post("/api/v1/pools", json={"project": "vision", "flavour": "H100-80GB",
+                                           "count": 2, "reason": "reserved"}).json()
+    assert api.post(f"/api/v1/pools/{pool['code']}/approve").json()["state"] == "active"
+    nearly = rule(kind="state", condition="pool_nearly_exhausted", value=50)
+    assert observed(gf, clock, nearly) == []  # vision's GPU was granted before the pool
+    request = api.post("/api/v1/requests", json={"project": "vision", "count": 1,
+                                                 "models": ["H100-80GB"]}).json()
+    assert api.post(f"/api/v1/requests/{request['code']}/approve").json()["pool"] == \
+        pool["code"]
+    [o] = observed(gf, clock, nearly)
+    assert dict(o.labels) == {"project": "vision", "pool": pool["code"],
+                              "flavour": "H100-80GB"}
+    assert o.value == 50.0

@@ -82,6 +82,7 @@ class StateCondition(StrEnum):
     GPU_QUARANTINED = "gpu_quarantined"
     REQUEST_PENDING = "request_pending"  # pending longer than `after_s`
     QUOTA_NEARLY_EXHAUSTED = "quota_nearly_exhausted"  # ≥ `value` % of a quota used
+    POOL_NEARLY_EXHAUSTED = "pool_nearly_exhausted"  # ≥ `value` % of a pool's units held
     IDLE_ALLOCATION = "idle_allocation"
     ZOMBIE_PROCESS = "zombie_process"
     UNATTRIBUTED_USAGE = "unattributed_usage"
@@ -97,6 +98,7 @@ STATE_LABELS: dict[StateCondition, tuple[str, ...]] = {
     StateCondition.GPU_QUARANTINED: UNIT_LABELS,
     StateCondition.REQUEST_PENDING: ("project", "request", "owner"),
     StateCondition.QUOTA_NEARLY_EXHAUSTED: ("project", "flavour"),
+    StateCondition.POOL_NEARLY_EXHAUSTED: ("project", "pool", "flavour"),
     StateCondition.IDLE_ALLOCATION: (*UNIT_LABELS, "allocation", "project", "owner"),
     StateCondition.ZOMBIE_PROCESS: (*UNIT_LABELS, "pid"),
     StateCondition.UNATTRIBUTED_USAGE: (*UNIT_LABELS, "pid", "kind"),
@@ -361,9 +363,8 @@ def _rule_of(spec: RuleSpec, problem) -> Rule:
             problem("condition", f"required; choose from: {', '.join(StateCondition)}")
         elif spec.condition is StateCondition.REQUEST_PENDING and spec.after is None:
             problem("after", "required: how long a request may stay pending (4h)")
-        elif spec.condition is StateCondition.QUOTA_NEARLY_EXHAUSTED and spec.value is None:
-            problem("value", "required: the percentage of a quota in use that is nearly "
-                             "exhausted (90)")
+        elif spec.condition in _PERCENT_CONDITIONS and spec.value is None:
+            problem("value", "required: the percentage in use that is nearly exhausted (90)")
         values["value"] = spec.value
     elif kind is RuleKind.EFFICIENCY:
         if spec.value is None or not 0 < spec.value <= 100:
@@ -397,6 +398,9 @@ def _rule_of(spec: RuleSpec, problem) -> Rule:
     _check_labels(rule, problem)
     return rule
 
+
+_PERCENT_CONDITIONS = (StateCondition.QUOTA_NEARLY_EXHAUSTED,
+                       StateCondition.POOL_NEARLY_EXHAUSTED)
 
 _KIND_FIELDS: dict[RuleKind, set[str]] = {
     RuleKind.THRESHOLD: {"metric", "op", "value", "ratio_to", "over", "over_time", "across",

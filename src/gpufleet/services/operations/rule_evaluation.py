@@ -33,14 +33,29 @@ from gpufleet.domain.operations.rules import (
     StateCondition,
     render_summary,
 )
-from gpufleet.domain.requests import RequestState, request_code, request_id_from_code
+from gpufleet.domain.requests import (
+    PoolState,
+    RequestState,
+    pool_code,
+    request_code,
+    request_id_from_code,
+)
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.services.access.principal import SYSTEM
-from gpufleet.services.lifecycle import quotas
+from gpufleet.services.lifecycle import granting, quotas
 from gpufleet.services.telemetry.ownership import UnitKey, read_slots
 from gpufleet.services.telemetry.queries import TelemetryQueries
-from gpufleet.store.tables import Environment, Gpu, GpuRequest, Node, Project, Quota, User
+from gpufleet.store.tables import (
+    Environment,
+    Gpu,
+    GpuRequest,
+    Node,
+    Pool,
+    Project,
+    Quota,
+    User,
+)
 from gpufleet.tsdb import LatestValue, SeriesLabels
 from gpufleet.tsdb.protocol import UNIT_LABELS as SERIES_UNIT_LABELS
 
@@ -331,6 +346,22 @@ def _quotas_nearly_exhausted(queries: TelemetryQueries, rule: Rule,
     return found
 
 
+def _pools_nearly_exhausted(queries: TelemetryQueries, rule: Rule,
+                            now: datetime) -> list[Seen]:
+    """Active pools whose units held now are ≥ `value` % of their units (few pools: one
+    read each, as `gpufleet pool show` counts them)."""
+    assert rule.value is not None
+    found = []
+    with queries.state.read() as session:
+        for pool in session.scalars(select(Pool).where(Pool.state == PoolState.ACTIVE.value)):
+            used = granting.pool_units_used(session, pool)
+            percent = 100.0 * used / pool.count if pool.count > 0 else 100.0
+            if percent >= rule.value:
+                found.append(Seen({"project": pool.project.name, "pool": pool_code(pool.id),
+                                   "flavour": pool.flavour}, round(percent, 1)))
+    return found
+
+
 def _idle_allocations(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]:
     found = []
     for item in queries.idle(SYSTEM).items:
@@ -372,6 +403,7 @@ _STATES: dict[StateCondition, Callable[[TelemetryQueries, Rule, datetime], list[
     StateCondition.GPU_QUARANTINED: _gpus_quarantined,
     StateCondition.REQUEST_PENDING: _requests_pending,
     StateCondition.QUOTA_NEARLY_EXHAUSTED: _quotas_nearly_exhausted,
+    StateCondition.POOL_NEARLY_EXHAUSTED: _pools_nearly_exhausted,
     StateCondition.IDLE_ALLOCATION: _idle_allocations,
     StateCondition.ZOMBIE_PROCESS: _zombies,
     StateCondition.UNATTRIBUTED_USAGE: _unattributed,
