@@ -116,6 +116,13 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/telemetry/zombies"): READERS,
     ("GET", "/api/v1/telemetry/unattributed"): READERS,
     ("GET", "/api/v1/telemetry/top"): READERS,
+    # Alert rules: everyone reads (and tests a rule file: members see their projects'
+    # observations only), operators write.
+    ("GET", "/api/v1/alert-rules"): READERS,
+    ("GET", "/api/v1/alert-rules/{name}"): READERS,
+    ("PUT", "/api/v1/alert-rules/{name}"): OPERATORS,
+    ("DELETE", "/api/v1/alert-rules/{name}"): OPERATORS,
+    ("POST", "/api/v1/alert-rules/test"): READERS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -202,6 +209,8 @@ def world(request, tmp_path_factory) -> Iterator[World]:
 
 
 Request = tuple[str, dict | bytes | None]  # (concrete path, JSON body or raw bytes)
+ALERT_RULE = {"kind": "threshold", "metric": "gpu.temperature_celsius", "op": ">=",
+              "value": 85}
 
 
 def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
@@ -239,6 +248,11 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         tick = NodeSnapshot(node="node-1", at=world.clock.now(), backend="sim", units=(
             UnitSnapshot(gpu_uuid=gpu_self, values={"gpu.sm_active": 50.0}),))
         return encode(columnar(world.unique("batch"), [tick]))
+
+    def stored_rule() -> str:
+        name = world.unique("rule-")
+        world.gf.put_alert_rule(SYSTEM, name, ALERT_RULE)
+        return name
 
     def registration_body() -> dict:
         node = NODE_NEW if caller == "join" else NODE_SELF
@@ -311,6 +325,14 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         ("DELETE", "/api/v1/projects/{name}/auto-approve"): lambda: (
             template.format(name="vision"), None),
         ("GET", "/api/v1/telemetry/query"): lambda: (f"{template}?metric=gpu.sm_active", None),
+        ("GET", "/api/v1/alert-rules/{name}"): lambda: (
+            template.format(name="gpu-xid-error"), None),
+        ("PUT", "/api/v1/alert-rules/{name}"): lambda: (
+            template.format(name=world.unique("rule-")), ALERT_RULE),
+        ("DELETE", "/api/v1/alert-rules/{name}"): lambda: (
+            template.format(name=stored_rule()), None),
+        ("POST", "/api/v1/alert-rules/test"): lambda: (
+            template, {"rules": [{"name": "hot", **ALERT_RULE}]}),
     }
     return builders.get(route, lambda: (template, None))()
 
