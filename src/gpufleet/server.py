@@ -45,7 +45,10 @@ def build_gpufleet(settings: Settings, clock: Clock | None = None) -> Gpufleet:
                        sqlite_synchronous=settings.sqlite_synchronous,
                        pool_size=settings.database_pool_size)
     store.migrate()
-    return Gpufleet(store, settings, clock, telemetry=open_telemetry_store(settings))
+    gf = Gpufleet(store, settings, clock, telemetry=open_telemetry_store(settings))
+    # The alert loop evaluates the rules in effect (tests choose their own evaluator).
+    gf.alert_evaluator = gf.alert_evaluation
+    return gf
 
 
 def configure_logging(settings: Settings) -> None:

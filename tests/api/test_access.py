@@ -164,6 +164,13 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/receivers/{name}/deliveries"): OPERATORS,
     # Every person reads their own notifications.
     ("GET", "/api/v1/notifications"): READERS,
+    # Alert rules: everyone reads (and tests a rule file: members see their projects'
+    # observations only), operators write.
+    ("GET", "/api/v1/alert-rules"): READERS,
+    ("GET", "/api/v1/alert-rules/{name}"): READERS,
+    ("PUT", "/api/v1/alert-rules/{name}"): OPERATORS,
+    ("DELETE", "/api/v1/alert-rules/{name}"): OPERATORS,
+    ("POST", "/api/v1/alert-rules/test"): READERS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -266,6 +273,8 @@ class AlertRuleStub:
 
 
 Request = tuple[str, dict | bytes | None]  # (concrete path, JSON body or raw bytes)
+ALERT_RULE = {"kind": "threshold", "metric": "gpu.temperature_celsius", "op": ">=",
+              "value": 85}
 
 
 def _webhook(name: str) -> dict:
@@ -330,6 +339,10 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
     def subscription() -> dict:
         return {"name": world.unique("sub"), "url": "https://hooks.example.org/x",
                 "secret": "0123456789abcdef", "types": ["request.*"]}
+    def stored_rule() -> str:
+        name = world.unique("rule-")
+        world.gf.put_alert_rule(SYSTEM, name, ALERT_RULE)
+        return name
 
     def registration_body() -> dict:
         node = NODE_NEW if caller == "join" else NODE_SELF
@@ -454,6 +467,14 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             template.format(name="ops-hook"), None),
         ("GET", "/api/v1/receivers/{name}/deliveries"): lambda: (
             template.format(name="ops-hook"), None),
+        ("GET", "/api/v1/alert-rules/{name}"): lambda: (
+            template.format(name="gpu-xid-error"), None),
+        ("PUT", "/api/v1/alert-rules/{name}"): lambda: (
+            template.format(name=world.unique("rule-")), ALERT_RULE),
+        ("DELETE", "/api/v1/alert-rules/{name}"): lambda: (
+            template.format(name=stored_rule()), None),
+        ("POST", "/api/v1/alert-rules/test"): lambda: (
+            template, {"rules": [{"name": "hot", **ALERT_RULE}]}),
     }
     return builders.get(route, lambda: (template, None))()
 

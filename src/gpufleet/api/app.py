@@ -18,6 +18,7 @@ from gpufleet.api.deps import refuse_nul_characters
 from gpufleet.api.limits import BodySizeLimit
 from gpufleet.api.routes import (
     agent,
+    alert_rules,
     alerts,
     events,
     health,
@@ -189,6 +190,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(reclaim.router)
     app.include_router(receivers.router)
     app.include_router(health.router)
+    app.include_router(alert_rules.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

@@ -47,6 +47,8 @@ class Action(StrEnum):
     READ_RECEIVERS = "receivers:read"
     MANAGE_RECEIVERS = "receivers:manage"
     READ_NOTIFICATIONS = "notifications:read"
+    READ_ALERT_RULES = "alert_rules:read"
+    MANAGE_ALERT_RULES = "alert_rules:manage"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -78,6 +80,8 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.READ_RECEIVERS: "read receivers and their delivery log",
     Action.MANAGE_RECEIVERS: "manage receivers",
     Action.READ_NOTIFICATIONS: "read its notifications",
+    Action.READ_ALERT_RULES: "read alert rules",
+    Action.MANAGE_ALERT_RULES: "manage alert rules",
 }
 
 
@@ -105,6 +109,7 @@ class AuditSubject(StrEnum):
     SILENCE = "silence"
     RECLAIM_POLICY = "reclaim_policy"
     RECEIVER = "receiver"
+    ALERT_RULE = "alert_rule"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -151,6 +156,9 @@ GRANTS: dict[Action, frozenset[Role]] = {
     Action.MANAGE_RECEIVERS: frozenset({Role.ADMIN}),
     # Every person reads their own inbox (the services show only the caller's messages).
     Action.READ_NOTIFICATIONS: frozenset(_READERS),
+    # Alert rules (docs/operations.md, "Alert rules"): everyone reads, operators write.
+    Action.READ_ALERT_RULES: frozenset(_READERS),
+    Action.MANAGE_ALERT_RULES: frozenset(_OPERATORS),
 }
 
 

@@ -20,6 +20,7 @@ from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
 from gpufleet.domain.operations.alert_state import FlapPolicy
 from gpufleet.domain.operations.health_rules import default_pack
+from gpufleet.domain.operations.rules import Rule
 from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
@@ -28,16 +29,19 @@ from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
 from gpufleet.services.operations import (
     alert_queries,
+    alert_rules,
     alerts,
     event_subscriptions,
     events,
     health,
     outbox_metrics,
     receiver_admin,
+    rule_evaluation,
     silences,
 )
 from gpufleet.services.operations.event_publisher import EventPublisher
 from gpufleet.services.operations.reclaim_desk import ReclamationDesk
+from gpufleet.services.operations.rule_evaluation import EvaluationResult
 from gpufleet.services.operations.sender import OutboxSender, Round
 from gpufleet.services.paging import decode_cursor, encode_cursor
 from gpufleet.services.telemetry import server_metrics
@@ -51,6 +55,7 @@ from gpufleet.tsdb import TelemetryStore
 from gpufleet.wire import inventory as wi
 from gpufleet.wire import receivers as wr
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
+from gpufleet.wire.alert_rules import AlertRuleView, ObservationView, RuleTestReply
 from gpufleet.wire.alerts import AlertAck, AlertHistoryView, AlertView, SilenceCreate, SilenceView
 from gpufleet.wire.base import Page
 from gpufleet.wire.events import EventPage, EventSubscriptionCreate, EventSubscriptionView
@@ -588,3 +593,58 @@ class Gpufleet:
                            limit: int) -> Page[wr.NotificationView]:
         with self.store.read() as session:
             return receiver_admin.list_inbox(session, principal, cursor, limit)
+    # --- alert rules (docs/operations.md, "Alert rules") ---------------------------------
+    def list_alert_rules(self, principal: Principal) -> list[AlertRuleView]:
+        with self.store.read() as session:
+            return alert_rules.list_rules(session, principal)
+
+    def get_alert_rule(self, principal: Principal, name: str) -> AlertRuleView:
+        with self.store.read() as session:
+            return alert_rules.get_rule(session, principal, name)
+
+    def put_alert_rule(self, principal: Principal, name: str, body: dict) -> AlertRuleView:
+        with self.store.write() as session:
+            return alert_rules.put_rule(session, principal, name, body, self.clock.now())
+
+    def delete_alert_rule(self, principal: Principal, name: str) -> None:
+        with self.store.write() as session:
+            alert_rules.delete_rule(session, principal, name, self.clock.now())
+
+    def alert_rules_in_effect(self) -> list[Rule]:
+        """The rules the alert evaluation runs: the default pack, stored rules laid over."""
+        with self.store.read() as session:
+            return alert_rules.rules_in_effect(session)
+
+    def evaluate_alert_rules(self, rules: list[Rule] | None = None) -> EvaluationResult:
+        """One evaluation of `rules` (None: the rules in effect) at the clock's now: what
+        each rule observes; the alert state machine applies `for` and tells people."""
+        return rule_evaluation.evaluate(
+            self.queries, self.alert_rules_in_effect() if rules is None else rules,
+            self.clock.now())
+
+    def alert_evaluation(self, now: datetime) -> alerts.AlertEvaluation:
+        """One evaluation of the rules in effect, as the alert state takes it: the enabled
+        rules are the whole rule set (`rules_complete`), so the alerts of a rule deleted
+        or switched off resolve; a rule whose source did not answer is not `evaluated`,
+        so its alerts keep their state (docs/operations.md, "Alert lifecycle")."""
+        rules = [r for r in self.alert_rules_in_effect() if r.enabled]
+        result = rule_evaluation.evaluate(self.queries, rules, now)
+        return alerts.AlertEvaluation(rules=rules, evaluated=frozenset(result.evaluated),
+                                      observations=result.observations, rules_complete=True)
+
+    def test_alert_rules(self, principal: Principal, body: dict) -> RuleTestReply:
+        """What the rules of a rule file (sent as JSON) would observe now; nothing is
+        stored or told. Members see observations about their own projects only."""
+        principal.require(Action.READ_ALERT_RULES)
+        principal.require(Action.READ_INVENTORY)
+        rules = alert_rules.parse_rules_document(body)
+        result = self.evaluate_alert_rules(rules)
+        seen = [o for o in result.observations if principal.visible_projects is None or any(
+            principal.sees_project(p) for p in
+            (o.labels.get("project") or o.annotations.get("project") or "").split(",") if p)]
+        return RuleTestReply(
+            at=self.clock.now(), evaluated=result.evaluated, unavailable=result.unavailable,
+            observations=[ObservationView(
+                rule=o.rule, fingerprint=o.fingerprint, labels=dict(o.labels),
+                annotations=dict(o.annotations), value=o.value, evidence=o.evidence, at=o.at)
+                for o in seen])

@@ -703,3 +703,18 @@ class GpuHealthTransition(Base):
     reason: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_gpu_health_transitions_gpu_id_id", "gpu_id", "id"),)
+
+
+class AlertRule(Base):
+    """An alert rule declared through the API, as written (`body`: the rule file's table
+    for it). One of the default pack's names replaces that default rule."""
+
+    __tablename__ = "alert_rules"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_by: Mapped[str] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_by: Mapped[str] = mapped_column(String(127))
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
