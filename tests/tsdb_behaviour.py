@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpufleet.tsdb import Binding, Sample, series
+from gpufleet.domain.telemetry.vocabulary import Comparison
+from gpufleet.tsdb import Binding, Sample, ValueFilter, series
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -174,6 +175,46 @@ def test_latest_gives_the_newest_value_of_each_series(store):
         {("gpu.sm_active", 20.0), ("gpu.power_usage_watts", 310.0)}
     assert store.latest(metric="gpu.sm_active", since=at(5)) == \
         [v for v in latest if v.series.gpu_uuid == "GPU-a"]
+
+
+def test_a_value_filter_answers_only_the_values_that_pass_it(store):
+    # The comparison an alert rule makes, made by the store: only what passes comes back.
+    store.write(ticks("gpu.temperature_celsius", "GPU-a", [80.0, 90.0, 95.0])
+                + ticks("gpu.temperature_celsius", "GPU-b", [50.0, 50.0, 50.0])
+                + ticks("gpu.temperature_celsius", "GPU-c", [88.0, 88.0, 88.0]))
+    hot = store.query_range("gpu.temperature_celsius", T0, at(30), timedelta(minutes=1),
+                            group_by=["gpu_uuid"], where=ValueFilter(Comparison.GE, 88.0))
+    assert {r.labels["gpu_uuid"]: values_of(r) for r in hot} == {"GPU-a": [88.0 + 1 / 3],
+                                                                 "GPU-c": [88.0]}
+    assert store.query_range("gpu.temperature_celsius", T0, at(30), timedelta(minutes=1),
+                             group_by=["gpu_uuid"], where=ValueFilter(Comparison.GT, 99.0)) \
+        == []
+    newest = store.latest(metric="gpu.temperature_celsius",
+                          where=ValueFilter(Comparison.LT, 90.0))
+    assert {(v.series.gpu_uuid, v.value) for v in newest} == {("GPU-b", 50.0),
+                                                              ("GPU-c", 88.0)}
+
+
+def test_a_value_filter_tests_bits_and_counter_increases(store):
+    store.write(ticks("gpu.clock_throttle_reasons", "GPU-a", [0.0, 64.0])
+                + ticks("gpu.clock_throttle_reasons", "GPU-b", [0.0, 4.0 + 1.0])
+                + ticks("gpu.clock_throttle_reasons", "GPU-c", [128.0, 0.0])
+                + ticks("gpu.xid_errors_total", "GPU-a", [3.0, 3.0, 3.0], labels={"xid": "79"})
+                + ticks("gpu.xid_errors_total", "GPU-b", [3.0, 4.0, 6.0], labels={"xid": "79"})
+                + ticks("gpu.xid_errors_total", "GPU-c", [9.0, 1.0, 1.0], labels={"xid": "79"}))
+    slowed = store.latest(metric="gpu.clock_throttle_reasons",
+                          where=ValueFilter(Comparison.HAS_ANY_BITS, 64.0 + 4.0))
+    assert {(v.series.gpu_uuid, v.value) for v in slowed} == {("GPU-a", 64.0),
+                                                              ("GPU-b", 5.0)}
+    # One step over the whole window: the increase an alert rule compares.
+    grew = store.query_range("gpu.xid_errors_total", T0, at(30), timedelta(minutes=1),
+                             group_by=["gpu_uuid", "xid"],
+                             where=ValueFilter(Comparison.GE, 1.0))
+    assert {r.labels["gpu_uuid"]: values_of(r) for r in grew} == {"GPU-b": [3.0],
+                                                                  "GPU-c": [1.0]}
+    assert store.query_range("gpu.xid_errors_total", T0, at(30), timedelta(minutes=1),
+                             group_by=["gpu_uuid", "xid"],
+                             where=ValueFilter(Comparison.GT, 3.0)) == []
 
 
 def test_data_survives_a_reopen(open_store):

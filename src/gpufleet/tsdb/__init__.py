@@ -17,9 +17,11 @@ from gpufleet.tsdb.protocol import (
     SeriesResult,
     TelemetryStore,
     Tier,
+    ValueFilter,
     choose_tier,
     series,
 )
 
 __all__ = ["Binding", "Bindings", "LatestValue", "Retention", "Sample", "SampleColumns",
-           "SeriesLabels", "SeriesResult", "TelemetryStore", "Tier", "choose_tier", "series"]
+           "SeriesLabels", "SeriesResult", "TelemetryStore", "Tier", "ValueFilter", "choose_tier",
+           "series"]

@@ -28,6 +28,7 @@ from gpufleet.tsdb.protocol import (
     Retention,
     SeriesLabels,
     Tier,
+    ValueFilter,
     aggregation_of,
     choose_tier,
     to_ms,
@@ -138,11 +139,11 @@ class RangePlan:
     whole_hours: bool = False
 
     def sql(self, minute_done_ms: int, hour_done_ms: int,
-            pieces: tuple[int, int] = (0, 0)) -> str:
+            pieces: tuple[int, int] = (0, 0), where: ValueFilter | None = None) -> str:
         """The statement (over the table `SLOTS_TABLE` makes of `Slots.parameters()`)
         answering (group, step start, value) rows, given how far the rollups have been
         folded, and the hours [from, to) whose edge pieces are kept for this query's slots
-        (`fill_pieces`)."""
+        (`fill_pieces`); with `where`, the rows whose value passes it."""
         if self.whole_hours:
             tagged = MixedTiers(self.lo_ms, self.hi_ms, self.step_ms, minute_done_ms,
                                 hour_done_ms, *pieces).rows()
@@ -157,7 +158,9 @@ class RangePlan:
         return f"""WITH per_slot AS (SELECT series_id AS slot, bucket_ms, {self.column} AS v
                          FROM ({fold(tagged, self.step_ms, self.lo_ms, carry=True)}))
             SELECT grp, bucket_ms, {_ACROSS[self.across]} FROM per_slot JOIN sel USING (slot)
-            GROUP BY grp, bucket_ms ORDER BY grp, bucket_ms"""
+            GROUP BY grp, bucket_ms
+            {'' if where is None else 'HAVING ' + where.sql(_ACROSS[self.across])}
+            ORDER BY grp, bucket_ms"""
 
 
 def fill_pieces(plan: RangePlan, pieces: EdgePieces, slots: Slots) -> tuple[int, int]:

@@ -64,6 +64,7 @@ from gpufleet.tsdb.protocol import (
     SeriesLabels,
     SeriesResult,
     Tier,
+    ValueFilter,
     filter_matcher,
     from_ms,
     to_ms,
@@ -286,8 +287,8 @@ class DuckDBTelemetryStore:
     def query_range(self, metric: str, start: datetime, end: datetime, step: timedelta, *,
                     filters: Filters | None = None, group_by: Sequence[str] = (),
                     over_time: OverTime | None = None, across: AcrossSeries | None = None,
-                    tier: Tier | None = None,
-                    bindings: Bindings | None = None) -> list[SeriesResult]:
+                    tier: Tier | None = None, bindings: Bindings | None = None,
+                    where: ValueFilter | None = None) -> list[SeriesResult]:
         """See the protocol; which rows are read is duckdb_query.py's concern."""
         plan = plan_range(metric, start, end, step, over_time=over_time, across=across,
                           tier=tier, with_bindings=bindings is not None,
@@ -303,15 +304,22 @@ class DuckDBTelemetryStore:
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
             cur.execute(SLOTS_TABLE, slots.parameters())  # gone with the read's rollback
-            return cur.execute(plan.sql(*self._state(cur), pieces)).fetchall()
+            return cur.execute(plan.sql(*self._state(cur), pieces, where)).fetchall()
 
-        results = [SeriesResult(dict(zip(group_by, key, strict=True))) for key in slots.keys]
+        # A result is made for the groups answered only: with a value filter, a handful.
+        keys = list(slots.keys)  # in group number order (numbered as added)
+        results: dict[int, SeriesResult] = {}
         for grp, bucket_ms, value in self._read(run):
-            results[grp].points.append((from_ms(bucket_ms), float(value)))
-        return [r for r in results if r.points]
+            found = results.get(grp)
+            if found is None:
+                found = results[grp] = SeriesResult(dict(zip(group_by, keys[grp],
+                                                             strict=True)))
+            found.points.append((from_ms(bucket_ms), float(value)))
+        return [results[grp] for grp in sorted(results)]
 
     def latest(self, filters: Filters | None = None, *, metric: str | None = None,
-               since: datetime | None = None) -> list[LatestValue]:
+               since: datetime | None = None,
+               where: ValueFilter | None = None) -> list[LatestValue]:
         gpus = (filters or {}).get("gpu_uuid")
         # Answered in series id order: which order the series were selected in is moot.
         chosen = self._select(metric, filters) if gpus is None else \
@@ -325,6 +333,7 @@ class DuckDBTelemetryStore:
             return cur.execute(f"""{_SELECTION}
                 SELECT series_id, max(ts_ms), arg_max(value, ts_ms) FROM samples
                 WHERE {_IN_SELECTION} AND ts_ms >= $since GROUP BY series_id
+                {'' if where is None else 'HAVING ' + where.sql('arg_max(value, ts_ms)')}
                 ORDER BY series_id""",
                 {"ids": [sid for sid, _ in chosen], "groups": [0] * len(chosen),
                  "since": since_ms}).fetchall()

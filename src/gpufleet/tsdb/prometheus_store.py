@@ -47,7 +47,7 @@ import httpx
 
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.telemetry.funnel import Thresholds
-from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Comparison, OverTime
 from gpufleet.tsdb.prometheus_masks import PrometheusMinuteMasks, series_minutes
 from gpufleet.tsdb.prometheus_names import (
     EXPOSITION_PREFIX,
@@ -70,6 +70,7 @@ from gpufleet.tsdb.protocol import (
     SeriesResult,
     TelemetryStoreUnavailable,
     Tier,
+    ValueFilter,
     aggregation_of,
     choose_tier,
     filter_matcher,
@@ -184,8 +185,8 @@ class PrometheusTelemetryStore:
     def query_range(self, metric: str, start: datetime, end: datetime, step: timedelta, *,
                     filters: Filters | None = None, group_by: Sequence[str] = (),
                     over_time: OverTime | None = None, across: AcrossSeries | None = None,
-                    tier: Tier | None = None,
-                    bindings: Bindings | None = None) -> list[SeriesResult]:
+                    tier: Tier | None = None, bindings: Bindings | None = None,
+                    where: ValueFilter | None = None) -> list[SeriesResult]:
         over_time, across = aggregation_of(metric, start, end, step, over_time, across)
         fold = "peak" if across is AcrossSeries.MAX and over_time is OverTime.MEAN \
             else over_time.value
@@ -210,17 +211,27 @@ class PrometheusTelemetryStore:
         if selector is None:
             return []
         if bindings is None and over_time is not OverTime.INCREASE and not leftover:
-            return self._aggregated_in_engine(selector, window, group_by, across, fold)
+            return self._aggregated_in_engine(selector, window, group_by, across, fold, where)
         slots = _Slots(group_by, bindings, owner_filters, leftover)
         parts = _ROW_PARTS[fold]
-        rows = self._rows(window, lambda w: _union(
-            {part: f"{fn}({selector}[{w}ms])" for part, fn in parts.items()}))
-        for labels, by_start in rows.items():
+        # A counter's increase is folded here, but over one row without bindings it is the
+        # row's own `increase_prometheus`: the engine can leave out the series that cannot
+        # pass (`_increase_prefilter`), so a fleet's quiet counters never travel as JSON.
+        single_row = bindings is None and window.hi - window.lo <= window.row_ms
+        narrow = _increase_prefilter(where) if fold == "increase" and single_row else None
+
+        def expression(w: int) -> str:
+            keep = "" if narrow is None else f" and {narrow(f'{selector}[{w}ms]')}"
+            return _union({part: f"{fn}({selector}[{w}ms]){keep}"
+                           for part, fn in parts.items()})
+
+        for labels, by_start in self._rows(window, expression).items():
             slots.add(series_of_labels(dict(labels), metric), by_start)
-        return slots.results(window, fold, across)
+        return slots.results(window, fold, across, where)
 
     def latest(self, filters: Filters | None = None, *, metric: str | None = None,
-               since: datetime | None = None) -> list[LatestValue]:
+               since: datetime | None = None,
+               where: ValueFilter | None = None) -> list[LatestValue]:
         _check_label_names(list(filters or {}))
         names = exposition_name(metric) if metric is not None else f"{EXPOSITION_PREFIX}.+"
         selector, leftover = _selection(names, filters or {})
@@ -229,8 +240,12 @@ class PrometheusTelemetryStore:
         at_ms = int(time.time() * 1000) + LATEST_AHEAD_MS
         window_ms = at_ms - to_ms(since) + 1 if since is not None else LATEST_LOOKBACK_MS
         # keep_metric_names: the series of several metrics stay apart.
-        query = _union({part: f"{fn}({selector}[{window_ms}ms]) keep_metric_names"
-                        for part, fn in (("value", "last_over_time"), ("at", "tlast_over_time"))})
+        value = f"last_over_time({selector}[{window_ms}ms]) keep_metric_names"
+        at = f"tlast_over_time({selector}[{window_ms}ms]) keep_metric_names"
+        if where is not None:  # the time only of the series whose value passes
+            value = _compared(value, where)
+            at = f"({at}) and ({value})"
+        query = _union({"value": value, "at": at})
         found: dict[tuple, dict[str, float]] = defaultdict(dict)
         for labels, value in self._instant(query, at_ms):
             part = labels.pop(PART_LABEL)
@@ -238,7 +253,8 @@ class PrometheusTelemetryStore:
         latest = []
         for labels, got in found.items():
             described = series_of_labels(dict(labels))
-            if described is not None and filter_matcher(leftover)(described) and len(got) == 2:
+            if described is not None and filter_matcher(leftover)(described) and len(got) == 2 \
+                    and (where is None or where.holds(got["value"])):
                 latest.append(LatestValue(described, from_ms(round(got["at"] * 1000)),
                                           got["value"]))
         return sorted(latest, key=lambda v: (v.series.metric, v.series.key))
@@ -275,7 +291,8 @@ class PrometheusTelemetryStore:
     # -- internals ------------------------------------------------------------------------
 
     def _aggregated_in_engine(self, selector: str, window: _Window, group_by: Sequence[str],
-                              across: AcrossSeries, fold: str) -> list[SeriesResult]:
+                              across: AcrossSeries, fold: str,
+                              where: ValueFilter | None) -> list[SeriesResult]:
         fn = {"mean": "avg_over_time", "peak": "max_over_time", "last": "last_over_time"}[fold]
         by = f" by ({', '.join(group_by)})" if group_by else ""
 
@@ -283,15 +300,18 @@ class PrometheusTelemetryStore:
             inner = f"{fn}({selector}[{window_ms}ms])"
             if across is AcrossSeries.COUNT:
                 inner = f"({inner} != bool 0)"
-            return f"{_ACROSS_IN_ENGINE[across]}{by} ({inner})"
+            combined = f"{_ACROSS_IN_ENGINE[across]}{by} ({inner})"
+            return combined if where is None else _compared(combined, where)
 
         results = []
         for labels, by_start in self._rows(window, expression).items():
             found = dict(labels)
             group = {name: found.get(name, "" if name in _ABSENT_AS_EMPTY else None)
                      for name in group_by}
-            points = [(from_ms(b), row[None]) for b, row in sorted(by_start.items())]
-            results.append(SeriesResult(group, points))
+            points = [(from_ms(b), row[None]) for b, row in sorted(by_start.items())
+                      if where is None or where.holds(row[None])]
+            if points:
+                results.append(SeriesResult(group, points))
         return sorted(results, key=lambda r: [str(v) for v in r.labels.values()])
 
     def _rows(self, window: _Window, expression: Callable[[int], str]
@@ -431,15 +451,17 @@ class _Slots:
             hi = to_ms(binding.end) if binding.end is not None else math.inf
             self.groups[key].append([(b, row) for b, row in rows if lo <= b < hi])
 
-    def results(self, window: _Window, fold: str, across: AcrossSeries) -> list[SeriesResult]:
+    def results(self, window: _Window, fold: str, across: AcrossSeries,
+                where: ValueFilter | None = None) -> list[SeriesResult]:
         results = []
         for key, slots in self.groups.items():
             by_step: dict[int, list[float]] = defaultdict(list)
             for rows in slots:
                 for step_ms, value in _fold_rows(rows, window, fold).items():
                     by_step[step_ms].append(value)
-            points = [(from_ms(b), combine_across(values, across))
-                      for b, values in sorted(by_step.items())]
+            combined = [(from_ms(b), combine_across(values, across))
+                        for b, values in sorted(by_step.items())]
+            points = [(b, v) for b, v in combined if where is None or where.holds(v)]
             if points:
                 results.append(SeriesResult(dict(zip(self.group_by, key, strict=True)), points))
         return sorted(results, key=lambda r: [str(v) for v in r.labels.values()])
@@ -495,6 +517,34 @@ def _selection(names: str, filters: Filters) -> tuple[str | None, dict[str, list
         budget -= len(matcher)
         matchers.append(matcher)
     return "{" + ", ".join(matchers) + "}", leftover
+
+
+# A bit mask is tested bit by bit (PromQL has no bitwise operators); a mask of more bits
+# than this is compared here instead, after the answer.
+_MAX_MASK_BITS = 16
+
+
+def _compared(expression: str, where: ValueFilter) -> str:
+    """`expression` keeping only the values `where` passes, as PromQL compares: a
+    comparison without `bool` drops the series (the point) that fails."""
+    if where.op is Comparison.HAS_ANY_BITS:
+        mask = int(where.limit)
+        bits = [b for b in range(mask.bit_length()) if mask >> b & 1]
+        if len(bits) > _MAX_MASK_BITS:
+            return expression
+        tests = " or ".join(f"floor(({expression}) / {2 ** b}) % 2 == 1" for b in bits)
+        return f"({expression}) and ({tests})"
+    return f"({expression}) {where.op.value} {where.limit!r}"
+
+
+def _increase_prefilter(where: ValueFilter | None) -> Callable[[str], str] | None:
+    """For a one-row increase, the engine-side test that leaves out only series that cannot
+    pass `where`: those whose `increase_prometheus` over the row is below a positive
+    bar (resets handled as the fold here handles them). None: no safe narrowing."""
+    if where is None or where.op not in (Comparison.GT, Comparison.GE) or where.limit < 0 \
+            or (where.op is Comparison.GE and where.limit == 0):
+        return None
+    return lambda ranged: f"(increase_prometheus({ranged}) {where.op.value} {where.limit!r})"
 
 
 def _union(parts: Mapping[str, str]) -> str:

@@ -12,6 +12,7 @@ Times are epoch milliseconds inside the store; the API takes aware datetimes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,7 @@ from typing import Protocol
 
 from gpufleet.domain.errors import InvalidInput, Unavailable
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
-from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Comparison, OverTime
 
 # Labels a query may filter or group by besides a metric's extra labels.
 UNIT_LABELS = ("gpu_uuid", "mig_uuid", "node", "environment", "model")
@@ -132,6 +133,36 @@ class LatestValue:
 Filters = Mapping[str, Sequence[str | None]]
 
 
+@dataclass(frozen=True)
+class ValueFilter:
+    """Answer only the values for which `value <op> limit` holds — what PromQL's `x > 85`
+    does in the engine. An alert rule over 100,000 GPUs wants the handful over its
+    threshold: compared where the data is, the other 99,990 answers are never built (as
+    objects here, as JSON from a Prometheus engine)."""
+
+    op: Comparison
+    limit: float
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.limit):
+            raise InvalidInput(f"a value filter's limit must be a finite number, "
+                               f"not {self.limit}")
+        if self.op is Comparison.HAS_ANY_BITS and (self.limit != int(self.limit)
+                                                     or not 0 < self.limit < 2**63):
+            raise InvalidInput(f"has_any_bits takes a positive integer mask, not {self.limit}")
+
+    def holds(self, value: float) -> bool:
+        return self.op.holds(value, self.limit)
+
+    def sql(self, expression: str) -> str:
+        """The condition in SQL (DuckDB) over `expression`."""
+        if self.op is Comparison.HAS_ANY_BITS:
+            return f"(CAST({expression} AS BIGINT) & {int(self.limit)}) <> 0"
+        op = "=" if self.op is Comparison.EQ else "<>" if self.op is Comparison.NE \
+            else self.op.value
+        return f"{expression} {op} {self.limit!r}"
+
+
 def filter_matcher(filters: Filters | None) -> Callable[[SeriesLabels], bool]:
     """Whether a series passes every filter: its label's value is one of the allowed ones,
     where "" and None both mean "the series has no such label" (a whole GPU's `mig_uuid`;
@@ -188,18 +219,21 @@ class TelemetryStore(Protocol):
     def query_range(self, metric: str, start: datetime, end: datetime, step: timedelta, *,
                     filters: Filters | None = None, group_by: Sequence[str] = (),
                     over_time: OverTime | None = None, across: AcrossSeries | None = None,
-                    tier: Tier | None = None,
-                    bindings: Bindings | None = None) -> list[SeriesResult]:
+                    tier: Tier | None = None, bindings: Bindings | None = None,
+                    where: ValueFilter | None = None) -> list[SeriesResult]:
         """Values in [start, end) per step, aggregated over time per series and then across
         the series of each group, by the metric class's rules unless overridden.
 
         With `bindings`, only units' time under a binding counts, and `allocation` /
-        `project` can be filtered and grouped by like labels."""
+        `project` can be filtered and grouped by like labels. With `where`, only the points
+        whose (aggregated) value passes it are answered, and groups left with none are not."""
         ...
 
     def latest(self, filters: Filters | None = None, *, metric: str | None = None,
-               since: datetime | None = None) -> list[LatestValue]:
-        """The latest stored value of every matching series (at or after `since`)."""
+               since: datetime | None = None,
+               where: ValueFilter | None = None) -> list[LatestValue]:
+        """The latest stored value of every matching series (at or after `since`); with
+        `where`, only the series whose latest value passes it."""
         ...
 
     def rollup(self, until: datetime) -> None:

@@ -21,7 +21,6 @@ which refuses an unknown metric or label with the valid choices.
 from __future__ import annotations
 
 import difflib
-import operator
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -36,6 +35,7 @@ from gpufleet.domain.operations.notifications import Severity
 from gpufleet.domain.telemetry.catalogue import CATALOGUE, find
 from gpufleet.domain.telemetry.durations import parse_duration
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, MetricClass
+from gpufleet.domain.telemetry.vocabulary import Comparison as Op
 
 RULE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 DEFAULT_GROUP_BY = ("rule", "environment")
@@ -50,31 +50,6 @@ class RuleKind(StrEnum):
     ABSENCE = "absence"
     STATE = "state"
     EFFICIENCY = "efficiency"
-
-
-class Op(StrEnum):
-    """How a value is compared with the rule's `value`. `has_any_bits`: the value, a
-    bitmask (gpu.clock_throttle_reasons), has any of the bits of `value` set."""
-
-    GT = ">"
-    GE = ">="
-    LT = "<"
-    LE = "<="
-    EQ = "=="
-    NE = "!="
-    HAS_ANY_BITS = "has_any_bits"
-
-    def holds(self, left: float, right: float) -> bool:
-        return _COMPARE[self](left, right)
-
-    @property
-    def symbol(self) -> str:
-        return {Op.GE: "≥", Op.LE: "≤", Op.NE: "≠", Op.HAS_ANY_BITS: "&"}.get(self, self.value)
-
-
-_COMPARE = {Op.GT: operator.gt, Op.GE: operator.ge, Op.LT: operator.lt, Op.LE: operator.le,
-            Op.EQ: operator.eq, Op.NE: operator.ne,
-            Op.HAS_ANY_BITS: lambda left, right: (int(left) & int(right)) != 0}
 
 
 class StateCondition(StrEnum):

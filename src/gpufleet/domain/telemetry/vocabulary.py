@@ -8,6 +8,7 @@ handled.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,6 +28,34 @@ class Unit(StrEnum):
     FLAGS = "flags"  # a bitmask; each bit is a reason
     BOOLEAN = "boolean"  # 0 or 1
     CODE = "code"  # an identifier (an XID number), not a quantity
+
+
+class Comparison(StrEnum):
+    """How a value is compared with a limit (an alert rule's `op`, a store query's value
+    filter). `has_any_bits`: the value, a bitmask (gpu.clock_throttle_reasons), has any of
+    the limit's bits set."""
+
+    GT = ">"
+    GE = ">="
+    LT = "<"
+    LE = "<="
+    EQ = "=="
+    NE = "!="
+    HAS_ANY_BITS = "has_any_bits"
+
+    def holds(self, left: float, right: float) -> bool:
+        return _COMPARE[self](left, right)
+
+    @property
+    def symbol(self) -> str:
+        return {Comparison.GE: "≥", Comparison.LE: "≤", Comparison.NE: "≠",
+                Comparison.HAS_ANY_BITS: "&"}.get(self, self.value)
+
+
+_COMPARE = {Comparison.GT: operator.gt, Comparison.GE: operator.ge,
+            Comparison.LT: operator.lt, Comparison.LE: operator.le,
+            Comparison.EQ: operator.eq, Comparison.NE: operator.ne,
+            Comparison.HAS_ANY_BITS: lambda left, right: (int(left) & int(right)) != 0}
 
 
 class OverTime(StrEnum):

@@ -56,7 +56,7 @@ from gpufleet.store.tables import (
     Quota,
     User,
 )
-from gpufleet.tsdb import LatestValue, SeriesLabels
+from gpufleet.tsdb import LatestValue, SeriesLabels, ValueFilter
 from gpufleet.tsdb.protocol import UNIT_LABELS as SERIES_UNIT_LABELS
 
 log = logging.getLogger(__name__)
@@ -158,20 +158,21 @@ def _unit_labels(labels: Mapping[str, str | None], extra: Iterable[str]) -> dict
     return {k: v for k, v in found.items() if v}
 
 
-def _latest(queries: TelemetryQueries, metric: str, now: datetime, window_s: float
-            ) -> list[LatestValue]:
-    """Each series' latest value in [now − window, now): the store's latest-value path
-    (the raw tier's newest rows)."""
-    found = queries.telemetry.latest(metric=metric, since=now - timedelta(seconds=window_s))
+def _latest(queries: TelemetryQueries, metric: str, now: datetime, window_s: float,
+            where: ValueFilter | None = None) -> list[LatestValue]:
+    """Each series' latest value in [now − window, now) (that passes `where`): the store's
+    latest-value path (the raw tier's newest rows)."""
+    found = queries.telemetry.latest(metric=metric, since=now - timedelta(seconds=window_s),
+                                     where=where)
     return [v for v in found if v.at < now]
 
 
 def _per_series(queries: TelemetryQueries, metric: str, now: datetime, window_s: float,
                 over_time: OverTime, by: Sequence[str] | None = None,
-                across: AcrossSeries | None = None
+                across: AcrossSeries | None = None, where: ValueFilter | None = None
                 ) -> list[tuple[Mapping[str, str | None], float]]:
     """Each series' (or, with `by`, each group's) labels and mean, increase or last value
-    over [now − window, now): one range query, one step."""
+    over [now − window, now) (that passes `where`): one range query, one step."""
     row = catalogue_metric(metric)
     group = list(by) if by is not None else [*SERIES_UNIT_LABELS[:4], *row.labels]
     window = timedelta(seconds=window_s)
@@ -179,7 +180,8 @@ def _per_series(queries: TelemetryQueries, metric: str, now: datetime, window_s:
     # metric class's way across series would not: a state's COUNT makes every value 1).
     results = queries.telemetry.query_range(metric, now - window, now, window + _STEP_MARGIN,
                                             group_by=group, over_time=over_time,
-                                            across=across or _ONE_SERIES[over_time])
+                                            across=across or _ONE_SERIES[over_time],
+                                            where=where)
     return [(r.labels, r.points[-1][1]) for r in results if r.points]
 
 
@@ -193,7 +195,10 @@ def _threshold(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[See
         return _threshold_latest(queries, rule, now)
     by = rule.by if rule.across is not None else None
     over_time = OverTime(rule.over_time)
-    values = _per_series(queries, rule.metric, now, rule.over_s, over_time, by, rule.across)
+    # Compared in the store, unless the value compared is a ratio made here.
+    where = None if rule.ratio_to else _condition(rule)
+    values = _per_series(queries, rule.metric, now, rule.over_s, over_time, by, rule.across,
+                         where)
     if rule.ratio_to:  # the denominator: the same unit's (or group's) series of the other
         key = _group_key(by)
         totals = {key(labels): v for labels, v in _per_series(
@@ -219,8 +224,8 @@ def _threshold_latest(queries: TelemetryQueries, rule: Rule, now: datetime) -> l
     for the series that hold it only (at 100,000 GPUs most do not)."""
     assert rule.metric and rule.op is not None and rule.value is not None
     holds, limit = rule.op.holds, rule.value
-    found = _latest(queries, rule.metric, now, rule.over_s)
     if rule.ratio_to:
+        found = _latest(queries, rule.metric, now, rule.over_s)
         totals = {(v.series.gpu_uuid, v.series.mig_uuid): v.value
                   for v in _latest(queries, rule.ratio_to, now, rule.over_s)}
         hits = []
@@ -229,7 +234,8 @@ def _threshold_latest(queries: TelemetryQueries, rule: Rule, now: datetime) -> l
             if total and holds(percent := 100.0 * v.value / total, limit):
                 hits.append((v.series, percent))
     else:
-        hits = [(v.series, v.value) for v in found if holds(v.value, limit)]
+        hits = [(v.series, v.value) for v in _latest(queries, rule.metric, now, rule.over_s,
+                                                     _condition(rule))]
     extra = catalogue_metric(rule.metric).labels
     return [Seen(_series_labels(s, extra), value, (s.gpu_uuid, s.mig_uuid or None))
             for s, value in hits]
@@ -248,11 +254,18 @@ def _unit_of(labels: Mapping[str, str | None]) -> UnitKey | None:
 
 def _increase(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]:
     assert rule.metric and rule.op is not None and rule.value is not None
-    values = _per_series(queries, rule.metric, now, rule.over_s, OverTime.INCREASE)
+    values = _per_series(queries, rule.metric, now, rule.over_s, OverTime.INCREASE,
+                         where=_condition(rule))
     extra = catalogue_metric(rule.metric).labels
-    holds, limit = rule.op.holds, rule.value
     return [Seen(_unit_labels(labels, extra), value, _unit_of(labels))
-            for labels, value in values if holds(value, limit)]
+            for labels, value in values]
+
+
+def _condition(rule: Rule) -> ValueFilter:
+    """The rule's comparison, for the store to make where the data is (the store answers
+    only the series that pass it)."""
+    assert rule.op is not None and rule.value is not None
+    return ValueFilter(rule.op, rule.value)
 
 
 def _absence(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]:
