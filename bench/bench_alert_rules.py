@@ -120,6 +120,19 @@ def load_health(store: DuckDBTelemetryStore, gpus: int, minutes: int) -> None:
           f"{time.perf_counter() - t:.1f} s")
 
 
+def load(root: Path, args: argparse.Namespace, rng: random.Random
+         ) -> tuple[StateStore, DuckDBTelemetryStore]:
+    t = time.perf_counter()
+    state = StateStore(f"sqlite:///{root / 'state.db'}")
+    state.migrate()
+    owners = load_state(state, args.gpus, rng)
+    print(f"state: {args.gpus:,} GPUs, {len(owners):,} bound, in "
+          f"{time.perf_counter() - t:.1f} s")
+    telemetry = load_telemetry(root / "telemetry.duckdb", args.gpus)
+    load_health(telemetry, args.gpus, args.health_minutes)
+    return state, telemetry
+
+
 def timed(call):
     t, c = time.perf_counter(), time.process_time()
     result = call()
@@ -133,21 +146,25 @@ def main() -> None:
     parser.add_argument("--health-minutes", type=int, default=120)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="load the fleet into DIR once and reuse it on later runs with "
+                             "the same --gpus (loading 100,000 GPUs takes ~10 minutes)")
     args = parser.parse_args()
     tune_garbage_collector()  # the evaluation runs in the server, with its collector
     if args.hours != 24:
         raise SystemExit("--hours: bench_telemetry_queries.load_telemetry loads 24 h")
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="bench-rules-") as tmp:
-        root = Path(tmp)
-        t = time.perf_counter()
-        state = StateStore(f"sqlite:///{root / 'state.db'}")
-        state.migrate()
-        owners = load_state(state, args.gpus, rng)
-        print(f"state: {args.gpus:,} GPUs, {len(owners):,} bound, in "
-              f"{time.perf_counter() - t:.1f} s")
-        telemetry = load_telemetry(root / "telemetry.duckdb", args.gpus)
-        load_health(telemetry, args.gpus, args.health_minutes)
+        root = args.keep / f"{args.gpus}-gpus" if args.keep else Path(tmp)
+        loaded = root / "loaded"
+        if loaded.exists():
+            state = StateStore(f"sqlite:///{root / 'state.db'}")
+            telemetry = DuckDBTelemetryStore(root / "telemetry.duckdb")
+            print(f"reusing the fleet loaded in {root}")
+        else:
+            root.mkdir(parents=True, exist_ok=True)
+            state, telemetry = load(root, args, rng)
+            loaded.touch()
         gf = Gpufleet(state, Settings(data_dir=root / "data"), ManualClock(NOW),
                       telemetry=telemetry)
         rules = list(default_rules())

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.telemetry.vocabulary import Comparison
 from gpufleet.tsdb import Binding, Sample, ValueFilter, series
 
@@ -215,6 +216,28 @@ def test_a_value_filter_tests_bits_and_counter_increases(store):
     assert store.query_range("gpu.xid_errors_total", T0, at(30), timedelta(minutes=1),
                              group_by=["gpu_uuid", "xid"],
                              where=ValueFilter(Comparison.GT, 3.0)) == []
+
+
+def test_a_value_filter_can_compare_a_percentage_of_the_units_total(store):
+    gib = 1024.0**3
+    store.write(ticks("gpu.memory_used_bytes", "GPU-a", [70 * gib, 79 * gib])
+                + ticks("gpu.memory_used_bytes", "GPU-b", [79 * gib, 10 * gib])
+                + ticks("gpu.memory_used_bytes", "GPU-c", [40 * gib])  # a 40 GiB board
+                + ticks("gpu.memory_used_bytes", "GPU-d", [80 * gib])  # no total: never
+                + ticks("gpu.memory_used_bytes", "GPU-e", [1 * gib])  # total 0: never
+                + ticks("gpu.memory_total_bytes", "GPU-a", [80 * gib, 80 * gib])
+                + ticks("gpu.memory_total_bytes", "GPU-b", [80 * gib, 80 * gib])
+                + ticks("gpu.memory_total_bytes", "GPU-c", [40 * gib])
+                + ticks("gpu.memory_total_bytes", "GPU-e", [0.0]))
+    full = store.latest(metric="gpu.memory_used_bytes",
+                        where=ValueFilter(Comparison.GE, 95.0,
+                                          percent_of="gpu.memory_total_bytes"))
+    assert {(v.series.gpu_uuid, v.value) for v in full} == {("GPU-a", 79 * gib),
+                                                            ("GPU-c", 40 * gib)}
+    with pytest.raises(InvalidInput):
+        store.query_range("gpu.memory_used_bytes", T0, at(30), timedelta(minutes=1),
+                          where=ValueFilter(Comparison.GE, 95.0,
+                                            percent_of="gpu.memory_total_bytes"))
 
 
 def test_data_survives_a_reopen(open_store):

@@ -290,6 +290,8 @@ class DuckDBTelemetryStore:
                     tier: Tier | None = None, bindings: Bindings | None = None,
                     where: ValueFilter | None = None) -> list[SeriesResult]:
         """See the protocol; which rows are read is duckdb_query.py's concern."""
+        if where is not None:
+            where.refuse_percent()
         plan = plan_range(metric, start, end, step, over_time=over_time, across=across,
                           tier=tier, with_bindings=bindings is not None,
                           retention=self.retention)
@@ -327,6 +329,10 @@ class DuckDBTelemetryStore:
         if not chosen:
             return []
         since_ms = to_ms(since) if since is not None else -(2**62)
+        if where is not None and where.percent_of is not None:
+            totals = self._select(where.percent_of, filters) if gpus is None else \
+                self._select_gpus(where.percent_of, gpus, filters)
+            return self._latest_percent(chosen, totals, since_ms, where)
         self._catch_up()
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
@@ -336,6 +342,46 @@ class DuckDBTelemetryStore:
                 {'' if where is None else 'HAVING ' + where.sql('arg_max(value, ts_ms)')}
                 ORDER BY series_id""",
                 {"ids": [sid for sid, _ in chosen], "groups": [0] * len(chosen),
+                 "since": since_ms}).fetchall()
+
+        labels = dict(chosen)
+        return [LatestValue(labels[sid], from_ms(ms), value) for sid, ms, value in self._read(run)]
+
+    def _latest_percent(self, chosen: Sequence[tuple[int, SeriesLabels]],
+                        totals: Sequence[tuple[int, SeriesLabels]], since_ms: int,
+                        where: ValueFilter) -> list[LatestValue]:
+        """`latest` with `where.percent_of`: each series' latest value beside its unit's
+        latest total, compared in one statement (units numbered here: a series id says
+        nothing of its unit in SQL)."""
+        units: dict[tuple[str, str | None], int] = {}
+        for _, s in totals:
+            units.setdefault((s.gpu_uuid, s.mig_uuid), len(units))
+        picked = [(sid, units[key]) for sid, s in chosen
+                  if (key := (s.gpu_uuid, s.mig_uuid)) in units]
+        if not picked:
+            return []
+        self._catch_up()
+
+        def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
+            return cur.execute(f"""
+                WITH sel AS (SELECT unnest($ids::INTEGER[]) AS series_id,
+                                    unnest($units::INTEGER[]) AS unit),
+                     tsel AS (SELECT unnest($tids::INTEGER[]) AS series_id,
+                                     unnest($tunits::INTEGER[]) AS unit),
+                     last AS (SELECT series_id, max(ts_ms) AS ts_ms,
+                                     arg_max(value, ts_ms) AS v FROM samples
+                              WHERE series_id IN (SELECT series_id FROM sel)
+                                AND ts_ms >= $since GROUP BY series_id),
+                     total AS (SELECT unit, arg_max(value, ts_ms) AS v FROM samples
+                               JOIN tsel USING (series_id) WHERE ts_ms >= $since
+                               GROUP BY unit)
+                SELECT series_id, last.ts_ms, last.v FROM last JOIN sel USING (series_id)
+                JOIN total USING (unit)
+                WHERE total.v <> 0 AND {where.sql('100.0 * last.v / total.v')}
+                ORDER BY series_id""",
+                {"ids": [sid for sid, _ in picked], "units": [u for _, u in picked],
+                 "tids": [sid for sid, _ in totals],
+                 "tunits": [units[(s.gpu_uuid, s.mig_uuid)] for _, s in totals],
                  "since": since_ms}).fetchall()
 
         labels = dict(chosen)

@@ -41,6 +41,7 @@ import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import httpx
@@ -188,6 +189,8 @@ class PrometheusTelemetryStore:
                     tier: Tier | None = None, bindings: Bindings | None = None,
                     where: ValueFilter | None = None) -> list[SeriesResult]:
         over_time, across = aggregation_of(metric, start, end, step, over_time, across)
+        if where is not None:
+            where.refuse_percent()
         fold = "peak" if across is AcrossSeries.MAX and over_time is OverTime.MEAN \
             else over_time.value
         _check_label_names([*group_by, *(filters or {})])
@@ -242,9 +245,10 @@ class PrometheusTelemetryStore:
         # keep_metric_names: the series of several metrics stay apart.
         value = f"last_over_time({selector}[{window_ms}ms]) keep_metric_names"
         at = f"tlast_over_time({selector}[{window_ms}ms]) keep_metric_names"
-        if where is not None:  # the time only of the series whose value passes
-            value = _compared(value, where)
-            at = f"({at}) and ({value})"
+        if where is not None:  # the value and time only of the series whose value passes
+            passing = _compared(value, where) if where.percent_of is None else \
+                _percent_compared(selector, metric, filters or {}, window_ms, where)
+            value, at = f"({value}) and ({passing})", f"({at}) and ({passing})"
         query = _union({"value": value, "at": at})
         found: dict[tuple, dict[str, float]] = defaultdict(dict)
         for labels, value in self._instant(query, at_ms):
@@ -254,7 +258,8 @@ class PrometheusTelemetryStore:
         for labels, got in found.items():
             described = series_of_labels(dict(labels))
             if described is not None and filter_matcher(leftover)(described) and len(got) == 2 \
-                    and (where is None or where.holds(got["value"])):
+                    and (where is None or where.percent_of is not None
+                         or where.holds(got["value"])):
                 latest.append(LatestValue(described, from_ms(round(got["at"] * 1000)),
                                           got["value"]))
         return sorted(latest, key=lambda v: (v.series.metric, v.series.key))
@@ -535,6 +540,19 @@ def _compared(expression: str, where: ValueFilter) -> str:
         tests = " or ".join(f"floor(({expression}) / {2 ** b}) % 2 == 1" for b in bits)
         return f"({expression}) and ({tests})"
     return f"({expression}) {where.op.value} {where.limit!r}"
+
+
+def _percent_compared(selector: str, metric: str | None, filters: Filters, window_ms: int,
+                      where: ValueFilter) -> str:
+    """The series of `selector` whose latest value, as a percentage of the same unit's
+    latest `where.percent_of`, passes `where`: the two latest values match on every label
+    (the functions drop the metric names), as the DuckDB store matches them by unit."""
+    if metric is None:
+        raise InvalidInput("a value filter with percent_of needs a metric")
+    total, _ = _selection(exposition_name(where.percent_of), filters)
+    ratio = f"100 * last_over_time({selector}[{window_ms}ms]) / " \
+            f"(last_over_time({total}[{window_ms}ms]) != 0)"
+    return _compared(ratio, replace(where, percent_of=None))
 
 
 def _increase_prefilter(where: ValueFilter | None) -> Callable[[str], str] | None:

@@ -142,6 +142,10 @@ class ValueFilter:
 
     op: Comparison
     limit: float
+    # `latest` only: the value compared is 100 × the value ÷ the same unit's latest value
+    # of this metric in the same window (memory used as % of memory total); a unit without
+    # one, or with 0, never passes. The answer still carries the metric's own value.
+    percent_of: str | None = None
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.limit):
@@ -153,6 +157,11 @@ class ValueFilter:
 
     def holds(self, value: float) -> bool:
         return self.op.holds(value, self.limit)
+
+    def refuse_percent(self) -> None:
+        """Range queries compare the value itself (a group's ratio is the caller's)."""
+        if self.percent_of is not None:
+            raise InvalidInput("a value filter with percent_of applies to latest values only")
 
     def sql(self, expression: str) -> str:
         """The condition in SQL (DuckDB) over `expression`."""

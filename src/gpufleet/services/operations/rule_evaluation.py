@@ -220,22 +220,22 @@ def _group_key(by: Sequence[str] | None) -> Callable[[Mapping[str, str | None]],
 
 
 def _threshold_latest(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]:
-    """Per series, its latest value: the condition is checked first and labels are made
-    for the series that hold it only (at 100,000 GPUs most do not)."""
+    """Per series, its latest value — or, with `ratio_to`, its percentage of the unit's
+    latest total — compared in the store: only the series that pass come back (at 100,000
+    GPUs most do not)."""
     assert rule.metric and rule.op is not None and rule.value is not None
-    holds, limit = rule.op.holds, rule.value
-    if rule.ratio_to:
-        found = _latest(queries, rule.metric, now, rule.over_s)
+    where = ValueFilter(rule.op, rule.value, percent_of=rule.ratio_to)
+    found = _latest(queries, rule.metric, now, rule.over_s, where)
+    if rule.ratio_to and found:  # the percentages shown: the totals of those units only
+        gpus = sorted({v.series.gpu_uuid for v in found})
         totals = {(v.series.gpu_uuid, v.series.mig_uuid): v.value
-                  for v in _latest(queries, rule.ratio_to, now, rule.over_s)}
-        hits = []
-        for v in found:
-            total = totals.get((v.series.gpu_uuid, v.series.mig_uuid))
-            if total and holds(percent := 100.0 * v.value / total, limit):
-                hits.append((v.series, percent))
+                  for v in queries.telemetry.latest(
+                      {"gpu_uuid": gpus}, metric=rule.ratio_to,
+                      since=now - timedelta(seconds=rule.over_s)) if v.at < now}
+        hits = [(v.series, 100.0 * v.value / total) for v in found
+                if (total := totals.get((v.series.gpu_uuid, v.series.mig_uuid)))]
     else:
-        hits = [(v.series, v.value) for v in _latest(queries, rule.metric, now, rule.over_s,
-                                                     _condition(rule))]
+        hits = [(v.series, v.value) for v in found]
     extra = catalogue_metric(rule.metric).labels
     return [Seen(_series_labels(s, extra), value, (s.gpu_uuid, s.mig_uuid or None))
             for s, value in hits]
