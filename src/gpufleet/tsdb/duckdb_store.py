@@ -351,37 +351,28 @@ class DuckDBTelemetryStore:
                         totals: Sequence[tuple[int, SeriesLabels]], since_ms: int,
                         where: ValueFilter) -> list[LatestValue]:
         """`latest` with `where.percent_of`: each series' latest value beside its unit's
-        latest total, compared in one statement (units numbered here: a series id says
-        nothing of its unit in SQL)."""
-        units: dict[tuple[str, str | None], int] = {}
-        for _, s in totals:
-            units.setdefault((s.gpu_uuid, s.mig_uuid), len(units))
-        picked = [(sid, units[key]) for sid, s in chosen
-                  if (key := (s.gpu_uuid, s.mig_uuid)) in units]
-        if not picked:
+        latest total (matched by the series table's unit columns), compared in one
+        statement."""
+        if not totals:
             return []
         self._catch_up()
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
             return cur.execute(f"""
-                WITH sel AS (SELECT unnest($ids::INTEGER[]) AS series_id,
-                                    unnest($units::INTEGER[]) AS unit),
-                     tsel AS (SELECT unnest($tids::INTEGER[]) AS series_id,
-                                     unnest($tunits::INTEGER[]) AS unit),
-                     last AS (SELECT series_id, max(ts_ms) AS ts_ms,
+                WITH last AS (SELECT series_id, max(ts_ms) AS ts_ms,
                                      arg_max(value, ts_ms) AS v FROM samples
-                              WHERE series_id IN (SELECT series_id FROM sel)
+                              WHERE series_id IN (SELECT unnest($ids::INTEGER[]))
                                 AND ts_ms >= $since GROUP BY series_id),
-                     total AS (SELECT unit, arg_max(value, ts_ms) AS v FROM samples
-                               JOIN tsel USING (series_id) WHERE ts_ms >= $since
-                               GROUP BY unit)
-                SELECT series_id, last.ts_ms, last.v FROM last JOIN sel USING (series_id)
-                JOIN total USING (unit)
+                     total AS (SELECT gpu_uuid, mig_uuid, arg_max(value, ts_ms) AS v
+                               FROM samples JOIN series USING (series_id)
+                               WHERE series_id IN (SELECT unnest($tids::INTEGER[]))
+                                 AND ts_ms >= $since GROUP BY gpu_uuid, mig_uuid)
+                SELECT series_id, last.ts_ms, last.v FROM last JOIN series USING (series_id)
+                JOIN total ON total.gpu_uuid = series.gpu_uuid
+                          AND total.mig_uuid IS NOT DISTINCT FROM series.mig_uuid
                 WHERE total.v <> 0 AND {where.sql('100.0 * last.v / total.v')}
                 ORDER BY series_id""",
-                {"ids": [sid for sid, _ in picked], "units": [u for _, u in picked],
-                 "tids": [sid for sid, _ in totals],
-                 "tunits": [units[(s.gpu_uuid, s.mig_uuid)] for _, s in totals],
+                {"ids": [sid for sid, _ in chosen], "tids": [sid for sid, _ in totals],
                  "since": since_ms}).fetchall()
 
         labels = dict(chosen)
