@@ -76,12 +76,12 @@ def _place(t: GpuHealthTransition | MigInstance) -> tuple[int, int, int | None]:
 def _instances(session: Session) -> list[tuple[MigInstance, str, str]]:
     """Healthy or suspect instances with a MIG UUID, on healthy or suspect GPUs of nodes
     not retired: (instance, GPU UUID, node)."""
-    return list(session.execute(
+    return [(m, uuid, node) for m, uuid, node in session.execute(
         select(MigInstance, Gpu.uuid, Node.name).join(Gpu, Gpu.id == MigInstance.gpu_id)
         .join(Node, Node.id == Gpu.node_id)
         .where(MigInstance.health.in_(JUDGED), MigInstance.mig_uuid.is_not(None),
                Gpu.health.in_(JUDGED), Node.status != NodeStatus.RETIRED.value)
-        .order_by(MigInstance.id)).tuples())
+        .order_by(MigInstance.id))]
 
 
 def _instance_rows(gpu_ids: Iterable[int]) -> Select:
