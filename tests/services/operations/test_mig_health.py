@@ -12,11 +12,12 @@ from sqlalchemy import select
 from gpufleet.domain.requests import FlavourKind, request_id_from_code
 from gpufleet.services.lifecycle import placement_state
 from gpufleet.sim.faults import FaultKind
-from gpufleet.store.tables import Binding
+from gpufleet.store.tables import Binding, MigInstance
 from gpufleet.tsdb.protocol import Sample, series
 from tests.health_world import SimNode, add_receiver, outbox
 from tests.helpers import create_environment
 from tests.lifecycle_world import act, create
+from tests.services.lifecycle.test_fixed_mig_layouts import join_mig_node
 
 ONE_G = 19  # H100-80GB: 1g.10gb
 
@@ -178,3 +179,21 @@ def test_a_contained_xid_the_reader_could_not_attribute_stays_the_gpus(
     node.strike(gpu, FaultKind.ECC_UNCORRECTED)
     node.upload(ticks=2)
     assert gf.evaluate_gpu_health() == [(gpu, "healthy", "quarantined", "ecc_uncorrected")]
+
+
+def test_a_grant_placed_before_a_quarantine_never_binds_the_instance(api, gf, people):
+    """The placement may decide on a cached fleet that predates an instance's quarantine:
+    writing the grant re-reads the instances and refuses it (and the request waits, as
+    the node has no other free 1g.10gb)."""
+    member, operator = people
+    join_mig_node(api, "nvml")  # fixed layout: 1g.10gb at 0, 3g.40gb at 4
+    warm = act(operator, create(member, count=1, mig_profile="3g.40gb")["code"], "approve")
+    assert warm["state"] == "active"  # the placement has the fleet cached now
+    with gf.store.write() as s:  # quarantined behind the cache's back
+        instance = s.scalar(select(MigInstance).where(MigInstance.mig_uuid == "MIG-1g-at-0"))
+        instance.health = "quarantined"
+    late = act(operator, create(member, count=1, mig_profile="1g.10gb")["code"], "approve")
+    assert late["state"] == "approved" and late["units"] == []
+    with gf.store.read() as s:
+        assert s.scalar(select(Binding.id).where(Binding.mig_start == 0,
+                                                 Binding.ended_at.is_(None))) is None
