@@ -35,6 +35,7 @@ from gpufleet.services.operations.health_signals import (
     contained_per_gpu,
     instance_xids,
     read_signals,
+    stored_spellings,
 )
 from gpufleet.services.operations.health_text import cause_of, text_of
 from gpufleet.services.operations.outbox import notify_all
@@ -182,12 +183,6 @@ def _recently_cleared(session: Session, since: datetime) -> dict[int, datetime]:
     return dict(rows.all())
 
 
-def _as_stored(uuid: str) -> list[str]:
-    """The spellings a GPU's series may carry in the telemetry store (as its agent
-    reported the UUID: NVML's `GPU-` prefix and lowercase hex, or all upper case)."""
-    return sorted({uuid, uuid.upper(), uuid.lower(), canonical_gpu_uuid(uuid)})
-
-
 def plan(session: Session, telemetry: TelemetryStore, pack: tuple[HealthRule, ...],
          now: datetime, window: timedelta, suspect_hold: timedelta) -> list[Planned]:
     """Apply `pack` to every healthy or suspect GPU; the moves it calls for. Reads only (the
@@ -202,7 +197,7 @@ def plan(session: Session, telemetry: TelemetryStore, pack: tuple[HealthRule, ..
                            contained=contained)
     for j in judged:  # an operator cleared it: only what happened since counts
         if j.gpu_id in cleared:
-            since, uuids = now - cleared[j.gpu_id], _as_stored(j.uuid)
+            since, uuids = now - cleared[j.gpu_id], stored_spellings(j.uuid)
             signals.update(read_signals(
                 telemetry, {j.uuid: j.missing_since}, now, since, uuids=uuids,
                 contained=contained_per_gpu(instance_xids(telemetry, now, since,

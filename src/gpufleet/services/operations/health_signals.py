@@ -81,6 +81,12 @@ def counter_increases(store: TelemetryStore, metric: str, now: datetime, window:
     return out
 
 
+def stored_spellings(uuid: str) -> list[str]:
+    """The spellings a GPU's series may carry in the telemetry store (as its agent
+    reported the UUID: NVML's `GPU-` prefix and lowercase hex, or all upper case)."""
+    return sorted({uuid, uuid.upper(), uuid.lower(), canonical_gpu_uuid(uuid)})
+
+
 def _key(label: Callable[[str], object], group_by: tuple[str, ...]) -> Key:
     """(canonical GPU UUID, extra label values...): the store keeps UUIDs as reported."""
     return (canonical_gpu_uuid(str(label(group_by[0]))),

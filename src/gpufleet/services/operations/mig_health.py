@@ -33,7 +33,7 @@ from gpufleet.services.access import audit
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lookup import not_found
-from gpufleet.services.operations.health_signals import instance_xids
+from gpufleet.services.operations.health_signals import instance_xids, stored_spellings
 from gpufleet.services.operations.health_text import cause_of, text_of
 from gpufleet.services.operations.outbox import notify_all
 from gpufleet.store.tables import (
@@ -131,7 +131,7 @@ def plan(session: Session, telemetry: TelemetryStore, rule: MigXidRule, now: dat
         seen = xids.get((key, instance.mig_uuid), {})
         if _place(instance) in cleared:  # an operator cleared it: only what came since
             since = now - cleared[_place(instance)]
-            seen = instance_xids(telemetry, now, since, uuids=_as_stored(gpu_uuid)).get(
+            seen = instance_xids(telemetry, now, since, uuids=stored_spellings(gpu_uuid)).get(
                 (key, instance.mig_uuid), {})
         signals = MigSignals(gpu_uuid, instance.mig_uuid, window, seen)
         found = mig_findings(rule, signals, now)
@@ -145,10 +145,6 @@ def plan(session: Session, telemetry: TelemetryStore, rule: MigXidRule, now: dat
             planned.append(PlannedInstance(instance.id, instance.gpu_id, instance.mig_uuid,
                                            node, health, move))
     return planned
-
-
-def _as_stored(uuid: str) -> list[str]:
-    return sorted({uuid, uuid.upper(), uuid.lower(), canonical_gpu_uuid(uuid)})
 
 
 def apply(session: Session, planned: Iterable[PlannedInstance], actor: str,
