@@ -118,22 +118,22 @@ def plan(session: Session, telemetry: TelemetryStore, rule: MigXidRule, now: dat
          window: timedelta, suspect_hold: timedelta) -> list[PlannedInstance]:
     """Apply `rule` to every healthy or suspect instance of a healthy or suspect GPU; the
     moves it calls for. Reads only."""
-    xids = instance_xids(telemetry, now, window)
     rows = _instances(session)
     if not rows:
         return []
+    xids = instance_xids(telemetry, now, window)
     cleared = _recently_cleared(session, now - window, {m.gpu_id for m, _, _ in rows})
     suspects = [m for m, _, _ in rows if m.health == GpuHealth.SUSPECT.value]
     latest = _latest(session, suspects)
     planned = []
     for instance, gpu_uuid, node in rows:
         key = canonical_gpu_uuid(gpu_uuid)
-        seen = xids.get((key, instance.mig_uuid), {})
+        seen, span = xids.get((key, instance.mig_uuid), {}), window
         if _place(instance) in cleared:  # an operator cleared it: only what came since
-            since = now - cleared[_place(instance)]
-            seen = instance_xids(telemetry, now, since, uuids=stored_spellings(gpu_uuid)).get(
+            span = now - cleared[_place(instance)]
+            seen = instance_xids(telemetry, now, span, uuids=stored_spellings(gpu_uuid)).get(
                 (key, instance.mig_uuid), {})
-        signals = MigSignals(gpu_uuid, instance.mig_uuid, window, seen)
+        signals = MigSignals(gpu_uuid, instance.mig_uuid, span, seen)
         found = mig_findings(rule, signals, now)
         last = latest.get(_place(instance))
         health = GpuHealth(instance.health)
