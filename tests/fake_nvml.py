@@ -155,7 +155,7 @@ class FakeNvml:
         self.init_error = init_error
         self.initialised = False
         self.calls: list[str] = []
-        self.events: deque[tuple[int, int]] = deque()  # (gpu index, xid)
+        self.events: deque[tuple[int, int, int]] = deque()  # (gpu index, xid, instance)
         self.registered: set[int] = set()
         self._serial = 0
         self.samples_alloced = 0
@@ -174,8 +174,9 @@ class FakeNvml:
 
         return recorded
 
-    def inject_xid(self, gpu_index: int, code: int) -> None:
-        self.events.append((gpu_index, code))
+    def inject_xid(self, gpu_index: int, code: int, gpu_instance_id: int = 0xFFFFFFFF) -> None:
+        """An XID event; `gpu_instance_id`: the MIG GPU instance it is attributable to."""
+        self.events.append((gpu_index, code, gpu_instance_id))
 
     # helpers ---------------------------------------------------------------------------------
     def _gpu(self, handle: Any, call: str) -> FakeGpu:
@@ -382,10 +383,11 @@ class FakeNvml:
     def nvmlEventSetWait_v2(self, event_set: object, timeout_ms: int) -> SimpleNamespace:
         assert timeout_ms == 0
         while self.events:
-            index, code = self.events.popleft()
+            index, code, gi = self.events.popleft()
             if index in self.registered:
                 return SimpleNamespace(device=self.gpus[index], eventType=0x8, eventData=code,
-                                       gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+                                       gpuInstanceId=gi,
+                                       computeInstanceId=0 if gi != 0xFFFFFFFF else gi)
         raise NVMLError(NVML_ERROR_TIMEOUT)
 
     # processes -------------------------------------------------------------------------------

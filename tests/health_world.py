@@ -61,8 +61,8 @@ class SimNode:
         """Allocation `code` runs a training job (busy, hot) on the node."""
         self.backend.telemetry.force_workload(code, WorkloadKind.TRAINING)
 
-    def strike(self, uuid: str, kind: FaultKind) -> None:
-        self.backend.telemetry.strike(uuid, [kind], self.clock.now())
+    def strike(self, uuid: str, kind: FaultKind, mig_uuid: str | None = None) -> None:
+        self.backend.telemetry.strike(uuid, [kind], self.clock.now(), mig_uuid=mig_uuid)
 
 
 def sim_world(api, clock):

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -43,7 +50,9 @@ from gpufleet.config_files import (
     store_login,
     stored_login_url,
 )
+from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.operations.health_rules import APPLICATION_XIDS
+from gpufleet.domain.operations.mig_health import check_instance_xids
 
 # Where the files are and how a login is stored live in `gpufleet.config_files` (standard
 # library only, for the CLI's start-up); they are named here too for the server's callers.
@@ -269,6 +278,13 @@ class Settings(BaseSettings):
             "(13, 31, 43, 45) are refused: they never mark a GPU."))
     health_xid_suspect: list[int] = Field(default=[63, 94], description=(
         "XID codes that mark a GPU suspect when they occur (JSON list)."))
+    health_mig_xid_quarantine: list[int] = Field(default=[94], description=(
+        "XID codes that quarantine only the MIG instance the XID event names (JSON list): "
+        "errors NVIDIA confines to one GPU instance. GPU-wide codes (48, 63, 64, 74, 79, "
+        "95, 119, 120) and application XIDs are refused."))
+    health_mig_xid_suspect: list[int] = Field(default=[], description=(
+        "XID codes that mark only the MIG instance the XID event names suspect (JSON "
+        "list); the same codes are refused as for health_mig_xid_quarantine."))
     health_ecc_uncorrected_min_increase: float = Field(default=1, gt=0, description=(
         "Quarantine a GPU whose uncorrectable ECC errors rose by at least this within the "
         "window."))
@@ -298,6 +314,15 @@ class Settings(BaseSettings):
         if wrong:
             raise ValueError(f"XID {', '.join(map(str, wrong))} is an application error "
                              "(13, 31, 43, 45 never mark a GPU)")
+        return codes
+
+    @field_validator("health_mig_xid_quarantine", "health_mig_xid_suspect")
+    @classmethod
+    def _instance_xids_only(cls, codes: list[int], info: ValidationInfo) -> list[int]:
+        try:
+            check_instance_xids(frozenset(codes), info.field_name)
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
         return codes
 
     # Values the program itself chose, by name, with who chose them ("command line" for a

@@ -168,6 +168,27 @@ def test_xid_events_are_counted_per_code_across_collects():
     assert not [lv for lv in snap.unit("GPU-1").labelled if lv.metric == "gpu.xid_errors_total"]
 
 
+def test_an_xid_event_naming_a_gpu_instance_is_counted_on_its_mig_unit():
+    """NVML attributes a MIG GPU's XID event to a GPU instance (gpuInstanceId): a contained
+    XID 94 is counted on that instance's unit; an event naming no instance, or one the
+    backend cannot map to a MIG UUID, stays on the GPU."""
+    gpu = hopper(migs=[FakeMig("MIG-aaaa", 3, "3g.40gb"), FakeMig("MIG-bbbb", 5, "3g.40gb")])
+    nvml, fake = backend(gpu)
+    nvml.collect()
+    fake.inject_xid(0, 94, gpu_instance_id=5)
+    fake.inject_xid(0, 63)
+    fake.inject_xid(0, 94, gpu_instance_id=9)  # no such instance: the GPU's
+    snap = nvml.collect()
+
+    def xids(unit) -> dict[str, float]:
+        return {lv.labels["xid"]: lv.value for lv in unit.labelled
+                if lv.metric == "gpu.xid_errors_total"}
+
+    assert xids(snap.unit("GPU-h0", "MIG-bbbb")) == {"94": 1.0}
+    assert xids(snap.unit("GPU-h0", "MIG-aaaa")) == {}
+    assert xids(snap.unit("GPU-h0")) == {"63": 1.0, "94": 1.0}
+
+
 def test_processes_on_a_slower_cadence_and_on_their_mig_unit():
     gpu = hopper(migs=[FakeMig("MIG-aaaa", 3, "3g.40gb")],
                  processes=[FakeProcess(101, 3 * GIB, gpu_instance_id=3),

@@ -19,6 +19,7 @@ from gpufleet.cli import client as cli_client
 from gpufleet.cli.commands import losing_units
 from gpufleet.cli.main import app
 from gpufleet.settings import login_file_path
+from gpufleet.tsdb.protocol import Sample, series
 from tests.helpers import create_environment, gpu, join_token, register, registration
 
 runner = CliRunner()
@@ -375,6 +376,32 @@ def test_gpu_health_shows_the_history_and_clear_returns_it_to_service(cli, fleet
     assert f"GPU {uuid} on node node-2 is retired" in \
         ok("gpu", "retire", uuid, "--reason", "RMA").stdout
     assert json_of("fleet", "show", uuid)["status"] == "retired"
+
+
+def test_gpu_health_shows_mig_instances_and_clear_mig_returns_one(cli, api, gf, clock):
+    """A contained XID 94 that names a MIG instance quarantines it; `gpu health` lists the
+    instances; `gpu clear --mig` returns that instance (docs/operations.md)."""
+    create_environment(api, "onprem-slicing")
+    body = {**registration(7, gpus=0), "gpus": [gpu(7, 0, mig_enabled=True, mig_instances=[
+        {"profile_id": 19, "placement_start": 0, "mig_uuid": "MIG-1g-at-0"},
+        {"profile_id": 19, "placement_start": 1, "mig_uuid": "MIG-1g-at-1"}])]}
+    token = join_token(api, "onprem-slicing")
+    assert api.as_(token).post("/api/v1/agent/register", json=body).status_code == 200
+    uuid = gpu(7, 0)["uuid"]
+    gf.telemetry.write([Sample(series("gpu.xid_errors_total", uuid, "MIG-1g-at-1",
+                                      labels={"xid": "94"}, node="node-7"), clock.now(), 1.0)])
+    clock.advance(30)
+    assert gf.evaluate_gpu_health() == [(uuid, "healthy", "suspect", "xid"),
+                                        ("MIG-1g-at-1", "healthy", "quarantined", "mig_xid")]
+    text = " ".join(ok("gpu", "health", uuid).stdout.split())
+    assert "MIG-1g-at-0 1g.10gb 0 healthy yes" in text
+    assert "MIG-1g-at-1 1g.10gb 1 quarantined no" in text
+    assert f"MIG instance MIG-1g-at-1 of GPU {uuid} on node node-7 is healthy again" in \
+        ok("gpu", "clear", uuid, "--mig", "MIG-1g-at-1", "--reason", "GPU reset").stdout
+    again = invoke("gpu", "clear", uuid, "--mig", "MIG-1g-at-1", "--reason", "GPU reset")
+    assert_one_error_line(again, "MIG instance MIG-1g-at-1", "is healthy")
+    missing = invoke("gpu", "clear", uuid, "--mig", "MIG-nope", "--reason", "x")
+    assert_one_error_line(missing, "MIG-nope", "does not exist")
 
 
 def test_gpu_approve_move(cli, fleet):

@@ -232,8 +232,11 @@ class NvmlAdapter:
     def register_xid(self, handle: Any, event_set: Any) -> None:
         self.call("nvmlDeviceRegisterEvents", handle, XID_CRITICAL_ERROR_EVENT, event_set)
 
-    def next_xid(self, event_set: Any) -> tuple[str, int] | None:
-        """(GPU UUID, XID code) of the next pending XID event; None when none is pending."""
+    def next_xid(self, event_set: Any) -> tuple[str, int, int | None] | None:
+        """(GPU UUID, XID code, GPU instance id) of the next pending XID event; None when
+        none is pending. The GPU instance is the one a MIG GPU's event is attributable to
+        (nvmlEventData_t.gpuInstanceId); None when the event names none (not MIG, a
+        GPU-wide error, or an NVML too old to say)."""
         try:
             data = self.call("nvmlEventSetWait_v2", event_set, 0)
         except NvmlCallError as exc:
@@ -241,8 +244,10 @@ class NvmlAdapter:
                 return None
             raise
         if int(data.eventType) != XID_CRITICAL_ERROR_EVENT:
-            return ("", -1)
-        return self.uuid(data.device), int(data.eventData)
+            return ("", -1, None)
+        gi = getattr(data, "gpuInstanceId", NO_GPU_INSTANCE)
+        return (self.uuid(data.device), int(data.eventData),
+                None if gi in (None, NO_GPU_INSTANCE) else int(gi))
 
     # -- processes ----------------------------------------------------------------------------
     def compute_processes(self, handle: Any) -> list[ProcessInfo]:

@@ -18,6 +18,10 @@ What the metric catalogue names is what is read, each value through the row's NV
   only (memory, GPM); device-only rows stay on the parent GPU's unit;
 - XID errors from an NVML event set drained (timeout 0) each collect, counted since the
   backend started into `gpu.xid_errors_total` (one series per `xid`) and `gpu.xid_last_code`;
+  on a MIG GPU an event NVML attributes to a GPU instance (`gpuInstanceId`) is counted on
+  that instance's unit (its MIG UUID, looked up by instance id), so the server can judge
+  the instance alone (docs/operations.md, "MIG instances"); an instance id the backend
+  cannot map to a MIG UUID is counted on the GPU;
 - processes (compute processes and their SM utilisation) every `process_every`-th collect,
   on the unit they run on (MIG: by GPU instance id); other snapshots carry no processes.
   Each process's name and claims (container, pod, namespace, Slurm job, claimed allocation,
@@ -107,6 +111,14 @@ def _member(metric: Metric) -> str:
     return metric.name.removeprefix("gpu.memory_").removesuffix("_bytes")
 
 
+def _xid_series(gpu: _Gpu, mig_uuid: str | None) -> list[LabelledValue]:
+    """The XID counters of the GPU's own events (None) or of those naming `mig_uuid`."""
+    return [LabelledValue(metric=XID_TOTAL, labels={"xid": str(code)}, value=float(n))
+            for (mig, code), n in sorted(gpu.xid_counts.items(),
+                                         key=lambda item: (item[0][0] or "", item[0][1]))
+            if mig == mig_uuid]
+
+
 def mig_profile_of(name: str) -> str | None:
     """The profile in a MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb" → 1g.10gb)."""
     _, sep, profile = name.rpartition(" MIG ")
@@ -126,8 +138,10 @@ class _Gpu:
     arch: Architecture | None
     gpm: bool = False
     xid: bool = False
-    xid_counts: Counter[int] = field(default_factory=Counter)
+    # (MIG UUID the event named, or None: the GPU's, XID code) → events since start
+    xid_counts: Counter[tuple[str | None, int]] = field(default_factory=Counter)
     xid_last: int | None = None
+    mig_by_gi: dict[int, str] = field(default_factory=dict)  # GPU instance id → MIG UUID
     gpm_samples: dict[int | None, _GpmPair] = field(default_factory=dict)
     process_since_us: int = 0
 
@@ -330,8 +344,21 @@ class NvmlBackend:
                 return
             gpu = by_uuid.get(event[0])
             if gpu is not None and event[1] >= 0:
-                gpu.xid_counts[event[1]] += 1
+                gpu.xid_counts[(self._mig_of(nvml, gpu, event[2]), event[1])] += 1
                 gpu.xid_last = event[1]
+
+    def _mig_of(self, nvml: NvmlAdapter, gpu: _Gpu, gi: int | None) -> str | None:
+        """The MIG UUID of GPU instance `gi` (None: the GPU's own). An instance the last
+        collect did not see (created since) is looked up once more; one still unknown
+        leaves the event on the GPU rather than guess."""
+        if gi is None:
+            return None
+        if gi not in gpu.mig_by_gi:
+            try:
+                gpu.mig_by_gi = {g: u for u, g, _, _ in self._migs(nvml, gpu)}
+            except _GpuLost:
+                return None
+        return gpu.mig_by_gi.get(gi)
 
     def _read_gpu(self, nvml: NvmlAdapter, gpu: _Gpu, with_processes: bool,
                   ) -> list[UnitSnapshot]:
@@ -349,12 +376,11 @@ class NvmlBackend:
         values.update(self._fields(nvml, gpu))
         if gpu.xid:
             values[XID_LAST] = None if gpu.xid_last is None else float(gpu.xid_last)
-            labelled += [LabelledValue(metric=XID_TOTAL, labels={"xid": str(code)},
-                                       value=float(n))
-                         for code, n in sorted(gpu.xid_counts.items())]
+            labelled += _xid_series(gpu, None)
         else:
             values[XID_LAST] = None
         migs = self._migs(nvml, gpu)
+        gpu.mig_by_gi = {gi: mig_uuid for mig_uuid, gi, _, _ in migs}
         self._forget_gpm(nvml, gpu, {None, *(gi for _, gi, _, _ in migs)})
         if gpu.arch in GPM_ARCHITECTURES:
             gpm, gpm_labelled = self._gpm(nvml, gpu, None, per_mig_only=False)
@@ -369,6 +395,7 @@ class NvmlBackend:
                 mig_values.update(self._gpm(nvml, gpu, gi, per_mig_only=True)[0])
             units.append(UnitSnapshot(gpu_uuid=gpu.uuid, mig_uuid=mig_uuid, mig_profile=profile,
                                       gpu_instance_id=gi, values=mig_values,
+                                      labelled=tuple(_xid_series(gpu, mig_uuid)),
                                       processes=processes.get(gi, ())))
         return units
 

@@ -34,6 +34,7 @@ from gpufleet.services.operations import (
     event_subscriptions,
     events,
     health,
+    mig_health,
     outbox_metrics,
     receiver_admin,
     rule_evaluation,
@@ -59,7 +60,7 @@ from gpufleet.wire.alert_rules import AlertRuleView, ObservationView, RuleTestRe
 from gpufleet.wire.alerts import AlertAck, AlertHistoryView, AlertView, SilenceCreate, SilenceView
 from gpufleet.wire.base import Page
 from gpufleet.wire.events import EventPage, EventSubscriptionCreate, EventSubscriptionView
-from gpufleet.wire.health import GpuClear, GpuHealthView
+from gpufleet.wire.health import GpuClear, GpuHealthClear, GpuHealthView
 from gpufleet.wire.server_settings import ServerSetting
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class Gpufleet:
         self.reclaim = ReclamationDesk(store, self.queries, self.lifecycle, settings, self.clock)
         self.outbox_sender = OutboxSender(store, settings, self.clock)
         self._health_pack = default_pack(health.thresholds(settings))
+        self._mig_rule = health.mig_rule(settings)
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -352,10 +354,16 @@ class Gpufleet:
         with self.store.read() as session:
             return health.read(session, principal, uuid)
 
-    def clear_gpu(self, principal: Principal, uuid: str, body: GpuClear) -> GpuHealthView:
-        """Return a suspect or quarantined GPU to service (409 when it is healthy)."""
+    def clear_gpu(self, principal: Principal, uuid: str, body: GpuHealthClear
+                  ) -> GpuHealthView:
+        """Return a suspect or quarantined GPU, or one MIG instance of it, to service (409
+        when it is healthy)."""
         with self.store.write() as session:
-            node = health.clear(session, principal, uuid, body.reason, self.clock.now())
+            if body.mig_instance is not None:
+                node = mig_health.clear(session, principal, uuid, body.mig_instance,
+                                        body.reason, self.clock.now())
+            else:
+                node = health.clear(session, principal, uuid, body.reason, self.clock.now())
         self.lifecycle.placement.mark_stale([node])
         self.lifecycle.shape.invalidate()  # a cleared GPU is capacity again
         return self.gpu_health(principal, uuid)
@@ -370,20 +378,26 @@ class Gpufleet:
 
     def evaluate_gpu_health(self) -> list[tuple[str, str, str, str | None]]:
         """One evaluation of the health rules over the fleet (the server's health loop):
-        the moves made, as (GPU, from, to, rule). Any replica may read and plan; only the
-        leader applies, re-checking each GPU, so running it twice moves nothing twice."""
+        the moves made, as (GPU or MIG UUID, from, to, rule), the GPUs' first. Any replica
+        may read and plan; only the leader applies, re-checking each GPU and instance, so
+        running it twice moves nothing twice."""
         now = self.clock.now()
         window = timedelta(seconds=self.settings.health_window_s)
         hold = timedelta(seconds=self.settings.health_suspect_hold_s)
         with self.store.read() as session:
             planned = health.plan(session, self.telemetry, self._health_pack, now, window,
                                   hold)
-        if not planned:
+            instances = mig_health.plan(session, self.telemetry, self._mig_rule, now,
+                                        window, hold)
+        if not planned and not instances:
             return []
         with self.store.write() as session:
             if not self.store.try_leader_lock(session, "gpu-health"):
                 return []
             result = health.apply(session, planned, now)
+            moves, nodes = mig_health.apply(session, instances, health.EVALUATOR, now)
+            result.moves += moves
+            result.nodes |= nodes
         if result.nodes:
             self.lifecycle.placement.mark_stale(sorted(result.nodes))
             self.lifecycle.shape.invalidate()  # quarantined GPUs are no longer capacity

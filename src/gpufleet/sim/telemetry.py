@@ -293,6 +293,8 @@ class NodeTelemetry:
         self._forced_faults = {uuid.lower(): tuple(kinds) for uuid, kinds in (faults or {}).items()}
         self._forced_kinds = dict(workloads or {})
         self._onsets: dict[str, float] = {}
+        # GPU → the MIG instance its contained errors (XID 94) strike (`strike(mig_uuid=)`)
+        self._contained_on: dict[str, str] = {}
         self._gpus: dict[str, _Gpu] = {}
         self._workloads: dict[tuple[str, str], Workload] = {}
         self._leftovers: dict[str, Workload | None] = {}
@@ -329,10 +331,17 @@ class NodeTelemetry:
         for allocations known when the node is built)."""
         self._forced_kinds[allocation] = kind
 
-    def strike(self, gpu_uuid: str, kinds: Iterable[FaultKind], at: datetime) -> None:
+    def strike(self, gpu_uuid: str, kinds: Iterable[FaultKind], at: datetime, *,
+               mig_uuid: str | None = None) -> None:
         """From `at` on, GPU `gpu_uuid` has faults `kinds`, their first events (XIDs) at
-        `at`: a fault on a schedule, for demos and tests, instead of hours in."""
+        `at`: a fault on a schedule, for demos and tests, instead of hours in.
+
+        `mig_uuid`: the GPU's MIG instance whose memory the errors hit. Its contained
+        errors (XID 94) are counted on that instance's series, as the agent files an NVML
+        event that names a GPU instance; everything else stays the GPU's."""
         uuid = gpu_uuid.lower()
+        if mig_uuid is not None:
+            self._contained_on[uuid] = mig_uuid
         self._forced_faults[uuid] = tuple(kinds)
         started = self._started_s if self._started_s is not None else at.timestamp()
         self._onsets[uuid] = max(0.0, at.timestamp() - started)
@@ -421,6 +430,8 @@ class NodeTelemetry:
                 else round(activity.utilization, 2)
         _memory_values(used, total, reserved, device_offer, values)
         labelled = self._device_values(gpu, activity, faults, t_s, dt_s, device_offer, values)
+        if uuid in self._contained_on:
+            labelled = _file_contained(labelled, mig_units, self._contained_on[uuid])
         parent = {"gpu_uuid": report.uuid, "values": values, "labelled": labelled,
                   "processes": processes}
         return [parent, *mig_units]
@@ -515,8 +526,21 @@ class NodeTelemetry:
         return units
 
 
+CONTAINED_XID = 94  # a contained uncorrectable error: its GPU instance alone is hit
 _LABELLED = frozenset({"gpu.xid_errors_total", "gpu.nvlink_link_tx_bytes_per_second",
                        "gpu.nvlink_link_rx_bytes_per_second"})
+
+
+def _file_contained(labelled: list[dict], mig_units: list[dict], mig_uuid: str) -> list[dict]:
+    """Move the GPU's contained-error XID series onto instance `mig_uuid`'s unit; left on
+    the GPU when the GPU has no such instance (the reader could not name it)."""
+    target = next((u for u in mig_units if u["mig_uuid"] == mig_uuid), None)
+    if target is None:
+        return labelled
+    moved = [x for x in labelled if x["metric"] == "gpu.xid_errors_total"
+             and x["labels"].get("xid") == str(CONTAINED_XID)]
+    target["labelled"] = [*target.get("labelled", []), *moved]
+    return [x for x in labelled if not any(x is m for m in moved)]
 
 
 def _combine_loads(loads: list[UnitLoad]) -> UnitLoad:

@@ -180,6 +180,12 @@ class MigInstance(Base):
     gpu_instance_id: Mapped[int | None] = mapped_column(Integer)
     compute_instance_id: Mapped[int | None] = mapped_column(Integer)
     memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # The instance's own health (`healthy`, `suspect`, `quarantined`): a fault NVIDIA
+    # confines to one GPU instance (a contained XID 94) takes only it out. It follows the
+    # row's key, so an instance recreated at the same place keeps it; the parent GPU's
+    # health still rules over every instance (docs/operations.md, "MIG instances").
+    health: Mapped[str] = mapped_column(String(16), default="healthy")
+    health_reason: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (UniqueConstraint("gpu_id", "profile_id", "placement_start",
                                        name="uq_mig_instances_key"),)
@@ -688,12 +694,19 @@ class GpuHealthTransition(Base):
     who moved it by hand and why (docs/operations.md, "GPU health and quarantine").
 
     The GPU's latest transition says why it is in its state now; the rows before it are its
-    history. `rule` None: an operator (or registration) moved it; `actor` says who."""
+    history. `rule` None: an operator (or registration) moved it; `actor` says who.
+
+    A row with `mig_profile_id` set is a MIG instance's, keyed as the instance is
+    (profile id, placement start) and naming the MIG UUID it had then; the GPU's own rows
+    leave the three empty."""
 
     __tablename__ = "gpu_health_transitions"
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"))
+    mig_profile_id: Mapped[int | None] = mapped_column(Integer)
+    mig_start: Mapped[int | None] = mapped_column(Integer)
+    mig_uuid: Mapped[str | None] = mapped_column(String(80))
     at: Mapped[datetime] = mapped_column(UtcDateTime)
     from_state: Mapped[str] = mapped_column(String(16))
     to_state: Mapped[str] = mapped_column(String(16))

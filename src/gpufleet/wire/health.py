@@ -1,5 +1,6 @@
-"""GPU health on the wire: a GPU's state with the rule and evidence behind it, and its
-history (docs/operations.md, "GPU health and quarantine")."""
+"""GPU health on the wire: a GPU's state with the rule and evidence behind it, its
+history, and its MIG instances' own states (docs/operations.md, "GPU health and
+quarantine", "MIG instances")."""
 
 from __future__ import annotations
 
@@ -22,6 +23,25 @@ class HealthTransitionView(View):
         description="What the rule saw: metric, value, at, line")
     actor: str
     reason: str | None
+    mig_uuid: str | None = Field(default=None, description=(
+        "The MIG instance that moved (its UUID then); null: the GPU itself"))
+
+
+class MigInstanceHealthView(View):
+    """A MIG instance's own health. `in_service` is false when it or its GPU is out of
+    service: a quarantined GPU takes every instance on it out, whatever their own state."""
+
+    mig_uuid: str | None
+    profile: str
+    placement_start: int | None
+    health: GpuHealth
+    in_service: bool
+    health_reason: str | None
+    rule: str | None
+    evidence: dict[str, Any] | None
+    since: datetime | None
+    cleared_by: str | None
+    history: list[HealthTransitionView] = Field(description="Newest first")
 
 
 class GpuHealthView(View):
@@ -35,10 +55,19 @@ class GpuHealthView(View):
     since: datetime | None = Field(description="When the GPU entered its current state "
                                                "(null: before health history was kept)")
     cleared_by: str | None = Field(description="Who last returned the GPU to healthy by hand")
-    history: list[HealthTransitionView] = Field(description="Newest first")
+    history: list[HealthTransitionView] = Field(description="Newest first (the GPU's own)")
+    mig_instances: list[MigInstanceHealthView] = Field(
+        default_factory=list, description="A MIG GPU's instances, by placement")
 
 
 class GpuClear(StrictModel):
     """The body of a clear or a retirement: why."""
 
     reason: Text = Field(min_length=1, description="Why (kept in the history and the audit)")
+
+
+class GpuHealthClear(GpuClear):
+    """The body of a clear: why, and which MIG instance (none: the GPU itself)."""
+
+    mig_instance: Text | None = Field(default=None, min_length=1, description=(
+        "The MIG UUID of the instance to clear; the GPU's own health is left as it is"))

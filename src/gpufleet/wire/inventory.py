@@ -48,6 +48,9 @@ class MigInstanceView(View):
     gpu_instance_id: int | None
     compute_instance_id: int | None
     memory_bytes: int | None
+    health: str = Field(default="healthy", description=(
+        "The instance's own health (its GPU's still rules: docs/operations.md, "
+        "\"MIG instances\")"))
 
 
 class GpuView(View):

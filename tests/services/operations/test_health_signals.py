@@ -6,7 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from gpufleet.domain.operations.health_rules import Reading
-from gpufleet.services.operations.health_signals import counter_increases, read_signals
+from gpufleet.services.operations.health_signals import (
+    contained_per_gpu,
+    counter_increases,
+    instance_xids,
+    read_signals,
+)
 from gpufleet.tsdb.protocol import Sample, from_ms, series, to_ms
 from tests.conftest import START
 
@@ -73,3 +78,20 @@ def test_read_signals_gathers_every_signal_per_gpu(gf):
     assert got.remap_pending == Reading(1, ago(2))
     assert got.thermal_share.value == 1.0 and got.power_share.value == 0.0
     assert got.throttle_span == timedelta(minutes=10)
+
+
+def test_instance_xids_are_the_series_filed_under_an_instance(gf):
+    """An XID series on a MIG instance counts for that instance and, summed, for its GPU;
+    the GPU's own series names no instance."""
+    gf.telemetry.write([
+        Sample(series("gpu.xid_errors_total", GPU, "MIG-a", labels={"xid": "94"}, node="n1"),
+               NOW - timedelta(minutes=3), 1),
+        Sample(series("gpu.xid_errors_total", GPU, labels={"xid": "94"}, node="n1"),
+               NOW - timedelta(minutes=2), 1)])
+    found = instance_xids(gf.telemetry, NOW, WINDOW)
+    assert found == {(GPU, "MIG-a"): {94: Reading(1, ago(3))}}
+    assert contained_per_gpu(found) == {GPU: 1}
+    gpu_level = read_signals(gf.telemetry, {GPU: None}, NOW, WINDOW,
+                             contained=contained_per_gpu(found))[GPU]
+    assert gpu_level.xid_increases == {94: Reading(2, ago(2))}
+    assert gpu_level.contained_on_instances == 1

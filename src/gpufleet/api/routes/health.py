@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 from gpufleet.api.deps import principal, services
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
-from gpufleet.wire.health import GpuClear, GpuHealthView
+from gpufleet.wire.health import GpuClear, GpuHealthClear, GpuHealthView
 
 router = APIRouter(prefix="/api/v1", tags=["health"])
 
@@ -21,10 +21,11 @@ def gpu_health(uuid: str, p: Principal = Depends(principal), gf: Gpufleet = Depe
 
 
 @router.post("/gpus/{uuid}/clear", response_model=GpuHealthView)
-def clear_gpu(uuid: str, body: GpuClear, p: Principal = Depends(principal),
+def clear_gpu(uuid: str, body: GpuHealthClear, p: Principal = Depends(principal),
               gf: Gpufleet = Depends(services)):
     """Return a suspect or quarantined GPU to healthy (operators); 409 when it is healthy
-    already. The history records who cleared it and why."""
+    already. With `mig_instance`, that MIG instance of the GPU instead (404 for an
+    instance the GPU does not have). The history records who cleared it and why."""
     return gf.clear_gpu(p, uuid, body)
 
 

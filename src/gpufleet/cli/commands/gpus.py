@@ -16,6 +16,9 @@ app = typer.Typer(help="One GPU: health and moves between nodes.", no_args_is_he
 Uuid = Annotated[str, typer.Argument(help="The GPU's NVML UUID.")]
 RequiredReason = Annotated[str, typer.Option(
     "--reason", help="Why; kept with the GPU's health and in the audit log.")]
+MigOption = Annotated[str | None, typer.Option(
+    "--mig", metavar="MIG_UUID",
+    help="Clear this MIG instance of the GPU instead of the GPU itself.")]
 
 
 def _set_health(uuid: str, health: GpuHealth, reason: str) -> dict:
@@ -58,17 +61,24 @@ def approve_move(
 
 @app.command("health")
 def health(uuid: Uuid, as_json: JsonFlag = False) -> None:
-    """The GPU's health, the rule and evidence that put it there, and its history."""
+    """The GPU's health, the rule and evidence that put it there, its history, and its MIG
+    instances' own states."""
     with connect() as api:
         view = api.get(api_path("gpus", uuid, "health"))
     emit(view, as_json, _health_view)
 
 
 @app.command("clear")
-def clear(uuid: Uuid, reason: RequiredReason) -> None:
-    """Return a suspect or quarantined GPU to healthy (operators); recorded as yours."""
+def clear(uuid: Uuid, reason: RequiredReason, mig: MigOption = None) -> None:
+    """Return a suspect or quarantined GPU, or one MIG instance of it (--mig), to healthy
+    (operators); recorded as yours."""
     with connect() as api:
-        view = api.post(api_path("gpus", uuid, "clear"), body(reason=reason))
+        view = api.post(api_path("gpus", uuid, "clear"),
+                        body(reason=reason, mig_instance=mig))
+    if mig is not None:
+        done(f"MIG instance {mig} of GPU {view['gpu']} on node {view['node']} is healthy "
+             "again")
+        return
     done(f"GPU {view['gpu']} on node {view['node']} is healthy again")
 
 
@@ -90,4 +100,13 @@ def _health_view(view: dict):
     rows = [(when(t["at"]), f"{t['from_state']} → {t['to_state']}", t.get("rule"),
              (t.get("evidence") or {}).get("line") or t.get("reason"), t["actor"])
             for t in view["history"]]
-    return Group(head, table(("at", "change", "rule", "why", "by"), rows, title="history"))
+    parts = [head, table(("at", "change", "rule", "why", "by"), rows, title="history")]
+    instances = view.get("mig_instances") or []
+    if instances:
+        parts.append(table(
+            ("MIG instance", "profile", "start", "health", "in service", "since", "why"),
+            [(m["mig_uuid"], m["profile"], m["placement_start"], m["health"],
+              "yes" if m["in_service"] else "no", when(m.get("since")),
+              (m.get("evidence") or {}).get("line") or m.get("health_reason"))
+             for m in instances], title="MIG instances"))
+    return Group(*parts)

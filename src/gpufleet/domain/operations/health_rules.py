@@ -74,6 +74,10 @@ class GpuSignals:
     power_share: Reading | None = None
     throttle_span: timedelta = timedelta(0)
     missing_since: datetime | None = None
+    # Uncorrectable errors a MIG instance contained over the window: contained XIDs
+    # (XID 94) its instances' events named (mig_health.py). They count in the GPU's ECC
+    # total too, but took only their instance's work down.
+    contained_on_instances: float = 0
 
 
 class HealthRule(Protocol):
@@ -82,7 +86,7 @@ class HealthRule(Protocol):
     def verdict(self, s: GpuSignals, now: datetime) -> Finding | None: ...
 
 
-def _minutes(window: timedelta) -> str:
+def minutes(window: timedelta) -> str:
     return f"{window.total_seconds() / 60:g} min"
 
 
@@ -116,7 +120,7 @@ class XidRule:
             meaning = XID_MEANINGS.get(code, "see the XID catalogue")
             finding = Finding(self.name, verdict, Evidence(
                 "gpu.xid_errors_total", reading.value, reading.at,
-                f"XID {code} ({meaning}): +{reading.value:g} in {_minutes(s.window)}"))
+                f"XID {code} ({meaning}): +{reading.value:g} in {minutes(s.window)}"))
             if verdict is Verdict.QUARANTINE:
                 return finding
             found = found or finding
@@ -125,7 +129,12 @@ class XidRule:
 
 @dataclass(frozen=True)
 class EccUncorrectedRule:
-    """Uncorrectable (double-bit) ECC errors rose by at least `min_increase`."""
+    """Uncorrectable (double-bit) ECC errors rose by at least `min_increase`.
+
+    On a MIG GPU, errors that its instances contained (as many contained XIDs named an
+    instance as the counter rose) took only those instances out (mig_health.py): the GPU
+    is `suspect` (it wants a reset to apply the row remapping), not quarantined with every
+    other instance on it. An increase beyond what was contained is the GPU's."""
 
     min_increase: float = 1
     action: Verdict = Verdict.QUARANTINE
@@ -135,9 +144,14 @@ class EccUncorrectedRule:
         r = s.ecc_uncorrected_increase
         if r is None or r.value < self.min_increase:
             return None
+        line = f"uncorrectable ECC errors +{r.value:g} in {minutes(s.window)}"
+        if s.contained_on_instances and r.value <= s.contained_on_instances:
+            return Finding(self.name, Verdict.SUSPECT, Evidence(
+                "gpu.ecc_uncorrected_errors_total", r.value, r.at,
+                f"{line}, contained by MIG instances (XID 94): reset the GPU when "
+                "convenient"))
         return Finding(self.name, self.action, Evidence(
-            "gpu.ecc_uncorrected_errors_total", r.value, r.at,
-            f"uncorrectable ECC errors +{r.value:g} in {_minutes(s.window)}"))
+            "gpu.ecc_uncorrected_errors_total", r.value, r.at, line))
 
 
 @dataclass(frozen=True)
@@ -194,7 +208,7 @@ class NvlinkErrorRateRule:
             return None
         return Finding(self.name, verdict, Evidence(
             "gpu.nvlink_errors_per_s", round(rate, 6), r.at,
-            f"NVLink CRC and replay errors at {rate:.3g}/s over {_minutes(s.window)}"))
+            f"NVLink CRC and replay errors at {rate:.3g}/s over {minutes(s.window)}"))
 
 
 @dataclass(frozen=True)
@@ -216,7 +230,7 @@ class SlowdownRule:
         return Finding(self.name, self.action, Evidence(
             "gpu.clock_throttle_reasons", round(r.value, 3), r.at,
             f"{self.what} slowdown in {r.value:.0%} of samples over "
-            f"{_minutes(s.throttle_span)}"))
+            f"{minutes(s.throttle_span)}"))
 
 
 @dataclass(frozen=True)
@@ -251,6 +265,8 @@ class HealthThresholds:
     slowdown_min_share: float = 0.9
     slowdown_min_span: timedelta = timedelta(minutes=10)
     missing_quarantine_after: timedelta | None = timedelta(minutes=30)
+    mig_xid_quarantine: frozenset[int] = frozenset({94})
+    mig_xid_suspect: frozenset[int] = frozenset()
 
 
 def default_pack(t: HealthThresholds = HealthThresholds()) -> tuple[HealthRule, ...]:

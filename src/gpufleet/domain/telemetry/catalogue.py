@@ -19,6 +19,12 @@ from gpufleet.domain.telemetry.metric import Metric
 CATALOGUE: tuple[Metric, ...] = (
     *ACTIVITY, *MEMORY, *POWER, *TRAFFIC, *SENSORS, *STATES, *COUNTERS, *PROCESSES)
 
+# Device metrics whose events may name the MIG instance they hit: on a MIG-enabled GPU,
+# NVML attributes an XID event to a GPU instance (nvmlEventData_t.gpuInstanceId), and the
+# agent files it under that instance's MIG UUID. Such series sit on the instance's unit;
+# a query grouped by GPU sums them with the GPU's own (docs/operations.md, "MIG instances").
+MIG_ATTRIBUTED: frozenset[str] = frozenset({"gpu.xid_errors_total"})
+
 # The core catalogue: what one upload carries per GPU every tick (and what the benchmark's
 # "core catalogue of a 10,000-GPU fleet" means): activity, memory, power, heat, clocks and
 # the health signals an operator acts on. Device metrics only, one series each.

@@ -153,7 +153,10 @@ COUNTERS = (
            "XID errors seen, one series per XID code (label `xid`).",
            nvml=_XID_EVENTS, prometheus_name="DCGM_EXP_XID_ERRORS_TOTAL", labels=("xid",),
            notes="Counted by the reader since it started (gpufleet's agent from NVML events, "
-                 "dcgm-exporter from DCGM_FI_DEV_XID_ERRORS): a restart is a counter reset."),
+                 "dcgm-exporter from DCGM_FI_DEV_XID_ERRORS): a restart is a counter reset. "
+                 "On a MIG GPU, an event NVML attributes to a GPU instance "
+                 "(nvmlEventData_t.gpuInstanceId) is counted on that instance's series "
+                 "(mig_uuid); the GPU's total is the sum."),
     _counter("gpu.ecc_corrected_errors_total",
              "Corrected (single-bit) ECC errors, aggregate: persistent across driver reloads "
              "and reboots.",

@@ -33,7 +33,11 @@ from gpufleet.domain.mig import mig_unit_name
 from gpufleet.domain.placement import Decision, UnitChoice, UnitKind
 from gpufleet.domain.requests import FlavourKind, request_code
 from gpufleet.services.access import audit
-from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND, current_mig_layouts
+from gpufleet.services.lifecycle.placement_state import (
+    MODE_OF_KIND,
+    current_mig_layouts,
+    quarantined_mig_instances,
+)
 from gpufleet.store.tables import (
     Binding,
     Gpu,
@@ -123,6 +127,7 @@ def open_bindings(session: Session, openings: Sequence[Opening], gpu_ids: dict[s
     for gpu_id, milli in shared_milli.items():
         _raise_shared_use(session, gpus[gpu_id], milli)
     _guard_binding_kinds(session, gpus, [b for bs in opened.values() for b in bs])
+    _check_mig_health(session, placed, gpu_ids)
     _check_host_capacity(session, openings, node_ids)
     _stamp_labels(session, [(o.request.id, o.project_name,
                              {b.gpu_id for b in opened[o.request.id]}) for o in openings])
@@ -227,6 +232,28 @@ def _check_mig_layouts(session: Session, placed: list[tuple[Opening, list[UnitCh
                                 f"{unit.gpu} does not exist (or is no longer planned)")
 
 
+def _check_mig_health(session: Session, placed: list[tuple[Opening, list[UnitChoice]]],
+                      gpu_ids: dict[str, int]) -> None:
+    """No unit on a quarantined MIG instance, and no re-partition that drops one. Read
+    after the binding guard took the GPUs' rows: a MIG instance's quarantine holds its
+    GPU's row too, so one that committed meanwhile is seen here."""
+    mig_gpus = {gpu_ids[u.gpu] for _, units in placed for u in units if u.kind is UnitKind.MIG}
+    if not mig_gpus:
+        return
+    quarantined = quarantined_mig_instances(session, mig_gpus)
+    if not quarantined:
+        return
+    for opening, units in placed:
+        for unit in units:
+            if (gpu_ids[unit.gpu], unit.mig_profile_id, unit.mig_start) in quarantined:
+                raise UnitTaken(f"MIG instance {unit.mig_profile_id}@{unit.mig_start} on "
+                                f"{unit.gpu} was quarantined meanwhile")
+        for key, layout in opening.decision.mig_layouts.items():
+            kept = {(gpu_ids[key], spec.profile_id, spec.start) for spec in layout}
+            if any(q[0] == gpu_ids[key] and q not in kept for q in quarantined):
+                raise UnitTaken(f"the MIG plan for {key} would drop a quarantined instance")
+
+
 def _check_host_capacity(session: Session, openings: Sequence[Opening],
                          node_ids: dict[str, int]) -> None:
     """Host CPU and memory are not slots: sum what open bindings took on each node the
@@ -313,12 +340,18 @@ def bump_desired_state(session: Session, node_ids: Iterable[int]) -> None:
 
 
 def close_bindings(session: Session, request: GpuRequest, project_name: str, now: datetime,
-                   reason: str, *, on_gpu_ids: Iterable[int] | None = None) -> list[Binding]:
+                   reason: str, *, on_gpu_ids: Iterable[int] | None = None,
+                   on_mig_place: tuple[int, int] | None = None) -> list[Binding]:
     """End every open binding of the request (only those on `on_gpu_ids`, when given: the
-    units a retirement or quarantine takes away); free their slots, fractions and labels."""
+    units a retirement or quarantine takes away; only those on the MIG instance at
+    `on_mig_place` (profile id, start) of them, when given too); free their slots,
+    fractions and labels."""
     query = select(Binding).where(Binding.request_id == request.id, Binding.ended_at.is_(None))
     if on_gpu_ids is not None:
         query = query.where(Binding.gpu_id.in_(list(on_gpu_ids)))
+    if on_mig_place is not None:
+        query = query.where(Binding.mig_profile_id == on_mig_place[0],
+                            Binding.mig_start == on_mig_place[1])
     bindings = list(session.scalars(query))
     if not bindings:
         return []
@@ -336,7 +369,13 @@ def close_bindings(session: Session, request: GpuRequest, project_name: str, now
     _release_binding_guard(session, bindings)
     session.flush()
     gpu_ids = {b.gpu_id for b in bindings}
-    _unstamp_labels(session, gpu_ids, request_code(request.id), request.project_id, project_name)
+    # a quarantined MIG instance ends one binding of several the request may hold on the
+    # GPU: the GPU keeps the allocation's label while another of them stays open
+    gpu_ids_freed = gpu_ids - set(session.scalars(select(Binding.gpu_id).where(
+        Binding.gpu_id.in_(gpu_ids), Binding.request_id == request.id,
+        Binding.ended_at.is_(None)))) if on_mig_place is not None else gpu_ids
+    _unstamp_labels(session, gpu_ids_freed, request_code(request.id), request.project_id,
+                    project_name)
     _refresh_allocated(session, gpu_ids)
     _apply_pending_modes(session, gpu_ids, request_code(request.id), now)
     bump_desired_state(session, {b.node_id for b in bindings})

@@ -27,7 +27,9 @@ from gpufleet.services.lifecycle import bindings
 from gpufleet.store.tables import Binding, Gpu, GpuRequest, Node
 
 UNITS_LOST = "units_lost"
-CAUSES = {"node_retired": "node retired", "gpu_quarantined": "GPU quarantined"}
+CAUSES = {"node_retired": "node retired", "gpu_quarantined": "GPU quarantined",
+          "mig_instance_quarantined": "MIG instance quarantined"}
+MigPlace = tuple[int, int]  # a MIG instance's key on its GPU: (profile id, placement start)
 
 
 def node_retired(session: Session, node_id: int, actor: str, now: datetime,
@@ -42,6 +44,14 @@ def gpu_quarantined(session: Session, uuid: str, actor: str, now: datetime,
     return end_units_on(session, gpu_ids, "gpu_quarantined", actor, now, reason)
 
 
+def mig_instance_quarantined(session: Session, gpu_id: int, place: MigPlace, actor: str,
+                             now: datetime, reason: str | None) -> list[str]:
+    """A quarantined MIG instance: only the bindings on it end; the GPU's other instances
+    keep serving (docs/operations.md, "MIG instances")."""
+    return end_units_on(session, [gpu_id], "mig_instance_quarantined", actor, now, reason,
+                        mig_place=place)
+
+
 def holding(*, node: str | None = None, gpu_uuid: str | None = None) -> Select:
     """The ids of the requests with an open binding on the node or GPU named, as a subquery:
     what retiring the node or quarantining the GPU would take units from."""
@@ -54,24 +64,31 @@ def holding(*, node: str | None = None, gpu_uuid: str | None = None) -> Select:
     return query
 
 
-def affected_request_ids(session: Session, gpu_ids: Iterable[int]) -> list[int]:
-    """Requests holding an open binding on any of these GPUs, oldest first."""
-    return list(session.scalars(select(Binding.request_id).where(
-        Binding.gpu_id.in_(list(gpu_ids)), Binding.ended_at.is_(None))
-        .distinct().order_by(Binding.request_id)))
+def affected_request_ids(session: Session, gpu_ids: Iterable[int],
+                         mig_place: MigPlace | None = None) -> list[int]:
+    """Requests holding an open binding on any of these GPUs (on that MIG instance of
+    them, when `mig_place` is given), oldest first."""
+    query = select(Binding.request_id).where(Binding.gpu_id.in_(list(gpu_ids)),
+                                             Binding.ended_at.is_(None))
+    if mig_place is not None:
+        query = query.where(Binding.mig_profile_id == mig_place[0],
+                            Binding.mig_start == mig_place[1])
+    return list(session.scalars(query.distinct().order_by(Binding.request_id)))
 
 
 def end_units_on(session: Session, gpu_ids: Iterable[int], cause: str, actor: str,
-                 now: datetime, reason: str | None) -> list[str]:
-    """End every open binding on `gpu_ids` and flag the allocations that held them;
-    returns their codes. `cause` is a key of `CAUSES`."""
+                 now: datetime, reason: str | None,
+                 mig_place: MigPlace | None = None) -> list[str]:
+    """End every open binding on `gpu_ids` (only those on the MIG instance at `mig_place`,
+    when given) and flag the allocations that held them; returns their codes. `cause` is
+    a key of `CAUSES`."""
     gpu_ids = list(gpu_ids)
     codes = []
-    for request_id in affected_request_ids(session, gpu_ids):
+    for request_id in affected_request_ids(session, gpu_ids, mig_place):
         request = session.get(GpuRequest, request_id)
         held_before = _open_count(session, request_id)
         closed = bindings.close_bindings(session, request, request.project.name, now, cause,
-                                         on_gpu_ids=gpu_ids)
+                                         on_gpu_ids=gpu_ids, on_mig_place=mig_place)
         lost = _describe(session, closed, cause)
         code = request_code(request_id)
         request.wait_message = _append(request, f"lost {len(closed)} of {held_before} "
@@ -97,7 +114,10 @@ def _describe(session: Session, closed: list[Binding], cause: str) -> str:
     node_of = {gpu_id: node for gpu_id, _, node in rows}
     per_node: dict[str, list[str]] = defaultdict(list)
     for binding in closed:
-        per_node[node_of[binding.gpu_id]].append(uuid_of[binding.gpu_id])
+        unit = uuid_of[binding.gpu_id]
+        if cause == "mig_instance_quarantined":
+            unit = f"MIG {binding.mig_profile_id}@{binding.mig_start} of {unit}"
+        per_node[node_of[binding.gpu_id]].append(unit)
     return "; ".join(f"{', '.join(sorted(set(uuids)))} on {node} ({CAUSES[cause]})"
                      for node, uuids in sorted(per_node.items()))
 

@@ -7,7 +7,8 @@ layout is its pending MIG plan when it has one (the agent has not applied it yet
 otherwise the instances its node reports. The layout is fixed — only its existing
 instances can be had — on a node whose backend does not apply MIG plans
 (`nodes.applies_mig_plans`), and on a GPU with instances its node could not read: a plan
-there could never be applied, or would be applied over instances in use. Host CPU and
+there could never be applied, or would be applied over instances in use. A quarantined
+MIG instance is loaded as held: nobody is given it and no plan removes it. Host CPU and
 memory left on a node are its capacity less what the requests bound there asked per unit.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpufleet.domain.inventory import OUT_OF_SERVICE, NodeStatus, SharingMode
+from gpufleet.domain.inventory import OUT_OF_SERVICE, GpuHealth, NodeStatus, SharingMode
 from gpufleet.domain.placement import FleetState, GpuState, MigSlot, NodeState, free_milli
 from gpufleet.domain.requests import FlavourKind
 from gpufleet.store.tables import (
@@ -124,15 +125,28 @@ def current_mig_layouts(session: Session, gpu_ids: Iterable[int]
 
 
 def _mig_layouts(session: Session, gpu_ids: list[int]) -> dict[int, list[MigSlot]]:
-    """Each MIG GPU's instances, marked bound where a binding holds them."""
+    """Each MIG GPU's instances, marked bound where a binding holds them or a quarantine
+    does: a quarantined instance is neither given out nor dropped by a re-partition, so
+    the memory it was struck on is not handed to a new instance before the GPU's reset
+    (docs/operations.md, "MIG instances")."""
     if not gpu_ids:
         return {}
     bound = {(g, p, s) for g, p, s in session.execute(
         select(Binding.gpu_id, Binding.mig_profile_id, Binding.mig_start)
         .where(Binding.gpu_id.in_(gpu_ids), Binding.ended_at.is_(None)))}
+    bound |= quarantined_mig_instances(session, gpu_ids)
     return {gpu_id: [MigSlot(profile_id=p, start=s, bound=(gpu_id, p, s) in bound)
                      for p, s in instances]
             for gpu_id, instances in current_mig_layouts(session, gpu_ids).items()}
+
+
+def quarantined_mig_instances(session: Session, gpu_ids: Iterable[int]
+                              ) -> set[tuple[int, int, int | None]]:
+    """(GPU id, profile id, start) of the quarantined MIG instances on these GPUs."""
+    return {(g, p, s) for g, p, s in session.execute(
+        select(MigInstance.gpu_id, MigInstance.profile_id, MigInstance.placement_start)
+        .where(MigInstance.gpu_id.in_(list(gpu_ids)),
+               MigInstance.health == GpuHealth.QUARANTINED.value))}
 
 
 def free_milli_by_mode(nodes: Iterable[NodeState]) -> Counter[tuple[str, str]]:

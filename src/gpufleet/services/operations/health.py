@@ -21,6 +21,7 @@ from gpufleet.domain.access import Action
 from gpufleet.domain.inventory import GpuHealth, NodeStatus, canonical_gpu_uuid
 from gpufleet.domain.operations.health import Finding, Move, check_clear, check_retire, decide
 from gpufleet.domain.operations.health_rules import HealthRule, HealthThresholds, findings
+from gpufleet.domain.operations.mig_health import MigXidRule
 from gpufleet.domain.operations.notifications import Notification, Severity
 from gpufleet.domain.requests import request_code
 from gpufleet.services.access import audit
@@ -29,7 +30,14 @@ from gpufleet.services.inventory.nodes import refresh_status
 from gpufleet.services.inventory.registration import MISSING_REASON
 from gpufleet.services.lifecycle import lost_units
 from gpufleet.services.lookup import not_found
-from gpufleet.services.operations.health_signals import read_signals
+from gpufleet.services.operations import mig_health
+from gpufleet.services.operations.health_signals import (
+    contained_per_gpu,
+    instance_xids,
+    read_signals,
+    stored_spellings,
+)
+from gpufleet.services.operations.health_text import cause_of, text_of
 from gpufleet.services.operations.outbox import notify_all
 from gpufleet.settings import Settings
 from gpufleet.store.tables import (
@@ -50,6 +58,8 @@ from gpufleet.wire.health import GpuHealthView, HealthTransitionView
 EVALUATOR = "system:health"
 REGISTRATION_ACTIONS = ("node.registered", "node.reregistered")
 HISTORY_LIMIT = 100
+# The GPU's own transitions; a MIG instance's name its place (mig_health.py).
+GPU_OWN = GpuHealthTransition.mig_profile_id.is_(None)
 
 
 def thresholds(settings: Settings) -> HealthThresholds:
@@ -65,6 +75,12 @@ def thresholds(settings: Settings) -> HealthThresholds:
         slowdown_min_share=settings.health_slowdown_min_share,
         slowdown_min_span=timedelta(seconds=settings.health_slowdown_min_span_s),
         missing_quarantine_after=seconds(settings.health_missing_quarantine_s))
+
+
+def mig_rule(settings: Settings) -> MigXidRule:
+    """The MIG instances' rule, as the settings name its XIDs."""
+    return MigXidRule(frozenset(settings.health_mig_xid_quarantine),
+                      frozenset(settings.health_mig_xid_suspect))
 
 
 @dataclass(frozen=True)
@@ -137,7 +153,7 @@ def _latest_transitions(session: Session, gpu_ids: Iterable[int]
     out: dict[int, GpuHealthTransition] = {}
     for lo in range(0, len(ids), 500):
         latest = (select(func.max(GpuHealthTransition.id))
-                  .where(GpuHealthTransition.gpu_id.in_(ids[lo:lo + 500]))
+                  .where(GpuHealthTransition.gpu_id.in_(ids[lo:lo + 500]), GPU_OWN)
                   .group_by(GpuHealthTransition.gpu_id))
         for t in session.scalars(select(GpuHealthTransition)
                                  .where(GpuHealthTransition.id.in_(latest))):
@@ -161,16 +177,10 @@ def _recently_cleared(session: Session, since: datetime) -> dict[int, datetime]:
     """GPUs an operator returned to healthy after `since`, and when (the latest)."""
     rows = session.execute(
         select(GpuHealthTransition.gpu_id, func.max(GpuHealthTransition.at))
-        .where(GpuHealthTransition.at > since, GpuHealthTransition.rule.is_(None),
+        .where(GpuHealthTransition.at > since, GpuHealthTransition.rule.is_(None), GPU_OWN,
                GpuHealthTransition.to_state == GpuHealth.HEALTHY.value)
         .group_by(GpuHealthTransition.gpu_id))
     return dict(rows.all())
-
-
-def _as_stored(uuid: str) -> list[str]:
-    """The spellings a GPU's series may carry in the telemetry store (as its agent
-    reported the UUID: NVML's `GPU-` prefix and lowercase hex, or all upper case)."""
-    return sorted({uuid, uuid.upper(), uuid.lower(), canonical_gpu_uuid(uuid)})
 
 
 def plan(session: Session, telemetry: TelemetryStore, pack: tuple[HealthRule, ...],
@@ -181,12 +191,17 @@ def plan(session: Session, telemetry: TelemetryStore, pack: tuple[HealthRule, ..
     if not judged:
         return []
     cleared = _recently_cleared(session, now - window)
+    contained = contained_per_gpu(instance_xids(telemetry, now, window))
     signals = read_signals(telemetry, {j.uuid: j.missing_since for j in judged
-                                       if j.gpu_id not in cleared}, now, window)
+                                       if j.gpu_id not in cleared}, now, window,
+                           contained=contained)
     for j in judged:  # an operator cleared it: only what happened since counts
         if j.gpu_id in cleared:
-            signals.update(read_signals(telemetry, {j.uuid: j.missing_since}, now,
-                                        now - cleared[j.gpu_id], uuids=_as_stored(j.uuid)))
+            since, uuids = now - cleared[j.gpu_id], stored_spellings(j.uuid)
+            signals.update(read_signals(
+                telemetry, {j.uuid: j.missing_since}, now, since, uuids=uuids,
+                contained=contained_per_gpu(instance_xids(telemetry, now, since,
+                                                          uuids=uuids))))
     suspects = [j.gpu_id for j in judged if j.health is GpuHealth.SUSPECT]
     latest = _latest_transitions(session, suspects) if suspects else {}
     planned = []
@@ -298,7 +313,7 @@ def _tell(session: Session, gpu: Gpu, transition: GpuHealthTransition,
         return
     node = session.get(Node, gpu.node_id)
     environment = session.get(Environment, gpu.environment_id)
-    cause = _cause(transition)
+    cause = cause_of(transition)
     base = {"environment": environment.name, "node": node.name, "gpu": gpu.uuid,
             "mig_instance": ""}
     key = f"health.{to.value}|{gpu.uuid}|{transition.id}"
@@ -306,14 +321,14 @@ def _tell(session: Session, gpu: Gpu, transition: GpuHealthTransition,
         notify_all(session, [Notification(
             kind="health.suspect", severity=Severity.WARNING, dedup_key=key,
             summary=f"{gpu.uuid} on {node.name} is suspect ({cause})",
-            text=_text(transition), labels={**base, "allocation": "", "project": "",
+            text=text_of(transition), labels={**base, "allocation": "", "project": "",
                                             "owner": ""})], now)
         return
     notifications = [Notification(
         kind="health.quarantined", severity=Severity.CRITICAL, dedup_key=f"{key}|{h.code}",
         summary=f"{h.code}: {gpu.uuid} on {node.name} quarantined ({cause}); "
                 f"{h.on_gpu} of {h.held} units lost",
-        text=_text(transition),
+        text=text_of(transition),
         labels={**base, "mig_instance": ",".join(h.mig_instances), "allocation": h.code,
                 "project": h.project, "owner": h.owner or ""},
         owners=(h.owner,) if h.owner else ()) for h in holders]
@@ -321,24 +336,9 @@ def _tell(session: Session, gpu: Gpu, transition: GpuHealthTransition,
         notifications.append(Notification(
             kind="health.quarantined", severity=Severity.CRITICAL, dedup_key=key,
             summary=f"{gpu.uuid} on {node.name} quarantined ({cause}); no allocation held it",
-            text=_text(transition),
+            text=text_of(transition),
             labels={**base, "allocation": "", "project": "", "owner": ""}))
     notify_all(session, notifications, now)
-
-
-def _cause(t: GpuHealthTransition) -> str:
-    if t.rule and t.evidence:
-        return t.evidence["line"]
-    return f"by {t.actor}: {t.reason}" if t.reason else f"by {t.actor}"
-
-
-def _text(t: GpuHealthTransition) -> str:
-    lines = [f"{t.from_state} → {t.to_state} at {t.at.isoformat(timespec='seconds')}"]
-    if t.rule:
-        lines.append(f"rule {t.rule}: {t.evidence['line']}" if t.evidence else f"rule {t.rule}")
-    else:
-        lines.append(f"by {t.actor}" + (f": {t.reason}" if t.reason else ""))
-    return "\n".join(lines)
 
 
 # --- by hand ------------------------------------------------------------------------------
@@ -419,7 +419,7 @@ def read(session: Session, principal: Principal, uuid: str) -> GpuHealthView:
         raise not_found("gpu", uuid, label="GPU")
     gpu, node, environment = row
     history = list(session.scalars(
-        select(GpuHealthTransition).where(GpuHealthTransition.gpu_id == gpu.id)
+        select(GpuHealthTransition).where(GpuHealthTransition.gpu_id == gpu.id, GPU_OWN)
         .order_by(GpuHealthTransition.id.desc()).limit(HISTORY_LIMIT)))
     current = history[0] if history and history[0].to_state == gpu.health else None
     cleared = next((t.actor for t in history
@@ -429,7 +429,8 @@ def read(session: Session, principal: Principal, uuid: str) -> GpuHealthView:
         health_reason=gpu.health_reason, rule=current.rule if current else None,
         evidence=current.evidence if current else None,
         since=current.at if current else None, cleared_by=cleared,
-        history=[HealthTransitionView.model_validate(t) for t in history])
+        history=[HealthTransitionView.model_validate(t) for t in history],
+        mig_instances=mig_health.views(session, gpu))
 
 
 def _may_read(session: Session, principal: Principal, gpu: Gpu) -> bool:

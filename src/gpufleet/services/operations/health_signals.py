@@ -23,6 +23,7 @@ from gpufleet.domain.operations.health_rules import (
     GpuSignals,
     Reading,
 )
+from gpufleet.domain.operations.mig_health import CONTAINED_XIDS
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.tsdb import TelemetryStore
 from gpufleet.tsdb.protocol import Filters, Tier
@@ -34,15 +35,21 @@ NVLINK_ERROR_METRICS = ("gpu.nvlink_crc_flit_errors_total", "gpu.nvlink_crc_data
                         "gpu.nvlink_replay_errors_total")
 THROTTLE_STEP = timedelta(minutes=1)
 
-Key = tuple[str, ...]  # (gpu_uuid,) or (gpu_uuid, xid)
+Key = tuple[str, ...]  # (gpu_uuid,) or (gpu_uuid, xid) or (gpu_uuid, mig_uuid, xid)
+InstanceKey = tuple[str, str]  # (canonical GPU UUID, MIG UUID as reported)
 
 
 def counter_increases(store: TelemetryStore, metric: str, now: datetime, window: timedelta,
                       *, extra_label: str | None = None, new_series_counts: bool,
-                      filters: Filters | None = None) -> dict[Key, Reading]:
+                      filters: Filters | None = None,
+                      per_instance: bool = False) -> dict[Key, Reading]:
     """Each series' increase over [now - window, now), keyed by GPU (and `extra_label`),
-    with the time of its latest sample; series that did not rise are left out."""
-    group_by = ("gpu_uuid",) if extra_label is None else ("gpu_uuid", extra_label)
+    with the time of its latest sample; series that did not rise are left out.
+    `per_instance`: keyed by (GPU, MIG instance, ...) too, and only the series a MIG
+    instance's events were filed under (a whole GPU's have no `mig_uuid`)."""
+    group_by = ("gpu_uuid", "mig_uuid") if per_instance else ("gpu_uuid",)
+    if extra_label is not None:
+        group_by += (extra_label,)
     start = now - window
     edge = start - window / 2
     buckets = max(1, -(-int(SEEN_BEFORE.total_seconds())
@@ -51,13 +58,17 @@ def counter_increases(store: TelemetryStore, metric: str, now: datetime, window:
                                 filters=filters, group_by=group_by,
                                 over_time=OverTime.INCREASE, across=AcrossSeries.SUM,
                                 tier=Tier.RAW)
-    latest = {_key(v.series.label, group_by): v
-              for v in store.latest(filters, metric=metric, since=start)}
+    latest: dict[Key, Reading] = {}  # summed over the series of a key, as the query sums
+    for v in store.latest(filters, metric=metric, since=start):
+        key = _key(v.series.label, group_by)
+        before = latest.get(key)
+        latest[key] = Reading(v.value, v.at) if before is None else \
+            Reading(before.value + v.value, max(before.at, v.at))
     out: dict[Key, Reading] = {}
     for result in results:
         key = _key(result.labels.get, group_by)
         last = latest.get(key)
-        if last is None:
+        if last is None or (per_instance and key[1] in ("", "None")):
             continue
         # Points are at their step's start, in whole ms: the window's own step starts at
         # `start` give or take a millisecond, every earlier one a window or more before.
@@ -68,6 +79,12 @@ def counter_increases(store: TelemetryStore, metric: str, now: datetime, window:
         if inside > 0:
             out[key] = Reading(inside, last.at)
     return out
+
+
+def stored_spellings(uuid: str) -> list[str]:
+    """The spellings a GPU's series may carry in the telemetry store (as its agent
+    reported the UUID: NVML's `GPU-` prefix and lowercase hex, or all upper case)."""
+    return sorted({uuid, uuid.upper(), uuid.lower(), canonical_gpu_uuid(uuid)})
 
 
 def _key(label: Callable[[str], object], group_by: tuple[str, ...]) -> Key:
@@ -109,13 +126,40 @@ def throttle_shares(store: TelemetryStore, now: datetime, window: timedelta,
     return out
 
 
+def instance_xids(store: TelemetryStore, now: datetime, window: timedelta, *,
+                  uuids: list[str] | None = None) -> dict[InstanceKey, dict[int, Reading]]:
+    """The XIDs whose events named a MIG instance, per (GPU, MIG UUID): the series the
+    agent filed under the instance (NVML's gpuInstanceId; docs/operations.md, "MIG
+    instances"). A backend that cannot say which instance files them under the GPU, and
+    they are the GPU's alone."""
+    filters: Filters | None = {"gpu_uuid": uuids} if uuids is not None else None
+    found: dict[InstanceKey, dict[int, Reading]] = defaultdict(dict)
+    for (gpu, mig, code), reading in counter_increases(
+            store, "gpu.xid_errors_total", now, window, extra_label="xid",
+            new_series_counts=True, filters=filters, per_instance=True).items():
+        if code.isdigit():
+            found[(gpu, mig)][int(code)] = reading
+    return dict(found)
+
+
+def contained_per_gpu(xids: Mapping[InstanceKey, Mapping[int, Reading]]) -> dict[str, float]:
+    """Per GPU, how many contained errors (XID 94) its instances' events named."""
+    out: dict[str, float] = defaultdict(float)
+    for (gpu, _), codes in xids.items():
+        out[gpu] += sum(r.value for code, r in codes.items() if code in CONTAINED_XIDS)
+    return dict(out)
+
+
 def read_signals(store: TelemetryStore, missing_since: Mapping[str, datetime | None],
                  now: datetime, window: timedelta, *,
-                 uuids: list[str] | None = None) -> dict[str, GpuSignals]:
+                 uuids: list[str] | None = None,
+                 contained: Mapping[str, float] | None = None) -> dict[str, GpuSignals]:
     """The signals of every GPU in `missing_since` (its keys: the GPUs to judge; values:
     since when its node's inventory lacks it, or None). `uuids`: read only these GPUs'
-    series (as the store keeps them), not the whole fleet's."""
+    series (as the store keeps them), not the whole fleet's. `contained`: per canonical
+    GPU UUID, the contained errors its MIG instances took (`contained_per_gpu`)."""
     filters: Filters | None = {"gpu_uuid": uuids} if uuids is not None else None
+    contained = contained or {}
     xids: dict[str, dict[int, Reading]] = defaultdict(dict)
     for (uuid, code), reading in counter_increases(
             store, "gpu.xid_errors_total", now, window, extra_label="xid",
@@ -146,5 +190,5 @@ def read_signals(store: TelemetryStore, missing_since: Mapping[str, datetime | N
             ecc_uncorrected_increase=ecc.get(key), remap_pending=pending.get(key),
             remap_failed=failed.get(key), nvlink_errors_increase=nvlink.get(key),
             thermal_share=thermal, power_share=power, throttle_span=span,
-            missing_since=missing)
+            missing_since=missing, contained_on_instances=contained.get(key, 0))
     return signals

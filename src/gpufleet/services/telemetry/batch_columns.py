@@ -8,6 +8,7 @@ server's metrics report:
   unknown_metric  the metric is not in the catalogue
   unknown_label   a label the metric does not have (a `link` on a metric without links)
   wrong_scope     a process metric as a unit series, or a device-only metric on a MIG unit
+                  (but an event the instance was named in: catalogue.MIG_ATTRIBUTED)
   not_finite      NaN or ±inf
   out_of_range    impossible in the metric's unit: a percentage outside 0–100, a negative
                   byte count, a flag that is not 0 or 1 — a source's sentinel, or a value
@@ -33,6 +34,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gpufleet.domain.telemetry.catalogue import MIG_ATTRIBUTED
 from gpufleet.domain.telemetry.catalogue import find as find_metric
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.metric import Metric
@@ -261,7 +263,8 @@ def unit_series_problem(metric: Metric | None, mig_uuid: str | None,
     unknown_label), or None."""
     if metric is None:
         return "unknown_metric"
-    if Scope.PROCESS in metric.scopes or (mig_uuid is not None and not metric.per_mig):
+    if Scope.PROCESS in metric.scopes or (mig_uuid is not None and not metric.per_mig
+                                          and metric.name not in MIG_ATTRIBUTED):
         return "wrong_scope"
     if labels and not set(labels) <= set(metric.labels):
         return "unknown_label"
