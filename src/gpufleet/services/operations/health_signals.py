@@ -24,8 +24,8 @@ from gpufleet.domain.operations.health_rules import (
     Reading,
 )
 from gpufleet.domain.operations.mig_health import CONTAINED_XIDS
-from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
-from gpufleet.tsdb import TelemetryStore
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Comparison, OverTime
+from gpufleet.tsdb import TelemetryStore, ValueFilter
 from gpufleet.tsdb.protocol import Filters, Tier
 
 # How far before the window a series must have been seen for its first value inside the
@@ -54,6 +54,10 @@ def counter_increases(store: TelemetryStore, metric: str, now: datetime, window:
     edge = start - window / 2
     buckets = max(1, -(-int(SEEN_BEFORE.total_seconds())
                        // max(1, int(window.total_seconds()))))
+    filters = _may_have_risen(store, metric, start - buckets * window, now, filters,
+                              new_series_counts, since=start)
+    if filters is None:
+        return {}
     results = store.query_range(metric, start - buckets * window, now, window,
                                 filters=filters, group_by=group_by,
                                 over_time=OverTime.INCREASE, across=AcrossSeries.SUM,
@@ -81,6 +85,32 @@ def counter_increases(store: TelemetryStore, metric: str, now: datetime, window:
     return out
 
 
+def _may_have_risen(store: TelemetryStore, metric: str, lo: datetime, now: datetime,
+                    filters: Filters | None, new_series_counts: bool, *,
+                    since: datetime) -> Filters | None:
+    """`filters` narrowed to the GPUs whose counter may have risen (None: none may have).
+    Asked of the store with a value filter, so a fleet of quiet counters answers a handful
+    of GPUs, not a series each (~1 s of CPU per counter at 100,000 GPUs): an increase over
+    all of [lo, now) in one step — a superset of the window's, which is folded from the
+    same reach — and, where a new series' value counts, every series whose latest value
+    since `since` is above zero."""
+    risen = store.query_range(metric, lo, now, now - lo + THROTTLE_STEP,
+                              filters=filters, group_by=("gpu_uuid",),
+                              over_time=OverTime.INCREASE, across=AcrossSeries.SUM,
+                              tier=Tier.RAW, where=_ABOVE_ZERO)
+    gpus = {str(r.labels["gpu_uuid"]) for r in risen}
+    if new_series_counts:
+        gpus |= {v.series.gpu_uuid for v in store.latest(filters, metric=metric, since=since,
+                                                          where=_ABOVE_ZERO)}
+    if not gpus:
+        return None
+    return {**(filters or {}), "gpu_uuid": sorted(gpus)}
+
+
+_ABOVE_ZERO = ValueFilter(Comparison.GT, 0.0)
+_SET = ValueFilter(Comparison.GE, 1.0)
+
+
 def stored_spellings(uuid: str) -> list[str]:
     """The spellings a GPU's series may carry in the telemetry store (as its agent
     reported the UUID: NVML's `GPU-` prefix and lowercase hex, or all upper case)."""
@@ -95,9 +125,10 @@ def _key(label: Callable[[str], object], group_by: tuple[str, ...]) -> Key:
 
 def latest_flags(store: TelemetryStore, metric: str, since: datetime,
                  filters: Filters | None = None) -> dict[str, Reading]:
-    """The latest value of a per-GPU state metric, per GPU (whole-GPU series only)."""
+    """The latest value of a per-GPU flag, per GPU whose flag is set (≥ 1: the rules
+    judge nothing less; compared in the store), whole-GPU series only."""
     return {canonical_gpu_uuid(v.series.gpu_uuid): Reading(v.value, v.at)
-            for v in store.latest(filters, metric=metric, since=since)
+            for v in store.latest(filters, metric=metric, since=since, where=_SET)
             if v.series.mig_uuid is None}
 
 
