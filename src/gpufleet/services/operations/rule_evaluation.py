@@ -3,7 +3,9 @@
 
 Each rule asks the telemetry store or the state store one question in aggregate — a range
 query with one step over the rule's window, the store's latest values, the funnel's minute
-masks, one SQL read — never a Python loop over samples. The answer is a list of
+masks, one SQL read — never a Python loop over samples. A threshold or increase rule hands
+its comparison to the telemetry store (`ValueFilter`), which answers only the series that
+pass it: at 100,000 GPUs, a handful instead of a value per GPU. The answer is a list of
 `Observation`s; the alert state machine applies each rule's `for`.
 
 A rule whose source could not answer (the telemetry store down, a store without minute
