@@ -576,6 +576,12 @@ class Gpufleet:
         with self.store.read() as session:
             return receiver_admin.show_receiver(session, principal, name)
 
+    def update_receiver(self, principal: Principal, name: str,
+                        body: wr.ReceiverUpdate) -> wr.ReceiverView:
+        with self.store.write() as session:
+            return receiver_admin.update_receiver(session, principal, name, body,
+                                                  self.clock.now())
+
     def delete_receiver(self, principal: Principal, name: str) -> wr.ReceiverView:
         with self.store.write() as session:
             return receiver_admin.delete_receiver(session, principal, name, self.clock.now())
