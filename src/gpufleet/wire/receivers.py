@@ -96,7 +96,13 @@ class EmailConfig(_Config):
     port: int = Field(default=25, ge=1, le=65535)
     from_address: Email = Field(alias="from", description="the From: address")
     to: list[Email] = Field(default_factory=list, max_length=50)
-    starttls: bool = False
+    starttls: bool = Field(default=False, description=(
+        "upgrade to TLS before logging in or sending; the server's certificate is "
+        "verified (the system's CAs, or `ca_file`) and must name `host`"))
+    ca_file: str | None = Field(default=None, min_length=2, max_length=4096, pattern=r"^/",
+                                description=(
+        "absolute path, on the gpufleet server, of a PEM file of the CAs to trust for "
+        "STARTTLS instead of the system's (a private CA); needs starttls"))
     username: str | None = Field(default=None, max_length=254)
     password: str | None = Field(default=None, max_length=254)
     SECRETS = frozenset({"password"})

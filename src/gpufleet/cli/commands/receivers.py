@@ -27,7 +27,12 @@ def add(
     from_address: Annotated[str | None, typer.Option("--from", help="email: From:.")] = None,
     smtp_host: Annotated[str | None, typer.Option("--smtp-host", help="email.")] = None,
     smtp_port: Annotated[int | None, typer.Option("--smtp-port", help="email (25).")] = None,
-    starttls: Annotated[bool | None, typer.Option("--starttls", help="email.")] = None,
+    starttls: Annotated[bool | None, typer.Option(
+        "--starttls", help="email: TLS before login and sending; the server's certificate "
+                           "is verified.")] = None,
+    ca_file: Annotated[str | None, typer.Option(
+        "--ca-file", help="email: PEM of the CAs to trust for STARTTLS instead of the "
+                          "system's (a path on the gpufleet server).")] = None,
     username: Annotated[str | None, typer.Option("--username", help="email: SMTP login.")
                         ] = None,
     password: Annotated[str | None, typer.Option(
@@ -59,7 +64,7 @@ def add(
 ) -> None:
     """Add a receiver (admins). The server checks the options against the kind."""
     config = body(url=url, to=to or None, host=smtp_host, port=smtp_port, starttls=starttls,
-                  username=username, password=password, secret=secret, token=token,
+                  ca_file=ca_file, username=username, password=password, secret=secret, token=token,
                   channel=channel, api_url=api_url, **{"from": from_address})
     with connect() as api:
         receiver = api.post(api_path("receivers"), body(

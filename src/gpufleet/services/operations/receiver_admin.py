@@ -91,6 +91,9 @@ def _routing(body: ReceiverCreate, config: dict[str, Any]) -> tuple[bool, bool, 
         raise _field_problem("config.channel", "required for the broadcast copy", kind)
     if broadcast and kind is ReceiverKind.EMAIL and not config.get("to"):
         raise _field_problem("config.to", "required for the broadcast copy", kind)
+    if kind is ReceiverKind.EMAIL and config.get("ca_file") and not config.get("starttls"):
+        raise _field_problem("config.ca_file", "only used with starttls (--starttls): "
+                             "without it the mail goes in the clear", kind)
     return broadcast, tells_owners, _kinds(kind, body.kinds)
 
 
