@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -98,9 +99,12 @@ class LocalHttpReceiver:
 
 
 @contextmanager
-def local_smtp(login: tuple[str, str] | None = None) -> Iterator[list]:
+def local_smtp(login: tuple[str, str] | None = None,
+               tls: ssl.SSLContext | None = None) -> Iterator[list]:
     """An aiosmtpd server on a free port; yields (port, envelopes received). With `login`
-    (user, password) it requires AUTH, over plain SMTP (no certificate here)."""
+    (user, password) it requires AUTH, over plain SMTP unless `tls` is given; with `tls`
+    (the server's context) it requires STARTTLS before anything is sent, and each
+    envelope records whether it came over TLS (`envelope.over_tls`)."""
     from aiosmtpd.controller import Controller
     from aiosmtpd.smtp import AuthResult
 
@@ -109,6 +113,7 @@ def local_smtp(login: tuple[str, str] | None = None) -> Iterator[list]:
             self.envelopes = []
 
         async def handle_DATA(self, server, session, envelope):
+            envelope.over_tls = session.ssl is not None
             self.envelopes.append(envelope)
             return "250 OK"
 
@@ -117,8 +122,10 @@ def local_smtp(login: tuple[str, str] | None = None) -> Iterator[list]:
         return AuthResult(success=given == login)
 
     handler = Keep()
-    auth = ({"authenticator": authenticate, "auth_required": True, "auth_require_tls": False}
-            if login else {})
+    auth = ({"authenticator": authenticate, "auth_required": True,
+             "auth_require_tls": tls is not None} if login else {})
+    if tls is not None:
+        auth.update(tls_context=tls, require_starttls=True)
     controller = Controller(handler, hostname="127.0.0.1", port=free_port(), **auth)
     controller.start()
     try:

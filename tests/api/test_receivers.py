@@ -44,6 +44,10 @@ def test_secrets_are_written_never_read_back(api):
     ({"kind": "webhook", "config": {"url": "http://x", "colour": "red"}}, "config.colour"),
     ({"kind": "email", "config": {"host": "smtp", "from": "not-an-address"}}, "config.from"),
     ({"kind": "email", "config": {"host": "smtp", "from": "g@example.com"}}, "config.to"),
+    ({"kind": "email", "config": {"host": "smtp", "from": "g@example.com", "to": ["o@x.y"],
+                                  "ca_file": "/etc/ssl/private-ca.pem"}}, "config.ca_file"),
+    ({"kind": "email", "config": {"host": "smtp", "from": "g@example.com", "to": ["o@x.y"],
+                                  "starttls": True, "ca_file": "ca.pem"}}, "config.ca_file"),
     ({"kind": "slack", "config": {"token": "xoxb-12345678"}}, "config.channel"),
     ({"kind": "slack", "config": {"channel": "C1"}}, "config.token"),
     ({"kind": "slack_webhook", "config": {"url": "http://x"}, "tells_owners": True},
@@ -78,9 +82,11 @@ def test_unknown_kind_duplicate_name_and_unknown_receiver(api):
                                                                           "receiver_exists")
     for method, path in (("GET", "/api/v1/receivers/nope"),
                          ("DELETE", "/api/v1/receivers/nope"),
+                         ("PATCH", "/api/v1/receivers/nope"),
                          ("POST", "/api/v1/receivers/nope/test"),
                          ("GET", "/api/v1/receivers/nope/deliveries")):
-        response = api.request(method, path)
+        response = api.request(method, path,
+                               json={"enabled": False} if method == "PATCH" else None)
         assert (response.status_code, response.json()["error"]["code"]) == (
             404, "receiver_not_found")
 
@@ -159,3 +165,107 @@ def test_metrics_show_what_waits_for_each_receiver(api, gf, clock):
         (("receiver", "idle"), ("state", "abandoned")): 0}
     assert metrics["gpufleet_outbox_oldest_waiting_seconds"] == {
         (("receiver", "hook"),): 90, (("receiver", "idle"),): 0}
+
+
+def _patch(api, name, body):
+    return api.request("PATCH", f"/api/v1/receivers/{name}", json=body)
+
+
+def _tokens(api, *roles):
+    """A user of each role, and a token of each user's."""
+    tokens = {}
+    for role in roles:
+        user = f"{role}-user"
+        assert api.post("/api/v1/users", json={"name": user, "role": role}).status_code == 201
+        response = api.post("/api/v1/tokens", json={"name": f"t-{role}", "user": user})
+        assert response.status_code == 201, response.text
+        tokens[role] = response.json()["token"]
+    return tokens
+
+
+def _quarantined(key, owners=()):
+    return Notification(kind="health.quarantined", severity=Severity.CRITICAL,
+                        summary=f"{key}: GPU out", dedup_key=key, labels={"gpu": "GPU-1"},
+                        owners=owners)
+
+
+def test_only_admins_enable_disable_or_change_a_receiver(api):
+    _create(api, name="hook", kind="webhook", config={"url": "http://127.0.0.1:9/x"})
+    tokens = _tokens(api, "operator", "member", "viewer")
+    for role, token in tokens.items():
+        response = _patch(api.as_(token), "hook", {"enabled": False})
+        assert response.status_code == 403, (role, response.text)
+    assert api.as_(tokens["operator"]).get("/api/v1/receivers/hook").json()["enabled"]
+
+
+@pytest.mark.parametrize("body", [
+    {}, {"enabled": None}, {"enabled": "maybe"}, {"colour": "red"},
+    {"min_severity": "loud"}, {"kinds": ["Alert firing"]}, {"matchers": "project=vision"},
+    {"config": {"url": "http://x"}}, {"kind": "inbox"},
+])
+def test_a_bad_change_is_a_422_and_changes_nothing(api, body):
+    _create(api, name="hook", kind="webhook", config={"url": "http://127.0.0.1:9/x"})
+    before = api.get("/api/v1/receivers/hook").json()
+    response = _patch(api, "hook", body)
+    assert response.status_code == 422, response.text
+    assert api.get("/api/v1/receivers/hook").json() == before
+
+
+def test_a_matcher_that_does_not_parse_is_refused_on_change_too(api):
+    _create(api, name="hook", kind="webhook", config={"url": "http://127.0.0.1:9/x"})
+    response = _patch(api, "hook", {"matchers": ["project~vision"]})
+    assert (response.status_code, response.json()["error"]["code"]) == (400,
+                                                                         "invalid_matcher")
+    assert api.get("/api/v1/receivers/hook").json()["matchers"] == []
+
+
+def test_routing_changes_as_on_create_and_is_audited(api):
+    _create(api, name="am", kind="alertmanager", config={"url": "http://am:9093"})
+    changed = _patch(api, "am", {
+        "matchers": ["project=vision"], "kinds": ["alert.*", "health.*", "alert.*"],
+        "min_severity": "warning"})
+    assert changed.status_code == 200, changed.text
+    view = changed.json()
+    assert (view["matchers"], view["kinds"], view["min_severity"], view["enabled"]) == (
+        ["project=vision"], ["alert.*", "health.*"], "warning", True)
+    # No kinds: Alertmanager's default, as on create.
+    assert _patch(api, "am", {"kinds": []}).json()["kinds"] == [
+        "alert.*"]
+    # Asking for what is already so records nothing.
+    assert _patch(api, "am", {"min_severity": "warning"}
+                     ).status_code == 200
+    events = api.get("/api/v1/audit-events", params={"subject_kind": "receiver"}).json()
+    assert [(e["action"], e["details"]) for e in events["items"][:2]] == [
+        ("receiver.changed", {"kinds": ["alert.*"]}),
+        ("receiver.changed", {"matchers": ["project=vision"],
+                              "kinds": ["alert.*", "health.*"], "min_severity": "warning"})]
+
+
+def test_a_disabled_receiver_gets_nothing_new_and_loses_nothing_queued(api, gf, clock):
+    with LocalHttpReceiver() as hook:
+        _create(api, name="hook", kind="webhook", config={"url": hook.url},
+                tells_owners=True)
+        with gf.store.write() as s:
+            assert len(notify(s, _quarantined("before", owners=("alice",)), clock.now())) == 2
+        disabled = _patch(api, "hook", {"enabled": False})
+        assert disabled.status_code == 200, disabled.text
+        assert (disabled.json()["enabled"], disabled.json()["pending"]) == (False, 2)
+        with gf.store.write() as s:
+            assert notify(s, _quarantined("while-off", owners=("alice",)), clock.now()) == []
+        test = api.post("/api/v1/receivers/hook/test")
+        assert (test.status_code, test.json()["error"]["code"]) == (409, "receiver_disabled")
+        clock.advance(3 * 86400)  # longer than outbox_give_up_after_s: held, not given up
+        assert gf.outbox_sender.run_once().dispatched == 0
+        assert hook.received == []
+        assert api.get("/api/v1/receivers/hook/deliveries").json()["items"] == []
+        assert api.get("/api/v1/receivers/hook").json()["pending"] == 2
+        assert _patch(api, "hook", {"enabled": True}).json()[
+            "pending"] == 2
+        assert gf.outbox_sender.run_once().dispatched == 2
+        gf.outbox_sender.close()
+    assert sorted((r.json()["notification"]["dedup_key"], r.json()["recipient"] or "*")
+                  for r in hook.received) == [("before", "*"), ("before", "alice")]
+    assert api.get("/api/v1/receivers/hook").json()["pending"] == 0
+    actions = [e["action"] for e in api.get("/api/v1/audit-events", params={
+        "subject_kind": "receiver"}).json()["items"]]
+    assert actions == ["receiver.enabled", "receiver.disabled", "receiver.created"]

@@ -63,7 +63,7 @@ def test_bad_input_is_one_error_line(cli, args, fragments):
 
 
 def test_unknown_receiver_is_one_error_line(cli):
-    for command in ("rm", "test", "log"):
+    for command in ("rm", "test", "log", "enable", "disable"):
         assert_one_error_line(invoke("receivers", command, "nope"), "receiver 'nope'")
 
 
@@ -83,3 +83,42 @@ def test_notifications_ls_shows_the_callers_inbox(cli, api, gf, clock, monkeypat
     assert row[1:3] == ["warning", "reclaim.warning"] and "allocation=GR-1042" in row
     monkeypatch.setenv("GPUFLEET_TOKEN", api.token)
     assert "no notifications yet" in invoke("notifications", "ls").stderr
+
+
+def test_disable_holds_and_enable_sends(cli, gf, clock):
+    with LocalHttpReceiver() as hook:
+        ok("receivers", "add", "ops-hook", "--kind", "webhook", "--url", hook.url)
+        with gf.store.write() as s:
+            notify(s, Notification(kind="health.quarantined", severity=Severity.CRITICAL,
+                                   summary="GPU out", dedup_key="q1"), clock.now())
+        disabled = ok("receivers", "disable", "ops-hook")
+        assert disabled.stdout.strip() == ("disabled receiver ops-hook (1 waiting message(s) "
+                                           "held until it is enabled)")
+        [row] = rows(ok("receivers", "ls").stdout, "ops-hook")
+        assert row[-3:] == ["no", "1", "0"]
+        gf.outbox_sender.run_once()
+        assert hook.received == []
+        enabled = ok("receivers", "enable", "ops-hook")
+        assert enabled.stdout.strip() == "enabled receiver ops-hook (1 waiting message(s) to send)"
+        gf.outbox_sender.run_once()
+        gf.outbox_sender.close()
+    assert len(hook.received) == 1
+
+
+def test_set_changes_routing_and_refuses_nonsense(cli):
+    ok("receivers", "add", "owners", "--kind", "inbox")
+    changed = json_of("receivers", "set", "owners", "--matcher", "project=vision",
+                      "--only", "alert.*", "--min-severity", "warning")
+    assert (changed["matchers"], changed["kinds"], changed["min_severity"]) == (
+        ["project=vision"], ["alert.*"], "warning")
+    cleared = json_of("receivers", "set", "owners", "--no-matchers", "--all-kinds")
+    assert (cleared["matchers"], cleared["kinds"]) == ([], [])
+    assert_one_error_line(invoke("receivers", "set", "owners"), "nothing to change")
+    assert_one_error_line(invoke("receivers", "set", "owners", "--matcher", "project~x"),
+                          "project~x")
+    assert_one_error_line(invoke("receivers", "set", "owners", "--min-severity", "loud"),
+                          "min_severity")
+    assert_one_error_line(invoke("receivers", "set", "owners", "--matcher", "a=b",
+                                 "--no-matchers"), "not both")
+    assert_one_error_line(invoke("receivers", "set", "nope", "--min-severity", "info"),
+                          "receiver 'nope'")

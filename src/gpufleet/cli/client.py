@@ -97,6 +97,9 @@ class ApiClient:
     def put(self, path: str, body: dict[str, Any]) -> Any:
         return self._send("PUT", path, json=body)
 
+    def patch(self, path: str, body: dict[str, Any]) -> Any:
+        return self._send("PATCH", path, json=body)
+
     def delete(self, path: str) -> Any:
         return self._send("DELETE", path)
 

@@ -590,6 +590,15 @@ class Gpufleet:
         with self.store.read() as session:
             return receiver_admin.show_receiver(session, principal, name)
 
+    def update_receiver(self, principal: Principal, name: str,
+                        body: wr.ReceiverUpdate) -> wr.ReceiverView:
+        with self.store.write() as session:
+            view = receiver_admin.update_receiver(session, principal, name, body,
+                                                  self.clock.now())
+        # A subscription is a receiver: enabled or re-routed, seen at once by this server.
+        self.event_publisher.subscribers.invalidate()
+        return view
+
     def delete_receiver(self, principal: Principal, name: str) -> wr.ReceiverView:
         with self.store.write() as session:
             return receiver_admin.delete_receiver(session, principal, name, self.clock.now())

@@ -21,6 +21,7 @@ from pydantic import (
     StringConstraints,
     TypeAdapter,
     field_validator,
+    model_validator,
 )
 
 from gpufleet.domain.operations.notifications import Severity
@@ -95,7 +96,13 @@ class EmailConfig(_Config):
     port: int = Field(default=25, ge=1, le=65535)
     from_address: Email = Field(alias="from", description="the From: address")
     to: list[Email] = Field(default_factory=list, max_length=50)
-    starttls: bool = False
+    starttls: bool = Field(default=False, description=(
+        "upgrade to TLS before logging in or sending; the server's certificate is "
+        "verified (the system's CAs, or `ca_file`) and must name `host`"))
+    ca_file: str | None = Field(default=None, min_length=2, max_length=4096, pattern=r"^/",
+                                description=(
+        "absolute path, on the gpufleet server, of a PEM file of the CAs to trust for "
+        "STARTTLS instead of the system's (a private CA); needs starttls"))
     username: str | None = Field(default=None, max_length=254)
     password: str | None = Field(default=None, max_length=254)
     SECRETS = frozenset({"password"})
@@ -147,6 +154,33 @@ class ReceiverCreate(StrictModel):
     @classmethod
     def _distinct(cls, kinds: list[str]) -> list[str]:
         return list(dict.fromkeys(kinds))
+
+
+class ReceiverUpdate(StrictModel):
+    """A change to a receiver: only the fields given change. Its kind and config do not
+    (remove and add it again): a config holds secrets that are never read back, so a
+    partial change of one could not be checked against what is stored."""
+
+    enabled: bool | None = Field(default=None, description=(
+        "false: nothing new is queued for it and what is queued is held, not sent, until "
+        "it is enabled again"))
+    matchers: list[MatcherText] | None = Field(default=None, max_length=20, description=(
+        "label matchers the broadcast copy requires; [] for none"))
+    kinds: list[KindFilter] | None = Field(default=None, max_length=20, description=(
+        "notification kinds taken (globs); [] for every kind"))
+    min_severity: Severity | None = None
+
+    @field_validator("kinds")
+    @classmethod
+    def _distinct(cls, kinds: list[str] | None) -> list[str] | None:
+        return None if kinds is None else list(dict.fromkeys(kinds))
+
+    @model_validator(mode="after")
+    def _something(self) -> ReceiverUpdate:
+        if all(getattr(self, n) is None for n in type(self).model_fields):
+            raise ValueError("nothing to change: give enabled, matchers, kinds or "
+                             "min_severity")
+        return self
 
 
 class ReceiverView(View):

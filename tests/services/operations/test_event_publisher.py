@@ -13,6 +13,7 @@ from gpufleet.services.operations.event_subscriptions import SubscriberCache
 from gpufleet.services.operations.events import EventFilter
 from gpufleet.store.tables import AuditEvent, OutboxMessage, Receiver
 from gpufleet.wire.events import EventSubscriptionCreate
+from gpufleet.wire.receivers import ReceiverUpdate
 from tests.conftest import START
 
 ADMIN = Principal(role=Role.ADMIN, user_name="admin")
@@ -56,6 +57,21 @@ def test_only_matching_subscriptions_get_a_message(gf):
             "labels": {"project": "vision"},
             "data": {"project": "vision", "flavour": "H100-80GB", "count": 8}}
         assert message.payload["labels"] == {"project": "vision"}
+
+
+def test_a_disabled_subscription_gets_no_events_and_keeps_what_it_had(gf):
+    _subscribe(gf, "all-pools", ["pool.*"])
+    with gf.store.write() as s:
+        _pool_event(s)
+    gf.update_receiver(ADMIN, "all-pools", ReceiverUpdate(enabled=False))
+    with gf.store.write() as s:
+        _pool_event(s, action="pool.rejected")
+    assert _queued(gf.store) == [("all-pools", "event.pool.approved")]
+    gf.update_receiver(ADMIN, "all-pools", ReceiverUpdate(enabled=True))
+    with gf.store.write() as s:
+        _pool_event(s, action="pool.requested")
+    assert _queued(gf.store) == [("all-pools", "event.pool.approved"),
+                                 ("all-pools", "event.pool.requested")]
 
 
 def test_a_rolled_back_change_queues_nothing(gf):

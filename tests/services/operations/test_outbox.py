@@ -29,7 +29,7 @@ def test_notify_routes_by_matchers_severity_kind_and_owners(store):
         _receiver(s, "off", enabled=False)
     with store.write() as s:
         queued = notify(s, _quarantined(owners=("alice", "bob", "alice")), START)
-        got = sorted((m.receiver.name, m.recipient) for m in queued)
+        got = sorted((m.receiver, m.recipient) for m in queued)
     assert got == [("inbox", "alice"), ("inbox", "bob"), ("vision-channel", None)]
 
 
@@ -66,6 +66,6 @@ def test_a_receiver_with_no_kinds_takes_everything_but_events(store):
     event = Notification(kind="event.request.approved", severity=Severity.INFO,
                          summary="approved", dedup_key="event:1")
     with store.write() as s:
-        assert [m.receiver.name for m in notify(s, event, START)] == ["subscriber"]
-        assert sorted(m.receiver.name for m in notify(s, _quarantined(), START)) == [
+        assert [m.receiver for m in notify(s, event, START)] == ["subscriber"]
+        assert sorted(m.receiver for m in notify(s, _quarantined(), START)) == [
             "everything"]

@@ -13,6 +13,7 @@ from gpufleet.wire.receivers import (
     DeliveryView,
     NotificationView,
     ReceiverCreate,
+    ReceiverUpdate,
     ReceiverView,
     TestQueued,
 )
@@ -40,6 +41,15 @@ def list_receivers(page: PageRequest = Depends(page_request),
 def show_receiver(name: str, p: Principal = Depends(principal),
                   gf: Gpufleet = Depends(services)):
     return gf.show_receiver(p, name)
+
+
+@router.patch("/receivers/{name}", response_model=ReceiverView, tags=RECEIVERS)
+def update_receiver(name: str, body: ReceiverUpdate, p: Principal = Depends(principal),
+                    gf: Gpufleet = Depends(services)):
+    """Enable or disable a receiver, or change its matchers, kinds or minimum severity
+    (admins); only the fields given change. Disabled: nothing new is queued for it, and
+    what is queued is held until it is enabled again."""
+    return gf.update_receiver(p, name, body)
 
 
 @router.delete("/receivers/{name}", response_model=ReceiverView, tags=RECEIVERS)

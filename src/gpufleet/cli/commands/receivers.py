@@ -1,4 +1,4 @@
-"""`gpufleet receivers add | ls | rm | test | log`: where notifications go
+"""`gpufleet receivers add | ls | enable | disable | set | rm | test | log`: where notifications go
 (docs/operations.md, "Receivers")."""
 
 from typing import Annotated
@@ -7,6 +7,7 @@ import typer
 
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import AllPages, JsonFlag, Limit, body, query, show_listing
+from gpufleet.cli.errors import CliError
 from gpufleet.cli.output import emit_done, table
 
 app = typer.Typer(help="Receivers: where notifications go (Slack, e-mail, webhooks, "
@@ -26,7 +27,12 @@ def add(
     from_address: Annotated[str | None, typer.Option("--from", help="email: From:.")] = None,
     smtp_host: Annotated[str | None, typer.Option("--smtp-host", help="email.")] = None,
     smtp_port: Annotated[int | None, typer.Option("--smtp-port", help="email (25).")] = None,
-    starttls: Annotated[bool | None, typer.Option("--starttls", help="email.")] = None,
+    starttls: Annotated[bool | None, typer.Option(
+        "--starttls", help="email: TLS before login and sending; the server's certificate "
+                           "is verified.")] = None,
+    ca_file: Annotated[str | None, typer.Option(
+        "--ca-file", help="email: PEM of the CAs to trust for STARTTLS instead of the "
+                          "system's (a path on the gpufleet server).")] = None,
     username: Annotated[str | None, typer.Option("--username", help="email: SMTP login.")
                         ] = None,
     password: Annotated[str | None, typer.Option(
@@ -58,7 +64,7 @@ def add(
 ) -> None:
     """Add a receiver (admins). The server checks the options against the kind."""
     config = body(url=url, to=to or None, host=smtp_host, port=smtp_port, starttls=starttls,
-                  username=username, password=password, secret=secret, token=token,
+                  ca_file=ca_file, username=username, password=password, secret=secret, token=token,
                   channel=channel, api_url=api_url, **{"from": from_address})
     with connect() as api:
         receiver = api.post(api_path("receivers"), body(
@@ -88,10 +94,62 @@ def list_receivers(limit: Limit = None, all_pages: AllPages = False,
     show_listing(api_path("receivers"), query(limit=limit), all_pages=all_pages,
                  as_json=as_json, what="receivers", render=lambda rs: table(
                      ["name", "kind", "target", "audience", "matchers", "kinds",
-                      "min severity", "waiting", "abandoned"],
+                      "min severity", "enabled", "waiting", "abandoned"],
                      [[r["name"], r["kind"], _target(r), _audience(r),
                        " ".join(r["matchers"]), " ".join(r["kinds"]) or "*",
-                       r["min_severity"], r["pending"], r["abandoned"]] for r in rs]))
+                       r["min_severity"], "yes" if r["enabled"] else "no",
+                       r["pending"], r["abandoned"]] for r in rs]))
+
+
+@app.command("enable")
+def enable(name: str, as_json: JsonFlag = False) -> None:
+    """Enable a receiver (admins): what it held while disabled is sent on the next round."""
+    with connect() as api:
+        receiver = api.patch(api_path("receivers", name), {"enabled": True})
+    emit_done(receiver, as_json, f"enabled receiver {name} ({receiver['pending']} waiting "
+                                 "message(s) to send)")
+
+
+@app.command("disable")
+def disable(name: str, as_json: JsonFlag = False) -> None:
+    """Disable a receiver (admins): nothing new is queued for it, and what is queued is
+    held — not sent, not lost — until `gpufleet receivers enable`."""
+    with connect() as api:
+        receiver = api.patch(api_path("receivers", name), {"enabled": False})
+    emit_done(receiver, as_json, f"disabled receiver {name} ({receiver['pending']} waiting "
+                                 "message(s) held until it is enabled)")
+
+
+@app.command("set")
+def change(
+    name: str,
+    matchers: Annotated[list[str] | None, typer.Option(
+        "--matcher", help="Label matcher the broadcast copy requires; repeat for several. "
+                          "Replaces the receiver's matchers.")] = None,
+    no_matchers: Annotated[bool, typer.Option(
+        "--no-matchers", help="Remove every matcher: the broadcast copy takes all.")] = False,
+    kinds: Annotated[list[str] | None, typer.Option(
+        "--only", help="Only these notification kinds (globs); repeat for several. "
+                       "Replaces the receiver's kinds.")] = None,
+    all_kinds: Annotated[bool, typer.Option(
+        "--all-kinds", help="Take every kind (but events) again.")] = False,
+    min_severity: Annotated[str | None, typer.Option(
+        "--min-severity", help="info, warning or critical.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Change a receiver's routing (admins); what is not given stays as it is."""
+    if matchers and no_matchers:
+        raise CliError("give --matcher or --no-matchers, not both")
+    if kinds and all_kinds:
+        raise CliError("give --only or --all-kinds, not both")
+    with connect() as api:
+        receiver = api.patch(api_path("receivers", name), body(
+            matchers=[] if no_matchers else matchers or None,
+            kinds=[] if all_kinds else kinds or None, min_severity=min_severity))
+    emit_done(receiver, as_json, f"changed receiver {name}: matchers "
+                                 f"{' '.join(receiver['matchers']) or '(none)'}, kinds "
+                                 f"{' '.join(receiver['kinds']) or '*'}, min severity "
+                                 f"{receiver['min_severity']}")
 
 
 @app.command("rm")

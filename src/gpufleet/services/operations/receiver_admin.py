@@ -32,6 +32,7 @@ from gpufleet.wire.receivers import (
     NotificationView,
     ReceiverCreate,
     ReceiverKind,
+    ReceiverUpdate,
     ReceiverView,
     TestQueued,
 )
@@ -90,10 +91,16 @@ def _routing(body: ReceiverCreate, config: dict[str, Any]) -> tuple[bool, bool, 
         raise _field_problem("config.channel", "required for the broadcast copy", kind)
     if broadcast and kind is ReceiverKind.EMAIL and not config.get("to"):
         raise _field_problem("config.to", "required for the broadcast copy", kind)
-    kinds = list(body.kinds)
+    if kind is ReceiverKind.EMAIL and config.get("ca_file") and not config.get("starttls"):
+        raise _field_problem("config.ca_file", "only used with starttls (--starttls): "
+                             "without it the mail goes in the clear", kind)
+    return broadcast, tells_owners, _kinds(kind, body.kinds)
+
+
+def _kinds(kind: ReceiverKind, kinds: list[str]) -> list[str]:
     if kind is ReceiverKind.ALERTMANAGER and not kinds:
-        kinds = ["alert.*"]  # Alertmanager is for alerts unless told otherwise
-    return broadcast, tells_owners, kinds
+        return ["alert.*"]  # Alertmanager is for alerts unless told otherwise
+    return list(kinds)
 
 
 def create_receiver(session: Session, principal: Principal, body: ReceiverCreate,
@@ -117,6 +124,37 @@ def create_receiver(session: Session, principal: Principal, body: ReceiverCreate
                  matchers=list(body.matchers), kinds=kinds, min_severity=body.min_severity.value,
                  broadcast=broadcast, tells_owners=tells_owners)
     return _view(receiver, 0, 0)
+
+
+def update_receiver(session: Session, principal: Principal, name: str, body: ReceiverUpdate,
+                    now: datetime) -> ReceiverView:
+    """Enable, disable or re-route a receiver (admins); audited with what changed.
+
+    Disabled, it is skipped by `outbox.notify` (nothing new is queued for it) and by the
+    sender (what is queued is held, not sent and not given up); enabled again, the sender
+    delivers what it held on its next round (docs/operations.md, "Receivers")."""
+    principal.require(Action.MANAGE_RECEIVERS)
+    receiver = get_receiver(session, name)
+    changes: dict[str, Any] = {}
+    if body.matchers is not None:
+        parse_matchers(body.matchers)  # 400 invalid_matcher, as on create
+        changes["matchers"] = list(body.matchers)
+    if body.kinds is not None:
+        changes["kinds"] = _kinds(ReceiverKind(receiver.kind), body.kinds)
+    if body.min_severity is not None:
+        changes["min_severity"] = body.min_severity.value
+    if body.enabled is not None:
+        changes["enabled"] = body.enabled
+    changed = {field: value for field, value in changes.items()
+               if getattr(receiver, field) != value}
+    for field, value in changed.items():
+        setattr(receiver, field, value)
+    if changed:
+        action = {True: "receiver.enabled", False: "receiver.disabled"}.get(
+            changed.get("enabled"), "receiver.changed")
+        audit.record(session, at=now, actor=principal.actor, action=action,
+                     subject_kind="receiver", subject=name, **changed)
+    return _view(receiver, *_counts(session, [receiver.id])[receiver.id])
 
 
 def masked_config(receiver: Receiver) -> dict[str, Any]:
@@ -180,6 +218,10 @@ def queue_test(session: Session, principal: Principal, name: str,
     and, when it tells owners and the caller is a user, one addressed to the caller."""
     principal.require(Action.MANAGE_RECEIVERS)
     receiver = get_receiver(session, name)
+    if not receiver.enabled:
+        raise Conflict(f"receiver '{name}' is disabled: a test would be held, not sent; "
+                       f"enable it first (`gpufleet receivers enable {name}`)",
+                       code="receiver_disabled", details={"receiver": name})
     run = uuid.uuid4().hex[:12]
     payload = {"kind": "receiver.test", "severity": "info",
                "summary": f"gpufleet test notification for receiver {name}",

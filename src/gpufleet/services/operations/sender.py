@@ -131,13 +131,17 @@ class OutboxSender:
     def _claim(self, busy: set[int]) -> tuple[dict[int, list[Outgoing]], int]:
         now = self.clock.now()
         due = _due(now)
+        # A disabled receiver's messages are held: not claimed, so not sent and never
+        # given up on while it is off (docs/operations.md, "Receivers").
+        enabled = Receiver.enabled.is_(True)
         with self.store.read() as session:  # most rounds find nothing: no write lock then
-            if session.scalar(select(OutboxMessage.id).where(due).limit(1)) is None:
+            if session.scalar(select(OutboxMessage.id).join(Receiver).where(due, enabled)
+                              .limit(1)) is None:
                 return {}, 0
         with self.store.write() as session:
             receivers = {r.id: r for r in session.scalars(select(Receiver).where(
                 Receiver.id.in_(select(OutboxMessage.receiver_id).where(due).distinct()),
-                Receiver.id.not_in(busy) if busy else True))}
+                enabled, Receiver.id.not_in(busy) if busy else True))}
             batches: dict[int, list[Outgoing]] = {}
             inline = 0
             for receiver in receivers.values():

@@ -60,3 +60,69 @@ def test_smtp_login_with_the_configured_credentials():
     assert (anonymous.ok, anonymous.outcome, anonymous.status) == (False, "smtp_530", 530)
     assert not wrong.ok and not wrong.permanent
     assert len(envelopes) == 1
+
+
+@pytest.fixture
+def ca(tmp_path):
+    from tests.certificates import private_ca  # needs cryptography (the test extra)
+
+    return private_ca(tmp_path)
+
+
+def _tls_config(port, **more):
+    return {"host": "127.0.0.1", "port": port, "from": "g@example.com",
+            "to": ["ops@example.com"], "starttls": True, **more}
+
+
+def test_starttls_to_a_server_signed_by_a_private_ca_named_by_ca_file(ca):
+    with local_smtp(login=("gpufleet", "right-password"), tls=ca.server_context) as (
+            port, envelopes), transport() as t:
+        attempt = email_smtp.deliver(outgoing("email", _tls_config(
+            port, ca_file=str(ca.ca_file), username="gpufleet",
+            password="right-password")), t)
+    assert attempt.ok, attempt
+    [envelope] = envelopes
+    assert envelope.over_tls and envelope.rcpt_tos == ["ops@example.com"]
+
+
+def test_starttls_verifies_the_certificate(ca, tmp_path):
+    """Not trusted (no ca_file: the system's CAs do not know this one), and trusted but
+    for another name: both refused before anything — the password included — is sent."""
+    other = tmp_path / "other"
+    other.mkdir()
+    from tests.certificates import private_ca
+
+    with local_smtp(tls=ca.server_context) as (port, envelopes), transport() as t:
+        untrusted = email_smtp.deliver(outgoing("email", _tls_config(
+            port, username="gpufleet", password="secret-password")), t)
+        other_ca = email_smtp.deliver(outgoing("email", _tls_config(
+            port, ca_file=str(private_ca(other).ca_file))), t)
+        wrong_name = email_smtp.deliver(outgoing("email", {
+            **_tls_config(port, ca_file=str(ca.ca_file)), "host": "localhost"}), t)
+    for attempt in (untrusted, other_ca, wrong_name):
+        assert (attempt.ok, attempt.outcome, attempt.permanent) == (False, "tls_error", False)
+        assert "CERTIFICATE_VERIFY_FAILED" in attempt.detail or "certificate" in attempt.detail
+    assert envelopes == []
+
+
+def test_a_server_that_requires_starttls_refuses_plain_mail(ca):
+    with local_smtp(tls=ca.server_context) as (port, envelopes), transport() as t:
+        plain = email_smtp.deliver(outgoing("email", {
+            **_tls_config(port), "starttls": False}), t)
+    assert (plain.ok, plain.outcome, plain.status) == (False, "smtp_530", 530)
+    assert envelopes == []
+
+
+def test_starttls_to_a_server_without_it_and_an_unreadable_ca_file(tmp_path):
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("not a certificate")
+    with local_smtp() as (port, envelopes), transport() as t:
+        unsupported = email_smtp.deliver(outgoing("email", _tls_config(port)), t)
+        missing = email_smtp.deliver(outgoing("email", _tls_config(
+            port, ca_file=str(tmp_path / "missing.pem"))), t)
+        garbage = email_smtp.deliver(outgoing("email", _tls_config(
+            port, ca_file=str(not_pem))), t)
+    assert (unsupported.ok, unsupported.outcome) == (False, "starttls_unsupported")
+    assert (missing.outcome, garbage.outcome) == ("tls_ca_file", "tls_ca_file")
+    assert "missing.pem" in missing.detail
+    assert envelopes == []
