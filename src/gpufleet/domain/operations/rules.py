@@ -33,9 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.operations.matchers import LabelMatcher, parse_matcher
 from gpufleet.domain.operations.notifications import Severity
+from gpufleet.domain.operations.quantities import HOURS, SECONDS, Quantity
 from gpufleet.domain.telemetry.catalogue import CATALOGUE, find
 from gpufleet.domain.telemetry.durations import parse_duration
-from gpufleet.domain.telemetry.vocabulary import AcrossSeries, MetricClass
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, MetricClass, Unit
 
 RULE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 DEFAULT_GROUP_BY = ("rule", "environment")
@@ -115,6 +116,17 @@ STATE_ANNOTATIONS: dict[StateCondition, tuple[str, ...]] = {
 }
 
 
+# The unit of the value each state condition's observations carry (None: no value).
+STATE_VALUE_UNITS: dict[StateCondition, str] = {
+    StateCondition.REQUEST_PENDING: HOURS,  # pending for
+    StateCondition.QUOTA_NEARLY_EXHAUSTED: Unit.PERCENT,
+    StateCondition.POOL_NEARLY_EXHAUSTED: Unit.PERCENT,
+    StateCondition.IDLE_ALLOCATION: HOURS,  # idle for
+    StateCondition.ZOMBIE_PROCESS: Unit.BYTES,  # the process's GPU memory
+    StateCondition.UNATTRIBUTED_USAGE: Unit.BYTES,  # a process's GPU memory
+}
+
+
 @dataclass(frozen=True)
 class Rule:
     """One alert rule (see the module docstring for the kinds).
@@ -165,6 +177,24 @@ class Rule:
             return self.by
         row = find(self.metric or "")
         return (*UNIT_LABELS, *(row.labels if row else ()))
+
+    @property
+    def value_unit(self) -> str | None:
+        """The unit of the value its observations carry, and of its `value`: the catalogue
+        metric's, or that of what the rule computes (a percentage of another metric, a
+        count of units, seconds silent, hours pending or idle)."""
+        if self.kind is RuleKind.EFFICIENCY:
+            return Unit.PERCENT
+        if self.kind is RuleKind.ABSENCE:
+            return SECONDS
+        if self.kind is RuleKind.STATE:
+            return STATE_VALUE_UNITS.get(self.condition) if self.condition else None
+        if self.ratio_to:
+            return Unit.PERCENT
+        if self.across is AcrossSeries.COUNT:
+            return Unit.COUNT
+        row = find(self.metric or "")
+        return row.unit if row else None
 
     def as_dict(self) -> dict[str, Any]:
         """The rule as a rule file / API body writes it (round-trips `rule_from_mapping`)."""
@@ -460,8 +490,10 @@ def find_labels(metric: str | None) -> tuple[str, ...]:
 
 def render_summary(rule: Rule, labels: Mapping[str, str], value: float | None) -> str:
     """The rule's summary with `{value}` and label placeholders filled in (a label the
-    observation lacks renders empty); the evidence line where the rule has no summary."""
-    fields = _Blank({**labels, "rule": rule.name, "value": "" if value is None else value,
+    observation lacks renders empty). `{value}` is shown in its unit (`Rule.value_unit`:
+    80 GiB, 16 min); with a format spec (`{value:.0f}`) it is the bare number."""
+    shown = "" if value is None else Quantity(value, rule.value_unit)
+    fields = _Blank({**labels, "rule": rule.name, "value": shown,
                      "labels": ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))})
     try:
         return string.Formatter().vformat(rule.summary, (), fields) if rule.summary else ""
