@@ -21,6 +21,7 @@ which refuses an unknown metric or label with the valid choices.
 from __future__ import annotations
 
 import difflib
+import math
 import operator
 import string
 from collections.abc import Mapping
@@ -278,6 +279,13 @@ class RuleSpec(BaseModel):
         _duration_s(value, info.field_name.rstrip("_"))
         return str(value)
 
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{value} is not a finite number")
+        return value
+
     @field_validator("over_time")
     @classmethod
     def _over_time(cls, value: str | None) -> str | None:
@@ -380,6 +388,10 @@ def _rule_of(spec: RuleSpec, problem) -> Rule:
                     problem(name, "required for a threshold rule")
             if spec.ratio_to is not None:
                 _metric(spec.ratio_to, "ratio_to", problem)
+            if spec.op is Op.HAS_ANY_BITS and spec.value is not None and not (
+                    spec.value == int(spec.value) and 0 < spec.value < 2**64):
+                problem("value", f"{spec.value:g} is not a bit mask: has_any_bits takes a "
+                                 "whole number from 1 to 2**64 − 1, e.g. 0xE8")
         values.update(op=spec.op or Op.GE, value=1.0 if spec.value is None else spec.value)
     elif kind is RuleKind.ABSENCE:
         if (spec.absent is None) == (spec.metric is None):
@@ -470,17 +482,32 @@ def _check_labels(rule: Rule, problem) -> None:
     notes = STATE_ANNOTATIONS.get(rule.condition, ()) if rule.condition else ()
     if rule.kind is RuleKind.EFFICIENCY:
         notes = ("allocated_gpu_hours",)
-    placeholders = ["value", "labels", "rule", *observed, *notes, *rule.labels]
+    _check_summary(rule.summary, ["value", "labels", "rule", *observed, *notes, *rule.labels],
+                   problem)
+
+
+def _check_summary(summary: str, placeholders: list[str], problem) -> None:
+    """Each placeholder a plain name the observations carry (no `.attribute`, `[index]`
+    or `!conversion`: see `_PlainFields`), with a format spec its value takes."""
     try:
-        names = [f for _, f, _, _ in string.Formatter().parse(rule.summary) if f is not None]
+        fields = [(f, spec, conversion) for _, f, spec, conversion
+                  in string.Formatter().parse(summary) if f is not None]
     except ValueError as exc:
         problem("summary", f"not a template: {exc}")
         return
-    for name in names:
-        base = name.split(".")[0].split("[")[0].split("!")[0].split(":")[0]
-        if base not in placeholders:
+    for name, spec, conversion in fields:
+        if not name.isidentifier() or conversion:
+            problem("summary", f"placeholder {{{name}{'!' + conversion if conversion else ''}}}"
+                               " is not a plain name: write {gpu}, {value} or {value:.0f}")
+            continue
+        if name not in placeholders:
             problem("summary", f"unknown placeholder {{{name}}}; "
-                               f"{_choices(base, placeholders)}")
+                               f"{_choices(name, placeholders)}")
+            continue
+        try:
+            format(0.0 if name == "value" else "", spec or "")
+        except ValueError as exc:
+            problem("summary", f"{{{name}:{spec}}}: {exc}")
 
 
 def find_labels(metric: str | None) -> tuple[str, ...]:
@@ -496,11 +523,23 @@ def render_summary(rule: Rule, labels: Mapping[str, str], value: float | None) -
     fields = _Blank({**labels, "rule": rule.name, "value": shown,
                      "labels": ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))})
     try:
-        return string.Formatter().vformat(rule.summary, (), fields) if rule.summary else ""
-    except (ValueError, KeyError, IndexError, AttributeError):  # checked when declared
+        return _PlainFields().vformat(rule.summary, (), fields) if rule.summary else ""
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError):  # checked when declared
         return rule.summary
 
 
 class _Blank(dict):
     def __missing__(self, key: str) -> str:
         return ""
+
+
+class _PlainFields(string.Formatter):
+    """Placeholders are names only: `{value.__class__}` or `{gpu[0]}` would let whoever
+    writes a summary — an operator, or a member testing a rule — walk from a value to
+    the server's objects. Refused when declared (`_check_summary`); never followed here,
+    for rules stored before that check."""
+
+    def get_field(self, field_name: str, args, kwargs) -> tuple[Any, str]:
+        if not field_name.isidentifier():
+            raise ValueError(f"placeholder {{{field_name}}} is not a plain name")
+        return kwargs[field_name], field_name

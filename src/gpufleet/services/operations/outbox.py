@@ -46,12 +46,13 @@ def accepts(receiver: Receiver, notification: Notification) -> bool:
 
 def recipients(receiver: Receiver, notification: Notification) -> list[str | None]:
     """Who `receiver` tells about `notification`: None for its broadcast copy (a channel,
-    a list), then each owner the notification names, if the receiver tells owners."""
+    a list; not for a notification meant for its owners only), then each owner the
+    notification names, if the receiver tells owners."""
     if not accepts(receiver, notification):
         return []
     targets: list[str | None] = []
-    if receiver.broadcast and all_match(_parsed(tuple(receiver.matchers)),
-                                        notification.labels):
+    if receiver.broadcast and notification.broadcast and all_match(
+            _parsed(tuple(receiver.matchers)), notification.labels):
         targets.append(None)
     if receiver.tells_owners:
         targets.extend(dict.fromkeys(notification.owners))
