@@ -114,3 +114,13 @@ def test_a_value_must_be_a_finite_number(value):
 def test_a_bit_mask_is_a_positive_whole_number(value):
     assert "not a bit mask" in refused(kind="threshold", metric="gpu.clock_throttle_reasons",
                                        op="has_any_bits", value=value)["value"]
+
+
+@pytest.mark.parametrize(("labels", "says"), [
+    ({"a b": "x"}, "not a label name"), ({"1st": "x"}, "not a label name"),
+    ({"severity": "critical"}, "set by gpufleet"), ({"gpu": "x"}, "set by gpufleet"),
+    ({"owner": "x"}, "set by gpufleet"),
+])
+def test_a_static_label_has_a_name_of_its_own(labels, says):
+    assert says in refused(kind="threshold", metric="gpu.sm_active", op=">", value=1,
+                           labels=labels)["labels"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import math
 import operator
+import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -44,6 +45,8 @@ DEFAULT_GROUP_BY = ("rule", "environment")
 # The labels an observation about a unit carries (docs/operations.md, "Labels").
 UNIT_LABELS = ("environment", "node", "gpu", "mig_instance")
 OWNER_LABELS = ("allocation", "project", "owner")
+# A static label's name, as Prometheus and Alertmanager take it.
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 class RuleKind(StrEnum):
@@ -466,6 +469,13 @@ def _check_labels(rule: Rule, problem) -> None:
     its observations can carry; else refused with the choices."""
     observed = [*rule.observed_labels, *OWNER_LABELS]
     observed = list(dict.fromkeys(observed))
+    for name in rule.labels:
+        if not _LABEL_NAME.fullmatch(name):
+            problem("labels", f"{name!r} is not a label name: letters, digits and _, "
+                              "not starting with a digit")
+        elif name in ("alertname", "severity", "rule", *observed):
+            problem("labels", f"{name!r} is set by gpufleet on this rule's alerts; "
+                              "a static label needs a name of its own (team, runbook)")
     if rule.across is not None:
         for name in rule.by:
             if name not in ("environment", "node", *find_labels(rule.metric)):
