@@ -26,6 +26,7 @@ from gpufleet.domain.inventory import GpuHealth, NodeAdminState
 from gpufleet.domain.operations.evidence import evidence_line
 from gpufleet.domain.operations.matchers import all_match
 from gpufleet.domain.operations.observations import Observation
+from gpufleet.domain.operations.quantities import show
 from gpufleet.domain.operations.rules import (
     Absent,
     Rule,
@@ -124,6 +125,8 @@ def _observation(rule: Rule, seen: Seen, owner: Mapping[str, str] | None,
     evidence = _evidence(rule, seen.value, {**annotations, **labels})
     if summary:
         annotations["summary"] = summary
+    if seen.value is not None:  # the value as the evidence shows it, for `alerts show`
+        annotations["value"] = show(seen.value, rule.value_unit)
     if rule.description:
         annotations["description"] = rule.description
     return Observation(rule=rule.name, labels=labels, at=now, value=seen.value,
