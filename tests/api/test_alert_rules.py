@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpufleet.store.tables import AlertRule
 from tests.services.operations.test_rule_evaluation import world  # noqa: F401  (fixture)
 
 HOT = {"kind": "threshold", "severity": "critical", "metric": "gpu.temperature_celsius",
@@ -105,3 +106,20 @@ def test_testing_a_rule_file(api, people, world):  # noqa: F811
     [problem] = bad.json()["error"]["details"]["problems"]
     assert problem["field"] == "rules[0].for"
     assert api.post(f"{PATH}/test", json={"rule": []}).status_code == 400
+
+
+def test_a_stored_rule_a_newer_check_refuses_is_shown_not_used(api, gf):
+    """Rules stored before a check was added (a summary with attribute access, a bit mask
+    of 0.5) leave the rule set: evaluation goes on with the rest, `rules ls` says why."""
+    body = {**HOT, "name": "old-hot", "summary": "{value.__class__}"}
+    with gf.store.write() as s:
+        s.add(AlertRule(name="old-hot", body=body, created_by="admin",
+                        created_at=gf.clock.now(), updated_by="admin",
+                        updated_at=gf.clock.now()))
+    listed = {r["name"]: r for r in api.get(PATH).json()}
+    assert listed["old-hot"]["source"] == "stored_invalid" and not listed["old-hot"]["enabled"]
+    assert "not a plain name" in listed["old-hot"]["summary"]
+    assert api.get(f"{PATH}/old-hot").json()["source"] == "stored_invalid"
+    assert "old-hot" not in {r.name for r in gf.alert_rules_in_effect()}
+    assert len(gf.alert_rules_in_effect()) == 13
+    assert api.request("DELETE", f"{PATH}/old-hot").status_code in (200, 204)

@@ -152,3 +152,25 @@ def test_a_silence_that_has_not_started_can_be_expired(api, gf):
     expired = api.request("DELETE", f"/api/v1/silences/{created['id']}").json()
     assert expired["state"] == "expired"
     assert api.get("/api/v1/silences").json()["items"] == []
+
+
+@pytest.mark.parametrize("silence", ["99999999999999999999999", "-1", str(2**63)])
+def test_a_silence_id_out_of_range_is_not_found(api, silence):
+    response = api.request("DELETE", f"/api/v1/silences/{silence}")
+    assert response.status_code in (404, 422), response.text
+    assert "error" in response.json()
+
+
+def test_a_rule_with_a_value_json_cannot_hold_is_refused(api):
+    """NaN and Infinity parse from a JSON body, and were stored as null."""
+    for value in ("NaN", "Infinity"):
+        body = ('{"kind": "threshold", "severity": "info", "metric": "gpu.sm_active", '
+                f'"op": ">", "value": {value}}}')
+        response = api.request("PUT", "/api/v1/alert-rules/probe", content=body,
+                               headers={"content-type": "application/json"})
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["code"] == "invalid_rule"
+    summary = {"kind": "threshold", "severity": "info", "metric": "gpu.sm_active", "op": ">",
+               "value": 1, "summary": "{value.__class__.__new__.__globals__}"}
+    response = api.post("/api/v1/alert-rules/test", json={"rules": [{"name": "t", **summary}]})
+    assert response.status_code == 400 and "not a plain name" in response.text

@@ -3,6 +3,8 @@ paging, acknowledgement, silences, history, and bad input as one error line."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.cli.test_cli import assert_one_error_line, invoke, json_of, ok, rows
@@ -76,3 +78,14 @@ def test_silence_create_list_expire(firing, gf, world):
         "bad regex"])
 def test_bad_input_is_one_error_line(cli_in_process, args, fragments):
     assert_one_error_line(invoke(*args), *fragments)
+
+
+def test_alerts_show_prints_the_value_in_its_unit(cli_in_process, gf, world):
+    """The evaluator annotates each observation with its value as the evidence shows it;
+    `alerts show` prints that, not raw bytes (32349759383.0)."""
+    observation = hot(world.gpus[0], gf, value=32349759383.0, rule=NOW_RULE)
+    evaluate(gf, replace(observation, annotations={"value": "30.1 GiB"}), rules=[NOW_RULE])
+    (alert,) = json_of("alerts", "ls")["items"]
+    (value_row,) = [r for r in ok("alerts", "show", alert["fingerprint"]).stdout.splitlines()
+                    if r.startswith("value")]
+    assert "30.1 GiB" in value_row and "32349759383" not in value_row

@@ -17,7 +17,8 @@ class AlertRuleView(View):
     for_s: float
     summary: str
     # default: shipped with gpufleet; stored: declared through the API; stored_over_default:
-    # declared through the API under a default rule's name, replacing it.
+    # declared through the API under a default rule's name, replacing it; stored_invalid:
+    # stored before a check it fails was added: not in effect (`summary` says why).
     source: str
     body: dict[str, Any]
     updated_by: str | None = None

@@ -3,6 +3,8 @@ summaries, and a rule's written form round-tripping."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpufleet.domain.operations.rule_files import default_rules
@@ -78,3 +80,47 @@ def test_summaries_render_labels_and_the_value():
 def test_a_project_rule_groups_by_rule_alone():
     rule = rule_from_mapping({"name": "r", "kind": "efficiency", "value": 20})
     assert rule.group_by == ("rule",) and rule.observed_labels == ("project",)
+
+
+@pytest.mark.parametrize("summary", [
+    "{value.__class__}", "{value.__class__.__new__.__globals__}", "{gpu[0]}", "{value!r}",
+])
+def test_a_summary_placeholder_is_a_plain_name(summary):
+    """Attribute and index access would let whoever writes a summary (members test rules)
+    walk from a value to the server's objects."""
+    assert "not a plain name" in refused(kind="threshold", metric="gpu.sm_active", op=">",
+                                         value=1, summary=summary)["summary"]
+
+
+def test_a_stored_summary_with_attribute_access_renders_as_written():
+    rule = rule_from_mapping({"name": "r", "kind": "threshold", "metric": "gpu.sm_active",
+                              "op": ">", "value": 1})
+    sneaky = replace(rule, summary="{value.__class__.__new__.__globals__}")
+    assert render_summary(sneaky, {}, 5.0) == sneaky.summary
+
+
+def test_a_format_spec_the_value_cannot_take_is_refused():
+    assert "{value:zz}" in refused(kind="threshold", metric="gpu.sm_active", op=">",
+                                   value=1, summary="{value:zz}")["summary"]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_value_must_be_a_finite_number(value):
+    assert "finite" in refused(kind="threshold", metric="gpu.sm_active", op=">",
+                               value=value)["value"]
+
+
+@pytest.mark.parametrize("value", [0.5, -1, 0, 2**64, 1e29])
+def test_a_bit_mask_is_a_positive_whole_number(value):
+    assert "not a bit mask" in refused(kind="threshold", metric="gpu.clock_throttle_reasons",
+                                       op="has_any_bits", value=value)["value"]
+
+
+@pytest.mark.parametrize(("labels", "says"), [
+    ({"a b": "x"}, "not a label name"), ({"1st": "x"}, "not a label name"),
+    ({"severity": "critical"}, "set by gpufleet"), ({"gpu": "x"}, "set by gpufleet"),
+    ({"owner": "x"}, "set by gpufleet"),
+])
+def test_a_static_label_has_a_name_of_its_own(labels, says):
+    assert says in refused(kind="threshold", metric="gpu.sm_active", op=">", value=1,
+                           labels=labels)["labels"]

@@ -4,6 +4,8 @@ acknowledgement, repeats, silences and flapping."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlalchemy import func, select
 
 from gpufleet.domain.operations.alert_state import AlertState
@@ -274,3 +276,35 @@ def test_the_alert_round_records_what_the_wired_evaluator_saw(gf, world):
     outcome = gf.alert_round()
     assert outcome is not None and outcome.changes["firing"] == 1
     assert the_alert(gf).state is AlertState.FIRING and len(outbox(gf)) == 2
+
+
+def test_an_owner_is_told_only_their_own_alerts_of_a_group(gf, world, api):
+    """A group mixes projects (rule × environment by default); a member sees only the
+    alerts naming their projects, so each owner's copy lists theirs alone."""
+    api.post("/api/v1/users", json={"name": "sam", "role": "member"})
+    api.post("/api/v1/projects/speech/members", json={"user": "sam"})
+    sam = api.as_(api.post("/api/v1/tokens", json={"name": "sam", "user": "sam"})
+                  .json()["token"])
+    code = create(sam, project="speech", count=1, models=["H100-80GB"], duration_hours=24,
+                  reason="asr")["code"]
+    (speech_gpu,) = [u["gpu_uuid"] for u in act(world.operator, code, "approve")["units"]]
+    rule = Rule(for_s=0, group_by=("rule",))
+    evaluate(gf, hot(world.gpus[0], gf, rule=rule), hot(speech_gpu, gf, rule=rule),
+             rules=[rule])
+    told = {recipient: payload for (_, recipient, _), payload in zip(outbox(gf), payloads(gf),
+                                                                     strict=True)}
+    assert set(told) == {"mia", "sam"}  # the project channels match no mixed group
+    assert world.gpus[0] in told["mia"]["text"] and speech_gpu not in told["mia"]["text"]
+    assert speech_gpu in told["sam"]["text"] and world.gpus[0] not in told["sam"]["text"]
+    assert told["mia"]["summary"].startswith("[FIRING:1] gpu-hot")
+    assert told["mia"]["labels"]["project"] == "vision"
+
+
+def test_a_notification_line_says_the_summary_once(gf, world):
+    rule = Rule(for_s=0)
+    observation = hot(world.gpus[0], gf, rule=rule)
+    evidence = f"{world.gpus[0]} is hot ({observation.evidence})"
+    evaluate(gf, replace(observation, evidence=evidence,
+                         annotations={"summary": f"{world.gpus[0]} is hot"}), rules=[rule])
+    (line,) = payloads(gf)[0]["text"].splitlines()
+    assert line.count("is hot") == 1 and "gpu.temperature_c 88 ≥ 87" in line

@@ -82,7 +82,8 @@ def test_threshold_observes_the_units_over_it_with_their_owner(gf, clock, world)
     assert o.annotations["project"] == "vision"
     assert o.annotations["owner"] == "alice"
     assert o.evidence.startswith(f"{world['held']} at 90 °C, held by alice")
-    assert "gpu.temperature_celsius 90 ≥ 85" in o.evidence
+    assert "gpu.temperature_celsius 90 °C ≥ 85 °C" in o.evidence
+    assert o.annotations["value"] == "90 °C"  # as `gpufleet alerts show` prints it
     assert observed(gf, clock, rule(kind="threshold", metric="gpu.temperature_celsius",
                                     op=">", value=90)) == []
 

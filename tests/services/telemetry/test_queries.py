@@ -312,6 +312,27 @@ def test_mig_activity_is_one_rule_in_latest_top_and_the_funnel(api, migs):
     assert rows["H100-80GB"]["unknown_gpu_hours"] == pytest.approx(weight)
 
 
+def test_a_mig_gpus_own_unit_is_never_unbound(api, migs, gf, clock):
+    """The H100 is in MIG mode and its one instance is held. Its whole-GPU unit reports
+    what its instances do (engine activity, memory, a process the source could not place):
+    that is no one's usage of its own — not unattributed, not a zombie, not a unit in
+    `top`. An instance nobody holds is still judged: it is a unit."""
+    gpu_hop = migs["hop"][0]
+    attrs = {"node": "node-7", "environment": "onprem-slicing", "model": "H100-80GB"}
+    at = clock.now() - timedelta(seconds=30)
+    gf.telemetry.write([
+        Sample(series("gpu.gr_engine_active", gpu_hop, None, **attrs), at, 60.0),
+        Sample(series("gpu.memory_used_bytes", gpu_hop, None, **attrs), at, 4.0 * GIB),
+        Sample(series("process.memory_used_bytes", gpu_hop, None,
+                      labels={"pid": "8", "process_name": "python"}, **attrs), at, GIB),
+        Sample(series("gpu.gr_engine_active", gpu_hop, "MIG-stray", **attrs), at, 40.0)])
+    found = {(u["gpu_uuid"], u["mig_uuid"], u["kind"]) for u in get(api, "unattributed")}
+    assert found == {(gpu_hop, "MIG-stray", "activity")}
+    assert [z["pid"] for z in get(api, "zombies")] == []
+    busiest = {(u["gpu_uuid"], u["mig_uuid"]) for u in get(api, "top")["busiest"]}
+    assert (gpu_hop, None) not in busiest and (gpu_hop, "MIG-stray") in busiest
+
+
 def test_a_member_without_projects_pages_over_nothing(api, fleet, gf):
     grant(gf, "vision")  # vision holds two GPUs now: two pages of one for those who see it
     api.post("/api/v1/users", json={"name": "noah", "role": "member"})

@@ -31,6 +31,9 @@ from tests.services.telemetry.test_queries import (
     test_unattributed_usage,
     test_zombies,
 )
+from tests.services.telemetry.test_queries import (
+    test_a_mig_gpus_own_unit_is_never_unbound as mig_parent_never_unbound,
+)
 from tests.vm_engine import FlushingStore, clear, victoria_metrics
 
 __all__ = [
@@ -53,6 +56,15 @@ __all__ = [
     "test_zombies",
     "victoria_metrics",
 ]
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "PrometheusTelemetryStore.latest sorts by SeriesLabels.key, whose mig_uuid is None for "
+    "a GPU's own series and a str for its MIG instances': a MIG GPU reporting both for one "
+    "metric (memory used, gr_engine_active, a process) makes latest() raise TypeError, so "
+    "unattributed, zombies, top and latest-value rules fail on this store"))
+def test_a_mig_gpus_own_unit_is_never_unbound_on_vm(api, migs, gf, clock):
+    mig_parent_never_unbound(api, migs, gf, clock)
 
 
 @pytest.fixture

@@ -72,7 +72,8 @@ def alert_detail(a: dict):
         "labels": labels_text(a["labels"]), "owners": ", ".join(a["owners"]),
         "active since": when(a["active_since"]), "fired": when(a["fired_at"]),
         "resolved": when(a["resolved_at"]), "last seen": when(a["last_seen_at"]),
-        "value": a["last_value"], "evidence": a["evidence"], "flapping": a["flapping"],
+        "value": a["annotations"].get("value", a["last_value"]), "evidence": a["evidence"],
+        "flapping": a["flapping"],
         "silenced by": ", ".join(map(str, a["silenced_by"])),
         "acknowledged": f"{a['acked_by']} at {when(a['acked_at'])}, until "
                         f"{when(a['acked_until']) if a['acked_until'] else 'resolved'}"

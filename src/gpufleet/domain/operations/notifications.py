@@ -51,6 +51,9 @@ class Notification:
     text: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     owners: tuple[str, ...] = ()
+    # False: for the owners only, never a channel's copy (an owner's own alerts of a group:
+    # services/operations/alert_notifications.py).
+    broadcast: bool = True
     # The event itself (docs/operations.md, "Events") when this tells a subscriber of one.
     event: Mapping[str, Any] | None = None
 

@@ -21,6 +21,8 @@ which refuses an unknown metric or label with the valid choices.
 from __future__ import annotations
 
 import difflib
+import math
+import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -32,9 +34,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.operations.matchers import LabelMatcher, parse_matcher
 from gpufleet.domain.operations.notifications import Severity
+from gpufleet.domain.operations.quantities import HOURS, SECONDS, Quantity
 from gpufleet.domain.telemetry.catalogue import CATALOGUE, find
 from gpufleet.domain.telemetry.durations import parse_duration
-from gpufleet.domain.telemetry.vocabulary import AcrossSeries, MetricClass
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries, MetricClass, Unit
 from gpufleet.domain.telemetry.vocabulary import Comparison as Op
 
 RULE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -42,6 +45,8 @@ DEFAULT_GROUP_BY = ("rule", "environment")
 # The labels an observation about a unit carries (docs/operations.md, "Labels").
 UNIT_LABELS = ("environment", "node", "gpu", "mig_instance")
 OWNER_LABELS = ("allocation", "project", "owner")
+# A static label's name, as Prometheus and Alertmanager take it.
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 class RuleKind(StrEnum):
@@ -87,6 +92,17 @@ STATE_ANNOTATIONS: dict[StateCondition, tuple[str, ...]] = {
     StateCondition.IDLE_ALLOCATION: ("state", "idle_since"),
     StateCondition.ZOMBIE_PROCESS: ("reason", "process"),
     StateCondition.UNATTRIBUTED_USAGE: ("reason", "claimed_allocation"),
+}
+
+
+# The unit of the value each state condition's observations carry (None: no value).
+STATE_VALUE_UNITS: dict[StateCondition, str] = {
+    StateCondition.REQUEST_PENDING: HOURS,  # pending for
+    StateCondition.QUOTA_NEARLY_EXHAUSTED: Unit.PERCENT,
+    StateCondition.POOL_NEARLY_EXHAUSTED: Unit.PERCENT,
+    StateCondition.IDLE_ALLOCATION: HOURS,  # idle for
+    StateCondition.ZOMBIE_PROCESS: Unit.BYTES,  # the process's GPU memory
+    StateCondition.UNATTRIBUTED_USAGE: Unit.BYTES,  # a process's GPU memory
 }
 
 
@@ -140,6 +156,24 @@ class Rule:
             return self.by
         row = find(self.metric or "")
         return (*UNIT_LABELS, *(row.labels if row else ()))
+
+    @property
+    def value_unit(self) -> str | None:
+        """The unit of the value its observations carry, and of its `value`: the catalogue
+        metric's, or that of what the rule computes (a percentage of another metric, a
+        count of units, seconds silent, hours pending or idle)."""
+        if self.kind is RuleKind.EFFICIENCY:
+            return Unit.PERCENT
+        if self.kind is RuleKind.ABSENCE:
+            return SECONDS
+        if self.kind is RuleKind.STATE:
+            return STATE_VALUE_UNITS.get(self.condition) if self.condition else None
+        if self.ratio_to:
+            return Unit.PERCENT
+        if self.across is AcrossSeries.COUNT:
+            return Unit.COUNT
+        row = find(self.metric or "")
+        return row.unit if row else None
 
     def as_dict(self) -> dict[str, Any]:
         """The rule as a rule file / API body writes it (round-trips `rule_from_mapping`)."""
@@ -222,6 +256,13 @@ class RuleSpec(BaseModel):
             return None
         _duration_s(value, info.field_name.rstrip("_"))
         return str(value)
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{value} is not a finite number")
+        return value
 
     @field_validator("over_time")
     @classmethod
@@ -325,6 +366,10 @@ def _rule_of(spec: RuleSpec, problem) -> Rule:
                     problem(name, "required for a threshold rule")
             if spec.ratio_to is not None:
                 _metric(spec.ratio_to, "ratio_to", problem)
+            if spec.op is Op.HAS_ANY_BITS and spec.value is not None and not (
+                    spec.value == int(spec.value) and 0 < spec.value < 2**64):
+                problem("value", f"{spec.value:g} is not a bit mask: has_any_bits takes a "
+                                 "whole number from 1 to 2**64 − 1, e.g. 0xE8")
         values.update(op=spec.op or Op.GE, value=1.0 if spec.value is None else spec.value)
     elif kind is RuleKind.ABSENCE:
         if (spec.absent is None) == (spec.metric is None):
@@ -399,6 +444,13 @@ def _check_labels(rule: Rule, problem) -> None:
     its observations can carry; else refused with the choices."""
     observed = [*rule.observed_labels, *OWNER_LABELS]
     observed = list(dict.fromkeys(observed))
+    for name in rule.labels:
+        if not _LABEL_NAME.fullmatch(name):
+            problem("labels", f"{name!r} is not a label name: letters, digits and _, "
+                              "not starting with a digit")
+        elif name in ("alertname", "severity", "rule", *observed):
+            problem("labels", f"{name!r} is set by gpufleet on this rule's alerts; "
+                              "a static label needs a name of its own (team, runbook)")
     if rule.across is not None:
         for name in rule.by:
             if name not in ("environment", "node", *find_labels(rule.metric)):
@@ -415,17 +467,32 @@ def _check_labels(rule: Rule, problem) -> None:
     notes = STATE_ANNOTATIONS.get(rule.condition, ()) if rule.condition else ()
     if rule.kind is RuleKind.EFFICIENCY:
         notes = ("allocated_gpu_hours",)
-    placeholders = ["value", "labels", "rule", *observed, *notes, *rule.labels]
+    _check_summary(rule.summary, ["value", "labels", "rule", *observed, *notes, *rule.labels],
+                   problem)
+
+
+def _check_summary(summary: str, placeholders: list[str], problem) -> None:
+    """Each placeholder a plain name the observations carry (no `.attribute`, `[index]`
+    or `!conversion`: see `_PlainFields`), with a format spec its value takes."""
     try:
-        names = [f for _, f, _, _ in string.Formatter().parse(rule.summary) if f is not None]
+        fields = [(f, spec, conversion) for _, f, spec, conversion
+                  in string.Formatter().parse(summary) if f is not None]
     except ValueError as exc:
         problem("summary", f"not a template: {exc}")
         return
-    for name in names:
-        base = name.split(".")[0].split("[")[0].split("!")[0].split(":")[0]
-        if base not in placeholders:
+    for name, spec, conversion in fields:
+        if not name.isidentifier() or conversion:
+            problem("summary", f"placeholder {{{name}{'!' + conversion if conversion else ''}}}"
+                               " is not a plain name: write {gpu}, {value} or {value:.0f}")
+            continue
+        if name not in placeholders:
             problem("summary", f"unknown placeholder {{{name}}}; "
-                               f"{_choices(base, placeholders)}")
+                               f"{_choices(name, placeholders)}")
+            continue
+        try:
+            format(0.0 if name == "value" else "", spec or "")
+        except ValueError as exc:
+            problem("summary", f"{{{name}:{spec}}}: {exc}")
 
 
 def find_labels(metric: str | None) -> tuple[str, ...]:
@@ -435,15 +502,29 @@ def find_labels(metric: str | None) -> tuple[str, ...]:
 
 def render_summary(rule: Rule, labels: Mapping[str, str], value: float | None) -> str:
     """The rule's summary with `{value}` and label placeholders filled in (a label the
-    observation lacks renders empty); the evidence line where the rule has no summary."""
-    fields = _Blank({**labels, "rule": rule.name, "value": "" if value is None else value,
+    observation lacks renders empty). `{value}` is shown in its unit (`Rule.value_unit`:
+    80 GiB, 16 min); with a format spec (`{value:.0f}`) it is the bare number."""
+    shown = "" if value is None else Quantity(value, rule.value_unit)
+    fields = _Blank({**labels, "rule": rule.name, "value": shown,
                      "labels": ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))})
     try:
-        return string.Formatter().vformat(rule.summary, (), fields) if rule.summary else ""
-    except (ValueError, KeyError, IndexError, AttributeError):  # checked when declared
+        return _PlainFields().vformat(rule.summary, (), fields) if rule.summary else ""
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError):  # checked when declared
         return rule.summary
 
 
 class _Blank(dict):
     def __missing__(self, key: str) -> str:
         return ""
+
+
+class _PlainFields(string.Formatter):
+    """Placeholders are names only: `{value.__class__}` or `{gpu[0]}` would let whoever
+    writes a summary — an operator, or a member testing a rule — walk from a value to
+    the server's objects. Refused when declared (`_check_summary`); never followed here,
+    for rules stored before that check."""
+
+    def get_field(self, field_name: str, args, kwargs) -> tuple[Any, str]:
+        if not field_name.isidentifier():
+            raise ValueError(f"placeholder {{{field_name}}} is not a plain name")
+        return kwargs[field_name], field_name

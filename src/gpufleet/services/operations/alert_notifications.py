@@ -53,14 +53,22 @@ def _episode_mark(owed: Owed, now: datetime) -> str:
 
 def _line(alert: Mapping[str, Any]) -> str:
     labels = " ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
-    evidence = alert["evidence"]
-    what = alert["annotations"].get("summary") or evidence or alert["rule"]
-    detail = f" ({evidence})" if evidence and evidence != what else ""
-    return f"- {what}{detail} [{labels}]"
+    evidence = alert["evidence"] or ""
+    what = alert["annotations"].get("summary") or alert["rule"]
+    # An observation's evidence already opens with its summary (`summary (what was
+    # seen)`): the line says it once.
+    shown = evidence if evidence.startswith(what) else \
+        f"{what} ({evidence})" if evidence else what
+    return f"- {shown} [{labels}]"
 
 
 def build(owed: Iterable[Owed], now: datetime) -> list[Notification]:
-    """One notification per (group, firing | resolved) with something to tell."""
+    """Per (group, firing | resolved) with something to tell: one notification for the
+    channels (broadcast receivers), listing the group's alerts, and one per owner listing
+    only that owner's. A group mixes projects (by default it is the rule and the
+    environment), and a member sees only the alerts naming their projects
+    (docs/operations.md, "Alert lifecycle", "Who sees what"): an owner's copy never
+    lists another project's alerts."""
     groups: dict[tuple[str, str], list[Owed]] = defaultdict(list)
     for o in owed:
         kind = KIND_RESOLVED if o.tell is Tell.RESOLVED else KIND_FIRING
@@ -68,21 +76,32 @@ def build(owed: Iterable[Owed], now: datetime) -> list[Notification]:
     notes = []
     for (group, kind), members in sorted(groups.items()):
         members.sort(key=lambda o: o.alert["fingerprint"])
-        alerts = [o.alert for o in members]
-        severity = max((Severity(a["severity"]) for a in alerts), key=lambda s: s.rank)
-        labels = common_labels([a["labels"] for a in alerts])
-        labels.update(alertname=alerts[0]["rule"], severity=severity.value)
-        owners = tuple(sorted({o for a in alerts for o in a["owners"]}))
-        word = "FIRING" if kind == KIND_FIRING else "RESOLVED"
-        rule = alerts[0]["rule"]
-        summary = alerts[0]["annotations"].get("summary") or rule
-        lines = [_line(a) for a in alerts[:MAX_LISTED]]
-        if len(alerts) > MAX_LISTED:
-            lines.append(f"… and {len(alerts) - MAX_LISTED} more")
-        marks = ",".join(_episode_mark(o, now) for o in members)
-        notes.append(Notification(
-            kind=kind, severity=severity,
-            summary=f"[{word}:{len(alerts)}] {rule}: {summary}",
-            dedup_key=f"{kind}|{_digest(group)}|{_digest(marks)}",
-            text="\n".join(lines), labels=labels, owners=owners))
+        notes.append(_notification(group, kind, members, now))
+        by_owner: dict[str, list[Owed]] = defaultdict(list)
+        for o in members:
+            for owner in o.alert["owners"]:
+                by_owner[owner].append(o)
+        notes += [_notification(group, kind, theirs, now, owner=owner)
+                  for owner, theirs in sorted(by_owner.items())]
     return notes
+
+
+def _notification(group: str, kind: str, members: list[Owed], now: datetime,
+                  owner: str | None = None) -> Notification:
+    """The channels' copy (`owner` None: no owners, broadcast), or one owner's (only to
+    them, never to a channel)."""
+    alerts = [o.alert for o in members]
+    severity = max((Severity(a["severity"]) for a in alerts), key=lambda s: s.rank)
+    labels = common_labels([a["labels"] for a in alerts])
+    labels.update(alertname=alerts[0]["rule"], severity=severity.value)
+    word = "FIRING" if kind == KIND_FIRING else "RESOLVED"
+    rule = alerts[0]["rule"]
+    summary = alerts[0]["annotations"].get("summary") or rule
+    lines = [_line(a) for a in alerts[:MAX_LISTED]]
+    if len(alerts) > MAX_LISTED:
+        lines.append(f"… and {len(alerts) - MAX_LISTED} more")
+    marks = ",".join(_episode_mark(o, now) for o in members)
+    return Notification(
+        kind=kind, severity=severity, summary=f"[{word}:{len(alerts)}] {rule}: {summary}",
+        dedup_key=f"{kind}|{_digest(group)}|{_digest(marks)}", text="\n".join(lines),
+        labels=labels, owners=(owner,) if owner else (), broadcast=owner is None)

@@ -8,6 +8,7 @@ other is added. Writes are audited; a rule is validated exactly as a rule file's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -25,24 +26,31 @@ from gpufleet.store.tables import AlertRule
 from gpufleet.wire.alert_rules import AlertRuleView
 
 MAX_RULES_PER_TEST = 200
+log = logging.getLogger(__name__)
 
 
 def rules_in_effect(session: Session) -> list[Rule]:
-    """The default pack with the stored rules laid over it by name, in that order."""
+    """The default pack with the stored rules laid over it by name, in that order. A stored
+    rule that no longer validates (stored before a check was added) is left out and
+    logged, never the end of every rule's evaluation; `rules ls` shows it as
+    `stored_invalid` with its problems."""
     rules = {r.name: r for r in default_rules()}
     for row in session.scalars(select(AlertRule).order_by(AlertRule.name)):
-        rules[row.name] = rule_from_mapping(row.body)
+        rule = _stored_rule(row)
+        if isinstance(rule, Rule):
+            rules[row.name] = rule
+        else:
+            log.warning("stored alert rule %s is not in effect: %s", row.name, rule)
     return list(rules.values())
 
 
 def list_rules(session: Session, principal: Principal) -> list[AlertRuleView]:
     principal.require(Action.READ_ALERT_RULES)
     stored = {row.name: row for row in session.scalars(select(AlertRule))}
-    views = [_view(rule_from_mapping(stored[rule.name].body), stored[rule.name])
-             if rule.name in stored else _view(rule, None) for rule in default_rules()]
+    views = [_stored_view(stored[rule.name]) if rule.name in stored else _view(rule, None)
+             for rule in default_rules()]
     defaults = {r.name for r in default_rules()}
-    views += [_view(rule_from_mapping(row.body), row) for name, row in sorted(stored.items())
-              if name not in defaults]
+    views += [_stored_view(row) for name, row in sorted(stored.items()) if name not in defaults]
     return views
 
 
@@ -52,7 +60,27 @@ def get_rule(session: Session, principal: Principal, name: str) -> AlertRuleView
     default = _default(name)
     if row is None and default is None:
         raise _not_found(session, name)
-    return _view(rule_from_mapping(row.body) if row else default, row)
+    return _stored_view(row) if row else _view(default, None)
+
+
+def _stored_rule(row: AlertRule) -> Rule | str:
+    """The stored rule, or what is wrong with it."""
+    try:
+        return rule_from_mapping(row.body)
+    except RuleProblems as exc:
+        return str(exc)
+
+
+def _stored_view(row: AlertRule) -> AlertRuleView:
+    rule = _stored_rule(row)
+    if isinstance(rule, Rule):
+        return _view(rule, row)
+    body = dict(row.body)
+    return AlertRuleView(name=row.name, kind=str(body.get("kind", "")),
+                         severity=str(body.get("severity", "")), enabled=False, for_s=0.0,
+                         summary=f"not in effect: {rule}; PUT it again or DELETE it",
+                         source="stored_invalid", body=body, updated_by=row.updated_by,
+                         updated_at=row.updated_at)
 
 
 def put_rule(session: Session, principal: Principal, name: str, body: Mapping[str, Any],

@@ -78,11 +78,13 @@ class Route:
 
     def recipients(self, notification: Notification) -> list[str | None]:
         """Who the receiver tells about `notification`: None for its broadcast copy (a
-        channel, a list), then each owner the notification names, if it tells owners."""
+        channel, a list; not for a notification meant for its owners only), then each
+        owner the notification names, if it tells owners."""
         if not self.accepts(notification):
             return []
         targets: list[str | None] = []
-        if self.broadcast and all_match(self.matchers, notification.labels):
+        if self.broadcast and notification.broadcast and all_match(self.matchers,
+                                                                  notification.labels):
             targets.append(None)
         if self.tells_owners:
             targets.extend(dict.fromkeys(notification.owners))

@@ -25,11 +25,12 @@ from sqlalchemy import select
 
 from gpufleet.domain.errors import GpufleetError
 from gpufleet.domain.inventory import GpuHealth, NodeAdminState
+from gpufleet.domain.operations.evidence import evidence_line
 from gpufleet.domain.operations.matchers import all_match
 from gpufleet.domain.operations.observations import Observation
+from gpufleet.domain.operations.quantities import show
 from gpufleet.domain.operations.rules import (
     Absent,
-    Op,
     Rule,
     RuleKind,
     StateCondition,
@@ -123,9 +124,11 @@ def _observation(rule: Rule, seen: Seen, owner: Mapping[str, str] | None,
     labels = {**rule.labels, **seen.labels}
     annotations = {**(owner or {}), **seen.annotations}
     summary = render_summary(rule, {**annotations, **labels}, seen.value)
-    evidence = _evidence(rule, seen.value)
+    evidence = _evidence(rule, seen.value, {**annotations, **labels})
     if summary:
         annotations["summary"] = summary
+    if seen.value is not None:  # the value as the evidence shows it, for `alerts show`
+        annotations["value"] = show(seen.value, rule.value_unit)
     if rule.description:
         annotations["description"] = rule.description
     return Observation(rule=rule.name, labels=labels, at=now, value=seen.value,
@@ -133,21 +136,9 @@ def _observation(rule: Rule, seen: Seen, owner: Mapping[str, str] | None,
                        if evidence else summary, annotations=annotations)
 
 
-def _evidence(rule: Rule, value: float | None) -> str:
-    if value is None:
-        return ""
-    if rule.kind is RuleKind.THRESHOLD and rule.op is not None:
-        what = f"{rule.metric} / {rule.ratio_to} %" if rule.ratio_to else rule.metric
-        limit = f"{int(rule.value):#x}" if rule.op is Op.HAS_ANY_BITS else f"{rule.value:g}"
-        shown = f"{int(value):#x}" if rule.op is Op.HAS_ANY_BITS else f"{value:.4g}"
-        return f"{what} {shown} {rule.op.symbol} {limit}"
-    if rule.kind is RuleKind.INCREASE:
-        return f"{rule.metric} +{value:g} in {rule.over_s / 60:g} min"
-    if rule.kind is RuleKind.EFFICIENCY:
-        return f"efficiency {value:.1f} % < {rule.value:g} % over {rule.over_s / 3600:g} h"
-    if rule.kind is RuleKind.ABSENCE:
-        return f"silent for {value / 60:.0f} min"
-    return f"{value:g}"
+def _evidence(rule: Rule, value: float | None, facts: Mapping[str, str]) -> str:
+    """In the value's unit, as an operator reads it (domain/operations/evidence.py)."""
+    return evidence_line(rule, value, facts)
 
 
 # --- telemetry rules ------------------------------------------------------------------------

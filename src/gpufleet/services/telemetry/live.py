@@ -42,6 +42,7 @@ from gpufleet.services.telemetry.ownership import (
     Slot,
     UnitKey,
     mig_instance_units,
+    mig_mode_gpus,
     read_slots,
 )
 from gpufleet.store.tables import Binding, Environment, Gpu, Node, Project
@@ -113,6 +114,13 @@ def latest_memory(store: TelemetryStore, units: list[UnitKey], now: datetime
 
 def _unit(labels: SeriesLabels) -> UnitKey:
     return (labels.gpu_uuid, labels.mig_uuid)
+
+
+def _mig_parent(unit: UnitKey, mig_gpus: frozenset[str]) -> bool:
+    """Whether `unit` is the whole-GPU unit of a GPU in MIG mode (`mig_mode_gpus`): not a
+    unit anyone can hold, so what it reports is never unbound, never a zombie's and never a
+    unit of its own in `top` — its instances are judged, each on its own series."""
+    return unit[1] is None and unit[0] in mig_gpus
 
 
 def _open_now(slots: list[Slot], now: datetime) -> dict[UnitKey, list[Slot]]:
@@ -293,13 +301,15 @@ def zombies(q: LiveSources, principal: Principal) -> list[wt.ZombieProcess]:
     with q.state.read() as session:
         slots, holders = _open_slots(session, principal, now - timedelta(days=1), now,
                                      cache=q.slot_cache)
+        mig_gpus = mig_mode_gpus(session)
     held = _open_now(slots, now)
     ended: dict[UnitKey, Slot] = {}
     for s in slots:
         if s.end is not None and s.end <= now and (s.unit not in ended
                                                    or s.end > ended[s.unit].end):
             ended[s.unit] = s
-    processes = _live_processes(q, now)
+    processes = [p for p in _live_processes(q, now)
+                 if not _mig_parent(_unit(p.series), mig_gpus)]
     done = min(q.masks.refresh(), to_ms(now))
     lo = done - t.idle_window_minutes * 60_000
     bound_processes = [p.series for p in processes if _unit(p.series) in held]
@@ -344,8 +354,10 @@ def unattributed(q: LiveSources, principal: Principal) -> list[wt.UnattributedUs
     now = q.clock.now()
     with q.state.read() as session:
         _, held = _open_slots(session, principal, now, now, cache=q.slot_cache)
+        mig_gpus = mig_mode_gpus(session)
     found: list[wt.UnattributedUsage] = []
-    busy_units: set[UnitKey] = set()
+    # Units already reported, and the whole-GPU units of MIG-mode GPUs: never unbound.
+    busy_units: set[UnitKey] = {(gpu, None) for gpu in mig_gpus}
 
     def visible(unit: UnitKey, claimed: str | None = None) -> bool:
         holders = held.get(unit, [])
@@ -353,6 +365,8 @@ def unattributed(q: LiveSources, principal: Principal) -> list[wt.UnattributedUs
 
     for p in _live_processes(q, now):
         unit, labels = _unit(p.series), dict(p.series.labels)
+        if _mig_parent(unit, mig_gpus):
+            continue
         holders = held.get(unit, [])
         match = check_claim(labels.get("claimed_allocation"), [s.allocation for s in holders])
         busy_units.add(unit)
@@ -399,11 +413,12 @@ def top(q: LiveSources, principal: Principal, limit: int) -> wt.TopView:
     now = q.clock.now()
     with q.state.read() as session:
         slots = read_slots(session, principal, now, now + _EPSILON, cache=q.slot_cache)
+        mig_gpus = mig_mode_gpus(session)
     held = _open_now(slots, now)
     latest: dict[UnitKey, dict[str, LatestValue]] = defaultdict(dict)
     for name in (*_ACTIVITY_METRICS, SM_ACTIVE, MEMORY_USED):
         for v in q.telemetry.latest(metric=name, since=now - FRESH):
-            if not v.series.labels:
+            if not v.series.labels and not _mig_parent(_unit(v.series), mig_gpus):
                 latest[_unit(v.series)][name] = v
     running = {_unit(v.series) for v in q.telemetry.latest(metric=PROCESS_MEMORY,
                                                            since=now - FRESH)}

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from operator import attrgetter
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock
-from gpufleet.domain.inventory import GpuStatus
+from gpufleet.domain.inventory import GpuStatus, SharingMode
 from gpufleet.domain.placement.model import MILLI
 from gpufleet.domain.requests import request_code
 from gpufleet.domain.telemetry.dcgm_mapping import derived_mig_uuid
@@ -235,6 +235,25 @@ def mig_instance_units(session: Session, gpu_uuids: list[str] | None = None
         query = query.where(Gpu.uuid.in_(gpu_uuids))
     return [(gpu, mig or derived_mig_uuid(gpu, instance_id), name)
             for gpu, mig, instance_id, name in session.execute(query)]
+
+
+def mig_mode_gpus(session: Session) -> frozenset[str]:
+    """UUIDs of the GPUs in MIG mode, as their nodes last reported them.
+
+    A MIG-enabled GPU is handed out as its instances only: no binding ever holds its
+    whole-GPU unit (gpu, None), so what that unit reports (engine activity, memory used)
+    is its instances' usage summed, never usage of its own — the instances are judged on
+    their own series. The state store is the authority here, not the series: the node's
+    inventory is what placement and the bindings go by, and a series with a MIG label
+    proves MIG mode only where the source reports per-instance values at all (NVML on
+    Ampere gives an instance no activity series). MIG mode is the mode the node runs
+    now — `pending_sharing_mode` where open bindings keep the old one — or instances it
+    listed (identified or not)."""
+    query = select(Gpu.uuid).where(or_(
+        func.coalesce(Gpu.pending_sharing_mode, Gpu.sharing_mode) == SharingMode.MIG.value,
+        Gpu.mig_instances_unread > 0,
+        exists().where(MigInstance.gpu_id == Gpu.id)))
+    return frozenset(session.scalars(query))
 
 
 def mig_profiles(session: Session) -> dict[str, str]:
