@@ -262,7 +262,9 @@ class PrometheusTelemetryStore:
                          or where.holds(got["value"])):
                 latest.append(LatestValue(described, from_ms(round(got["at"] * 1000)),
                                           got["value"]))
-        return sorted(latest, key=lambda v: (v.series.metric, v.series.key))
+        # A MIG GPU's own series has no mig_uuid (None) beside its instances' (str).
+        return sorted(latest, key=lambda v: (v.series.metric, v.series.gpu_uuid,
+                                             v.series.mig_uuid or "", v.series.labels))
 
     # -- the funnel's minute masks (prometheus_masks.py) -----------------------------------
 

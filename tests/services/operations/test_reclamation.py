@@ -9,6 +9,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
+from gpufleet.domain.operations.rule_files import default_rules
+from gpufleet.services.operations.rule_evaluation import evaluate
 from gpufleet.store.tables import AuditEvent, Binding, GpuLabel, OutboxMessage, Receiver
 from gpufleet.tsdb import Sample, series
 from tests.conftest import START
@@ -313,3 +315,15 @@ def test_a_notify_policy_takes_nothing_and_tells_once_per_idle_stretch(world):
     assert world.tick().steps == []  # the same idle stretch: told already
     world.run(14 * 60, dict.fromkeys(gpus, IDLE))  # a day after the warning: a reminder
     assert [s.step for s in world.tick().steps] == ["warn"]
+
+
+def test_the_idle_allocation_alert_is_one_per_allocation_not_per_gpu(world):
+    code, gpus = world.allocate(2)
+    world.run(4 * 60 + 5, dict.fromkeys(gpus, IDLE) | {gpus[1]: HELD})  # the idle window
+    rule = next(r for r in default_rules() if r.name == "idle-allocation")
+    [o] = evaluate(world.gf.queries, [rule], world.clock.now()).observations
+    assert dict(o.labels) == {"environment": "onprem-hpc", "allocation": code,
+                              "project": "vision"}
+    assert set(o.annotations["gpus"].split(",")) == set(gpus)
+    assert (o.annotations["owner"], o.annotations["state"]) == ("mia", "idle_held")
+    assert o.annotations["summary"] == f"{code} (vision): 2 × H100-80GB idle"

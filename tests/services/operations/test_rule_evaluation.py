@@ -230,3 +230,20 @@ def test_pool_nearly_exhausted(api, gf, clock, world):
     assert dict(o.labels) == {"project": "vision", "pool": pool["code"],
                               "flavour": "H100-80GB"}
     assert o.value == 50.0
+
+
+def test_a_process_on_an_unbound_unit_is_one_alert_a_zombie(gf, clock, world):
+    # The two definitions overlap there (docs/operations.md, "Default pack"): the process
+    # is told of as a zombie only; activity on an unbound unit is still unattributed.
+    third = next(gpu_uuid(1, i) for i in range(4)
+                 if gpu_uuid(1, i) not in (world["held"], world["other"]))
+    start = clock.now() - timedelta(minutes=MINUTES)
+    samples(gf, start, world["other"], {"process.memory_used_bytes": 9.0 * GIB},
+            labels={"pid": "4242", "process_name": "python"})
+    samples(gf, start, third, {"gpu.gr_engine_active": 80.0})
+    gf.telemetry.rollup(clock.now())
+    pack = {r.name: r for r in default_rules()}
+    zombies = observed(gf, clock, pack["zombie-process"])
+    assert [(o.labels["gpu"], o.labels["pid"]) for o in zombies] == [(world["other"], "4242")]
+    unattributed = observed(gf, clock, pack["unattributed-usage"])
+    assert [(o.labels["gpu"], o.labels["kind"]) for o in unattributed] == [(third, "activity")]

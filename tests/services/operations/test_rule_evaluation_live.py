@@ -20,7 +20,7 @@ def observed(gf, clock, condition: str):
 
 def test_idle_allocations(gf, clock, fleet):  # noqa: F811
     [o] = observed(gf, clock, "idle_allocation")
-    assert o.labels["allocation"] == fleet["speech"] and o.labels["gpu"] == fleet["idle"]
+    assert o.labels["allocation"] == fleet["speech"] and o.annotations["gpus"] == fleet["idle"]
     assert o.annotations["state"] == "idle_held"
     assert o.value == 5.0  # idle since the allocation started, 5 h ago
 
@@ -30,7 +30,8 @@ def test_zombies_and_unattributed_usage(gf, clock, fleet):  # noqa: F811
     assert zombies  # the fleet has some: the test must be able to fail
     assert {(o.labels["gpu"], o.labels["pid"], o.annotations["reason"])
             for o in observed(gf, clock, "zombie_process")} == zombies
-    unattributed = {(u.gpu_uuid, u.kind, u.reason) for u in gf.queries.unattributed(SYSTEM)}
+    unattributed = {(u.gpu_uuid, u.kind, u.reason) for u in gf.queries.unattributed(SYSTEM)
+                    if (u.kind, u.reason) != ("process", "unbound")}  # a zombie's alert
     assert unattributed
     assert {(o.labels["gpu"], o.labels["kind"], o.annotations["reason"])
             for o in observed(gf, clock, "unattributed_usage")} == unattributed

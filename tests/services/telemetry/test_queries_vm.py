@@ -58,11 +58,6 @@ __all__ = [
 ]
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "PrometheusTelemetryStore.latest sorts by SeriesLabels.key, whose mig_uuid is None for "
-    "a GPU's own series and a str for its MIG instances': a MIG GPU reporting both for one "
-    "metric (memory used, gr_engine_active, a process) makes latest() raise TypeError, so "
-    "unattributed, zombies, top and latest-value rules fail on this store"))
 def test_a_mig_gpus_own_unit_is_never_unbound_on_vm(api, migs, gf, clock):
     mig_parent_never_unbound(api, migs, gf, clock)
 

@@ -79,7 +79,7 @@ STATE_LABELS: dict[StateCondition, tuple[str, ...]] = {
     StateCondition.REQUEST_PENDING: ("project", "request", "owner"),
     StateCondition.QUOTA_NEARLY_EXHAUSTED: ("project", "flavour"),
     StateCondition.POOL_NEARLY_EXHAUSTED: ("project", "pool", "flavour"),
-    StateCondition.IDLE_ALLOCATION: (*UNIT_LABELS, "allocation", "project", "owner"),
+    StateCondition.IDLE_ALLOCATION: ("environment", "allocation", "project", "owner"),
     StateCondition.ZOMBIE_PROCESS: (*UNIT_LABELS, "pid"),
     StateCondition.UNATTRIBUTED_USAGE: (*UNIT_LABELS, "pid", "kind"),
 }
@@ -89,7 +89,7 @@ STATE_LABELS: dict[StateCondition, tuple[str, ...]] = {
 STATE_ANNOTATIONS: dict[StateCondition, tuple[str, ...]] = {
     StateCondition.NODE_UNREACHABLE: ("last_seen_at",),
     StateCondition.GPU_QUARANTINED: ("reason",),
-    StateCondition.IDLE_ALLOCATION: ("state", "idle_since"),
+    StateCondition.IDLE_ALLOCATION: ("state", "idle_since", "units", "gpus"),
     StateCondition.ZOMBIE_PROCESS: ("reason", "process"),
     StateCondition.UNATTRIBUTED_USAGE: ("reason", "claimed_allocation"),
 }

@@ -25,6 +25,11 @@ CATALOGUE: tuple[Metric, ...] = (
 # a query grouped by GPU sums them with the GPU's own (docs/operations.md, "MIG instances").
 MIG_ATTRIBUTED: frozenset[str] = frozenset({"gpu.xid_errors_total"})
 
+# Counters their reader starts at zero, one series born at its first event (an XID code's
+# at its first XID): a series first seen inside a window counts its whole value as new.
+# Aggregate ECC and NVLink totals persist across reboots, so theirs would not.
+COUNTED_FROM_READER_START: frozenset[str] = frozenset({"gpu.xid_errors_total"})
+
 # The core catalogue: what one upload carries per GPU every tick (and what the benchmark's
 # "core catalogue of a 10,000-GPU fleet" means): activity, memory, power, heat, clocks and
 # the health signals an operator acts on. Device metrics only, one series each.

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gpufleet.domain.errors import GpufleetError
 from gpufleet.domain.inventory import GpuHealth, NodeAdminState
@@ -43,10 +44,12 @@ from gpufleet.domain.requests import (
     request_code,
     request_id_from_code,
 )
+from gpufleet.domain.telemetry.catalogue import COUNTED_FROM_READER_START
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.lifecycle import granting, quotas
+from gpufleet.services.operations.health_signals import SEEN_BEFORE
 from gpufleet.services.telemetry.ownership import UnitKey, read_slots
 from gpufleet.services.telemetry.queries import TelemetryQueries
 from gpufleet.store.tables import (
@@ -61,6 +64,7 @@ from gpufleet.store.tables import (
 )
 from gpufleet.tsdb import LatestValue, SeriesLabels, ValueFilter
 from gpufleet.tsdb.protocol import UNIT_LABELS as SERIES_UNIT_LABELS
+from gpufleet.wire.telemetry_queries import IdleAllocation
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +254,39 @@ def _increase(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen
     values = _per_series(queries, rule.metric, now, rule.over_s, OverTime.INCREASE,
                          where=_condition(rule))
     extra = catalogue_metric(rule.metric).labels
+    names = (*SERIES_UNIT_LABELS[:4], *extra)
+    increases = {tuple(labels.get(n) or None for n in names): (labels, value)
+                 for labels, value in values}
+    if rule.metric in COUNTED_FROM_READER_START:
+        for labels, value in _born_in_window(queries, rule, now, names):
+            key = tuple(labels.get(n) or None for n in names)
+            if key not in increases or increases[key][1] < value:
+                increases[key] = (labels, value)
     return [Seen(_unit_labels(labels, extra), value, _unit_of(labels))
-            for labels, value in values]
+            for labels, value in increases.values()]
+
+
+def _born_in_window(queries: TelemetryQueries, rule: Rule, now: datetime,
+                    names: Sequence[str]) -> list[tuple[dict[str, str | None], float]]:
+    """Series of a counter its reader starts at zero (an XID code's, born at its first
+    event) first seen inside the window, whose value passes: their whole value is new.
+    A store's increase has no sample before such a series' first, so it cannot see it."""
+    window = timedelta(seconds=rule.over_s)
+    start = now - window
+    passing = [v for v in queries.telemetry.latest(metric=rule.metric, since=start,
+                                                   where=_condition(rule)) if v.at < now]
+    if not passing:
+        return []
+    gpus = sorted({v.series.gpu_uuid for v in passing})
+    seen = {tuple(r.labels.get(n) or None for n in names) for r in queries.telemetry.query_range(
+        rule.metric, start - SEEN_BEFORE, start, SEEN_BEFORE, filters={"gpu_uuid": gpus},
+        group_by=list(names), over_time=OverTime.LAST, across=AcrossSeries.MAX)}
+    born = []
+    for v in passing:
+        labels = {n: v.series.label(n) for n in names}
+        if tuple(labels.get(n) or None for n in names) not in seen:
+            born.append((labels, v.value))
+    return born
 
 
 def _condition(rule: Rule) -> ValueFilter:
@@ -369,15 +404,29 @@ def _pools_nearly_exhausted(queries: TelemetryQueries, rule: Rule,
 
 
 def _idle_allocations(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]:
-    found = []
+    """One observation per allocation with units on the idle list — an 8-GPU allocation
+    left idle is one alert, as its owner's reclamation warning is one — idle for as long
+    as its most recently idle unit, memory held if any unit holds some."""
+    by_allocation: dict[str, list[IdleAllocation]] = defaultdict(list)
     for item in queries.idle(SYSTEM).items:
-        labels = {"environment": item.environment, "node": item.node, "gpu": item.gpu_uuid,
-                  "mig_instance": item.mig_uuid, "allocation": item.allocation,
-                  "project": item.project}
-        found.append(Seen({k: v for k, v in labels.items() if v},
-                          round((now - item.idle_since).total_seconds() / 3600, 2),
-                          (item.gpu_uuid, item.mig_uuid),
-                          {"state": item.state, "idle_since": item.idle_since.isoformat()}))
+        by_allocation[item.allocation].append(item)
+    with queries.state.read() as session:
+        owners = _requesters(session, list(by_allocation))
+    found = []
+    for code, items in by_allocation.items():
+        since = max(i.idle_since for i in items)
+        units = sum(i.weight for i in items)
+        models = {i.model for i in items}
+        notes = {"state": "idle_held" if any(i.state == "idle_held" for i in items)
+                 else "idle", "idle_since": since.isoformat(),
+                 "units": f"{units:g} × {models.pop()}" if len(models) == 1
+                 else f"{units:g} units",
+                 "gpus": ",".join(sorted({i.gpu_uuid for i in items}))}
+        if code in owners:
+            notes["owner"] = owners[code]
+        found.append(Seen({"environment": items[0].environment, "allocation": code,
+                           "project": items[0].project},
+                          round((now - since).total_seconds() / 3600, 2), None, notes))
     return found
 
 
@@ -393,8 +442,13 @@ def _zombies(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]
 
 
 def _unattributed(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen]:
+    """Usage charged to nobody, or claiming another allocation. A process on a unit no
+    binding holds is also a zombie (docs/design.md's two definitions overlap there); the
+    zombie rule tells of it, so one process is one alert, not two."""
     found = []
     for u in queries.unattributed(SYSTEM):
+        if u.kind == "process" and u.reason == "unbound":
+            continue
         labels = {"environment": u.environment, "node": u.node, "gpu": u.gpu_uuid,
                   "mig_instance": u.mig_uuid, "kind": u.kind,
                   "pid": None if u.pid is None else str(u.pid)}
@@ -459,16 +513,23 @@ def _owners(queries: TelemetryQueries, now: datetime, seen: list[Seen]
         slots = [s for s in read_slots(session, SYSTEM, now, now + _EPSILON,
                                        cache=queries.slot_cache)
                  if s.unit in units and s.start <= now and (s.end is None or s.end > now)]
-        ids = {request_id_from_code(s.allocation) for s in slots} - {None}
-        requesters = dict(session.execute(
-            select(GpuRequest.id, User.name)
-            .join(User, User.id == GpuRequest.requester_user_id)
-            .where(GpuRequest.id.in_(ids))).all()) if ids else {}
+        requesters = _requesters(session, [s.allocation for s in slots])
     held: dict[UnitKey, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for s in sorted(slots, key=lambda s: s.allocation):
-        owner = requesters.get(request_id_from_code(s.allocation))
+        owner = requesters.get(s.allocation)
         for name, value in (("allocation", s.allocation), ("project", s.project),
                             ("owner", owner)):
             if value and value not in held[s.unit][name]:
                 held[s.unit][name].append(value)
     return {unit: {k: ",".join(v) for k, v in names.items()} for unit, names in held.items()}
+
+
+def _requesters(session: Session, codes: Iterable[str]) -> dict[str, str]:
+    """Allocation code → the user who requested it (in one read)."""
+    ids = {request_id_from_code(code): code for code in codes}
+    ids.pop(None, None)
+    if not ids:
+        return {}
+    return {ids[rid]: name for rid, name in session.execute(
+        select(GpuRequest.id, User.name).join(User, User.id == GpuRequest.requester_user_id)
+        .where(GpuRequest.id.in_(list(ids))))}
