@@ -207,6 +207,12 @@ def test_a_value_filter_tests_bits_and_counter_increases(store):
                           where=ValueFilter(Comparison.HAS_ANY_BITS, 64.0 + 4.0))
     assert {(v.series.gpu_uuid, v.value) for v in slowed} == {("GPU-a", 64.0),
                                                               ("GPU-b", 5.0)}
+    # Runs of adjacent bits (0xE8: bit 3, bits 5–7), as the throttling rule's mask.
+    store.write(ticks("gpu.clock_throttle_reasons", "GPU-d", [0.0, 32.0 + 16.0 + 1.0])
+                + ticks("gpu.clock_throttle_reasons", "GPU-e", [0.0, 16.0 + 4.0]))
+    assert {v.series.gpu_uuid for v in store.latest(
+        metric="gpu.clock_throttle_reasons",
+        where=ValueFilter(Comparison.HAS_ANY_BITS, 0xE8))} == {"GPU-a", "GPU-d"}
     # One step over the whole window: the increase an alert rule compares.
     grew = store.query_range("gpu.xid_errors_total", T0, at(30), timedelta(minutes=1),
                              group_by=["gpu_uuid", "xid"],

@@ -245,9 +245,13 @@ class PrometheusTelemetryStore:
         # keep_metric_names: the series of several metrics stay apart.
         value = f"last_over_time({selector}[{window_ms}ms]) keep_metric_names"
         at = f"tlast_over_time({selector}[{window_ms}ms]) keep_metric_names"
-        if where is not None:  # the value and time only of the series whose value passes
-            passing = _compared(value, where) if where.percent_of is None else \
-                _percent_compared(selector, metric, filters or {}, window_ms, where)
+        if where is None:
+            pass
+        elif where.percent_of is None:  # a comparison keeps the value of the series passing
+            value = _compared(value, where)
+            at = f"({at}) and ({value})"
+        else:
+            passing = _percent_compared(selector, metric, filters or {}, window_ms, where)
             value, at = f"({value}) and ({passing})", f"({at}) and ({passing})"
         query = _union({"value": value, "at": at})
         found: dict[tuple, dict[str, float]] = defaultdict(dict)
@@ -526,20 +530,38 @@ def _selection(names: str, filters: Filters) -> tuple[str | None, dict[str, list
     return "{" + ", ".join(matchers) + "}", leftover
 
 
-# A bit mask is tested bit by bit (PromQL has no bitwise operators); a mask of more bits
-# than this is compared here instead, after the answer.
-_MAX_MASK_BITS = 16
+# A bit mask is tested run by run of adjacent bits (PromQL has no bitwise operators); a
+# mask of more runs than this is compared here instead, after the answer.
+_MAX_MASK_RUNS = 8
+
+
+def _bit_runs(mask: int) -> list[tuple[int, int]]:
+    """The runs of adjacent set bits of `mask`, as (lowest bit, length): 0xE8 → [(3, 1),
+    (5, 3)]."""
+    runs: list[tuple[int, int]] = []
+    bit = 0
+    while mask >> bit:
+        if mask >> bit & 1:
+            length = 1
+            while mask >> (bit + length) & 1:
+                length += 1
+            runs.append((bit, length))
+            bit += length
+        else:
+            bit += 1
+    return runs
 
 
 def _compared(expression: str, where: ValueFilter) -> str:
     """`expression` keeping only the values `where` passes, as PromQL compares: a
     comparison without `bool` drops the series (the point) that fails."""
     if where.op is Comparison.HAS_ANY_BITS:
-        mask = int(where.limit)
-        bits = [b for b in range(mask.bit_length()) if mask >> b & 1]
-        if len(bits) > _MAX_MASK_BITS:
+        runs = _bit_runs(int(where.limit))
+        if len(runs) > _MAX_MASK_RUNS:
             return expression
-        tests = " or ".join(f"floor(({expression}) / {2 ** b}) % 2 == 1" for b in bits)
+        # Any bit of a run [lo, lo + n) set ⟺ floor(x / 2^lo) % 2^n > 0.
+        tests = " or ".join(f"floor(({expression}) / {2 ** lo}) % {2 ** n} > 0"
+                            for lo, n in runs)
         return f"({expression}) and ({tests})"
     return f"({expression}) {where.op.value} {where.limit!r}"
 
