@@ -213,14 +213,16 @@ class PrometheusTelemetryStore:
         selector, leftover = _selection(exposition_name(metric), unit_filters)
         if selector is None:
             return []
-        if bindings is None and over_time is not OverTime.INCREASE and not leftover:
+        # A counter's increase is folded here, but over one row without bindings it is the
+        # row's own `increase_prometheus` (nothing to carry between rows): the engine can
+        # answer it, and leave out the series that cannot pass `where`, so a fleet's quiet
+        # counters never travel as JSON.
+        single_row = bindings is None and window.hi - window.lo <= window.row_ms
+        if bindings is None and not leftover and (over_time is not OverTime.INCREASE
+                                                  or single_row):
             return self._aggregated_in_engine(selector, window, group_by, across, fold, where)
         slots = _Slots(group_by, bindings, owner_filters, leftover)
         parts = _ROW_PARTS[fold]
-        # A counter's increase is folded here, but over one row without bindings it is the
-        # row's own `increase_prometheus`: the engine can leave out the series that cannot
-        # pass (`_increase_prefilter`), so a fleet's quiet counters never travel as JSON.
-        single_row = bindings is None and window.hi - window.lo <= window.row_ms
         narrow = _increase_prefilter(where) if fold == "increase" and single_row else None
 
         def expression(w: int) -> str:
@@ -245,25 +247,36 @@ class PrometheusTelemetryStore:
         # keep_metric_names: the series of several metrics stay apart.
         value = f"last_over_time({selector}[{window_ms}ms]) keep_metric_names"
         at = f"tlast_over_time({selector}[{window_ms}ms]) keep_metric_names"
-        if where is None:
-            pass
-        elif where.percent_of is None:  # a comparison keeps the value of the series passing
-            value = _compared(value, where)
-            at = f"({at}) and ({value})"
-        else:
-            passing = _percent_compared(selector, metric, filters or {}, window_ms, where)
-            value, at = f"({value}) and ({passing})", f"({at}) and ({passing})"
-        query = _union({"value": value, "at": at})
         found: dict[tuple, dict[str, float]] = defaultdict(dict)
-        for labels, value in self._instant(query, at_ms):
+        if where is not None:
+            # The values that pass first (a comparison keeps the passing series' values);
+            # then the times of those series only: a fleet-wide second rollup would cost
+            # the engine as much as the first, for a handful of series.
+            if where.percent_of is None:
+                value = _compared(value, where)
+            else:
+                passing = _percent_compared(selector, metric, filters or {}, window_ms, where)
+                value = f"({value}) and ({passing})"
+            for labels, got in self._instant(value, at_ms):
+                found[_key(labels)]["value"] = got
+            gpus = sorted({dict(key)["gpu_uuid"] for key in found if dict(key).get("gpu_uuid")})
+            narrow, _ = _selection(names, {**(filters or {}), "gpu_uuid": gpus})
+            at = f"tlast_over_time({narrow}[{window_ms}ms]) keep_metric_names" \
+                if narrow is not None and gpus else None
+            query = {"at": at} if at is not None else {}
+        else:
+            query = {"value": value, "at": at}
+        for labels, got in self._instant(_union(query), at_ms) if query else ():
             part = labels.pop(PART_LABEL)
-            found[_key(labels)][part] = value
+            key = _key(labels)
+            if where is None or key in found:
+                found[key][part] = got
         latest = []
         for labels, got in found.items():
             described = series_of_labels(dict(labels))
             if described is not None and filter_matcher(leftover)(described) and len(got) == 2 \
                     and (where is None or where.percent_of is not None
-                         or where.holds(got["value"])):
+                         or where.holds(got["value"])):  # as compared here, exactly
                 latest.append(LatestValue(described, from_ms(round(got["at"] * 1000)),
                                           got["value"]))
         # A MIG GPU's own series has no mig_uuid (None) beside its instances' (str).
@@ -304,7 +317,8 @@ class PrometheusTelemetryStore:
     def _aggregated_in_engine(self, selector: str, window: _Window, group_by: Sequence[str],
                               across: AcrossSeries, fold: str,
                               where: ValueFilter | None) -> list[SeriesResult]:
-        fn = {"mean": "avg_over_time", "peak": "max_over_time", "last": "last_over_time"}[fold]
+        fn = {"mean": "avg_over_time", "peak": "max_over_time", "last": "last_over_time",
+              "increase": "increase_prometheus"}[fold]  # increase: one row only
         by = f" by ({', '.join(group_by)})" if group_by else ""
 
         def expression(window_ms: int) -> str:
