@@ -107,24 +107,34 @@ class XidRule:
                                details={"xids": wrong})
 
     def verdict(self, s: GpuSignals, now: datetime) -> Finding | None:
-        found: Finding | None = None
-        for code, reading in sorted(s.xid_increases.items()):
-            if reading.value <= 0 or code in APPLICATION_XIDS:
-                continue
-            if code in self.quarantine:
-                verdict = Verdict.QUARANTINE
-            elif code in self.suspect:
-                verdict = Verdict.SUSPECT
-            else:
-                continue
-            meaning = XID_MEANINGS.get(code, "see the XID catalogue")
-            finding = Finding(self.name, verdict, Evidence(
-                "gpu.xid_errors_total", reading.value, reading.at,
-                f"XID {code} ({meaning}): +{reading.value:g} in {minutes(s.window)}"))
-            if verdict is Verdict.QUARANTINE:
-                return finding
-            found = found or finding
-        return found
+        return xid_finding(self.name, self.quarantine, self.suspect, s.xid_increases,
+                           s.window)
+
+
+def xid_finding(rule: str, quarantine: frozenset[int], suspect: frozenset[int],
+                increases: Mapping[int, Reading], window: timedelta, where: str = ""
+                ) -> Finding | None:
+    """The strongest verdict the XID codes that rose call for (a quarantine code first,
+    else the first suspect one), with the code's meaning as evidence; application XIDs
+    never count. `where`: " on MIG instance …" for an instance's XIDs."""
+    found: Finding | None = None
+    for code, reading in sorted(increases.items()):
+        if reading.value <= 0 or code in APPLICATION_XIDS:
+            continue
+        if code in quarantine:
+            verdict = Verdict.QUARANTINE
+        elif code in suspect:
+            verdict = Verdict.SUSPECT
+        else:
+            continue
+        meaning = XID_MEANINGS.get(code, "see the XID catalogue")
+        finding = Finding(rule, verdict, Evidence(
+            "gpu.xid_errors_total", reading.value, reading.at,
+            f"XID {code} ({meaning}){where}: +{reading.value:g} in {minutes(window)}"))
+        if verdict is Verdict.QUARANTINE:
+            return finding
+        found = found or finding
+    return found
 
 
 @dataclass(frozen=True)

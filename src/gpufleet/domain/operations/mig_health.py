@@ -24,12 +24,11 @@ from datetime import datetime, timedelta
 
 from gpufleet.domain.errors import Conflict, InvalidInput
 from gpufleet.domain.inventory import GpuHealth
-from gpufleet.domain.operations.health import Evidence, Finding, Verdict
+from gpufleet.domain.operations.health import Finding
 from gpufleet.domain.operations.health_rules import (
     APPLICATION_XIDS,
-    XID_MEANINGS,
     Reading,
-    minutes,
+    xid_finding,
 )
 
 # XIDs that are never confined to one GPU instance: the GPU (or its memory, link, bus,
@@ -79,25 +78,8 @@ class MigXidRule:
         check_instance_xids(self.quarantine | self.suspect, "MIG instance XIDs")
 
     def verdict(self, s: MigSignals, now: datetime) -> Finding | None:
-        found: Finding | None = None
-        for code, reading in sorted(s.xid_increases.items()):
-            if reading.value <= 0:
-                continue
-            if code in self.quarantine:
-                verdict = Verdict.QUARANTINE
-            elif code in self.suspect:
-                verdict = Verdict.SUSPECT
-            else:
-                continue
-            meaning = XID_MEANINGS.get(code, "see the XID catalogue")
-            finding = Finding(self.name, verdict, Evidence(
-                "gpu.xid_errors_total", reading.value, reading.at,
-                f"XID {code} ({meaning}) on MIG instance {s.mig_uuid}: "
-                f"+{reading.value:g} in {minutes(s.window)}"))
-            if verdict is Verdict.QUARANTINE:
-                return finding
-            found = found or finding
-        return found
+        return xid_finding(self.name, self.quarantine, self.suspect, s.xid_increases,
+                           s.window, f" on MIG instance {s.mig_uuid}")
 
 
 def mig_findings(rule: MigXidRule, s: MigSignals, now: datetime) -> list[Finding]:
