@@ -13,7 +13,8 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from gpufleet.tsdb import Sample, series
+from gpufleet.domain.telemetry.vocabulary import Comparison
+from gpufleet.tsdb import Sample, ValueFilter, series
 from gpufleet.tsdb.prometheus_names import exposition_labels, exposition_name, series_of_labels
 from gpufleet.tsdb.prometheus_store import PrometheusTelemetryStore
 from gpufleet.tsdb.protocol import TelemetryStoreUnavailable
@@ -111,3 +112,15 @@ def test_a_filter_too_long_for_the_engine_is_applied_to_its_answer(store):
                                     filters=filters))
     assert values_of(result) == [30.0]
     assert [v.series.gpu_uuid for v in store.latest(filters)] == ["GPU-b"]
+
+
+def test_the_times_of_many_passing_series_are_asked_in_selectors_the_engine_accepts(store):
+    # A filtered latest() asks for the passing series' sample times by their GPUs: 300
+    # UUIDs of NVML's length do not fit in one matcher, so several are asked.
+    gpus = [f"GPU-{n:08d}-0000-0000-0000-000000000000" for n in range(300)]
+    store.write([sample for n, gpu in enumerate(gpus)
+                 for sample in ticks("gpu.temperature_celsius", gpu, [50.0, 80.0 + n % 2])])
+    hot = store.latest(metric="gpu.temperature_celsius",
+                       where=ValueFilter(Comparison.GT, 80.0))
+    assert sorted(v.series.gpu_uuid for v in hot) == gpus[1::2]
+    assert {(v.at, v.value) for v in hot} == {(at(10), 81.0)}

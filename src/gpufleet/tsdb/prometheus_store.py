@@ -260,17 +260,16 @@ class PrometheusTelemetryStore:
             for labels, got in self._instant(value, at_ms):
                 found[_key(labels)]["value"] = got
             gpus = sorted({dict(key)["gpu_uuid"] for key in found if dict(key).get("gpu_uuid")})
-            narrow, _ = _selection(names, {**(filters or {}), "gpu_uuid": gpus})
-            at = f"tlast_over_time({narrow}[{window_ms}ms]) keep_metric_names" \
-                if narrow is not None and gpus else None
-            query = {"at": at} if at is not None else {}
+            queries = [{"at": f"tlast_over_time({narrow}[{window_ms}ms]) keep_metric_names"}
+                       for narrow in _selections_by_gpu(names, filters or {}, gpus)]
         else:
-            query = {"value": value, "at": at}
-        for labels, got in self._instant(_union(query), at_ms) if query else ():
-            part = labels.pop(PART_LABEL)
-            key = _key(labels)
-            if where is None or key in found:
-                found[key][part] = got
+            queries = [{"value": value, "at": at}]
+        for query in queries:
+            for labels, got in self._instant(_union(query), at_ms):
+                part = labels.pop(PART_LABEL)
+                key = _key(labels)
+                if where is None or key in found:
+                    found[key][part] = got
         latest = []
         for labels, got in found.items():
             described = series_of_labels(dict(labels))
@@ -578,6 +577,21 @@ def _compared(expression: str, where: ValueFilter) -> str:
                             for lo, n in runs)
         return f"({expression}) and ({tests})"
     return f"({expression}) {where.op.value} {where.limit!r}"
+
+
+def _selections_by_gpu(names: str, filters: Filters, gpus: Sequence[str]) -> list[str]:
+    """Selectors of `names` for `gpus`, as few as keep each within the engine's query
+    length (a thousand GPUs' UUIDs do not fit in one matcher)."""
+    selectors, chunk, size = [], [], 0
+    for gpu in gpus:
+        if chunk and size + len(gpu) + 1 > MAX_SELECTOR_CHARS // 2:
+            selectors.append(_selection(names, {**filters, "gpu_uuid": chunk})[0])
+            chunk, size = [], 0
+        chunk.append(gpu)
+        size += len(gpu) + 1
+    if chunk:
+        selectors.append(_selection(names, {**filters, "gpu_uuid": chunk})[0])
+    return [s for s in selectors if s is not None]
 
 
 def _percent_compared(selector: str, metric: str | None, filters: Filters, window_ms: int,
