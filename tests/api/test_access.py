@@ -160,6 +160,7 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/receivers"): OPERATORS,
     ("GET", "/api/v1/receivers/{name}"): OPERATORS,
     ("DELETE", "/api/v1/receivers/{name}"): ADMIN,
+    ("PATCH", "/api/v1/receivers/{name}"): ADMIN,
     ("POST", "/api/v1/receivers/{name}/test"): ADMIN,
     ("GET", "/api/v1/receivers/{name}/deliveries"): OPERATORS,
     # Every person reads their own notifications.
@@ -465,6 +466,8 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
                 _webhook(world.unique("r")))).name), None),
         ("POST", "/api/v1/receivers/{name}/test"): lambda: (
             template.format(name="ops-hook"), None),
+        ("PATCH", "/api/v1/receivers/{name}"): lambda: (
+            template.format(name="ops-hook"), {"min_severity": "warning"}),
         ("GET", "/api/v1/receivers/{name}/deliveries"): lambda: (
             template.format(name="ops-hook"), None),
         ("GET", "/api/v1/alert-rules/{name}"): lambda: (
