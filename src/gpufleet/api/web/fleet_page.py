@@ -22,7 +22,7 @@ FIRING_ALERTS_SHOWN = 20
 def api_url(path: str, **params: Any) -> str:
     """The JSON call behind a section, for its "API call" link."""
     pairs = [(k, v) for k, v in params.items() if v is not None]
-    return f"/api/v1/{path}" + (f"?{urlencode(pairs)}" if pairs else "")
+    return f"/api/v1/{path}" + (f"?{urlencode(pairs, safe=',')}" if pairs else "")
 
 
 @dataclass
@@ -99,7 +99,7 @@ def fleet_page(gf: Gpufleet, p: Principal, window: str) -> dict[str, Section]:
         "matrix": _section(api_url("telemetry/funnel", by=pair, window=window),
                            lambda: _matrix(gf.queries.funnel(p, pair.split(","), None,
                                                              window))),
-        "health": _section(api_url("fleet/summary"), lambda: {
+        "health": _section(api_url("gpus", health="quarantined"), lambda: {
             "suspect_gpus": _count_gpus(gf, p, GpuHealth.SUSPECT.value),
             "quarantined_gpus": _count_gpus(gf, p, GpuHealth.QUARANTINED.value),
             "unreachable_nodes": _count_nodes(gf, p, NodeStatus.UNREACHABLE.value)}),
