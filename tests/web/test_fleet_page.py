@@ -79,8 +79,8 @@ def test_an_empty_fleet_says_what_to_do(client, admin_token):
     assert "No project held a GPU" in text
 
 
-def test_a_bad_window_is_named_not_a_500(client, admin_token):
+def test_a_bad_window_is_a_400_that_names_it(client, admin_token):
     sign_in(client, admin_token)
     page = client.get("/ui/?window=banana")
-    assert page.status_code == 200
+    assert page.status_code == 400
     assert re.search(r'role="alert">[^<]*window', page.text)

@@ -32,6 +32,7 @@ class Section:
     api: str
     data: Any = None
     error: str | None = None
+    error_status: int | None = None
 
 
 @dataclass
@@ -56,7 +57,15 @@ def _section(api: str, compute) -> Section:
     try:
         return Section(api, compute())
     except GpufleetError as exc:
-        return Section(api, error=exc.message)
+        return Section(api, error=exc.message, error_status=exc.http_status)
+
+
+def page_status(sections: dict[str, Section]) -> int:
+    """400 when the caller's input was bad (a section says which), so a bad `window` is a
+    4xx as it is on the API; a server-side failure leaves the rest of the page a 200."""
+    asked_wrong = [s.error_status for s in sections.values()
+                   if s.error_status and 400 <= s.error_status < 500]
+    return min(asked_wrong, default=200)
 
 
 def _matrix(view) -> Matrix:

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpufleet.api.deps import caller
 from gpufleet.api.web import csrf, formatting
-from gpufleet.api.web.fleet_page import DEFAULT_WINDOW, fleet_page
+from gpufleet.api.web.fleet_page import DEFAULT_WINDOW, fleet_page, page_status
 from gpufleet.api.web.sessions import COOKIE_NAME, SESSION_MAX_AGE_S, WebSessions
 from gpufleet.domain.errors import GpufleetError, Unauthenticated
 from gpufleet.services.access.principal import Principal
@@ -143,5 +143,6 @@ async def fleet(request: Request, window: str = DEFAULT_WINDOW) -> Response:
     session, principal = signed_in
     gf = request.app.state.gpufleet
     sections = await run_in_threadpool(fleet_page, gf, principal, window)
-    return _page(request, "fleet.html", sections=sections, window=window,
-                 principal=principal, who=_who(principal), csrf_token=session.csrf_token)
+    return _page(request, "fleet.html", page_status(sections), sections=sections,
+                 window=window, principal=principal, who=_who(principal),
+                 csrf_token=session.csrf_token)
