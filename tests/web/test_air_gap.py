@@ -49,3 +49,13 @@ def test_every_dashboard_page_and_asset_stays_on_the_server(client, admin_token,
         _check(client, path, fetched)
     assert any(u.endswith("dashboard.css") for u in fetched)
     assert any(u.endswith("local-time.js") for u in fetched)
+
+
+def test_pages_allow_only_this_server_and_are_not_cached(client, admin_token):
+    for path in ("/ui/login", "/ui/"):
+        if path == "/ui/":
+            sign_in(client, admin_token)
+        headers = client.get(path).headers
+        assert "default-src 'self'" in headers["content-security-policy"], path
+        assert "frame-ancestors 'none'" in headers["content-security-policy"], path
+        assert headers["cache-control"] == "no-store", path

@@ -69,8 +69,20 @@ async def _form_fields(request: Request, *names: str) -> list[str]:
     return [value if isinstance(value := form.get(name), str) else "" for name in names]
 
 
+# Only this server's own assets, no framing (clickjacking of the forms), forms post back
+# here; pages show one caller's data, so no cache keeps them.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; "
+                               "form-action 'self'; base-uri 'none'",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
 def _page(request: Request, name: str, status_code: int = 200, **context) -> HTMLResponse:
-    return templates.TemplateResponse(request, name, context, status_code=status_code)
+    return templates.TemplateResponse(request, name, context, status_code=status_code,
+                                      headers=PAGE_HEADERS)
 
 
 @router.get("/")
