@@ -34,6 +34,8 @@ from gpufleet.api.routes import (
     telemetry_queries,
 )
 from gpufleet.api.timing import ServerTiming
+from gpufleet.api.web import routes as web
+from gpufleet.api.web.sessions import WebSessions
 from gpufleet.domain.errors import GpufleetError
 from gpufleet.services.app import Gpufleet
 from gpufleet.wire.telemetry_batch import TELEMETRY_BATCHES_PATH
@@ -168,6 +170,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
                                      "where, and how well. Every /api/v1 endpoint needs a "
                                      "bearer token.")
     app.state.gpufleet = gf
+    app.state.web_sessions = WebSessions()
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=gf.settings.max_request_body_bytes,
                        limits_by_path=dict.fromkeys(
@@ -191,6 +194,8 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(receivers.router)
     app.include_router(health.router)
     app.include_router(alert_rules.router)
+    app.include_router(web.router)
+    web.mount_static(app)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

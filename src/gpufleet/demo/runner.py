@@ -298,6 +298,7 @@ def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | 
         out.print(f"in use: {in_use.line()}")
         out.print(_try_lifecycle(in_use))
     out.print(f"  server      {url}   (API docs {url}/docs)")
+    out.print(f"  dashboard   {url}/ui/   (sign in with the admin token below)")
     out.print(f"  idle window {settings.idle_window_hours * 60:g} min   (production default "
               "4 h: GPUFLEET_IDLE_WINDOW_HOURS)")
     out.print(f"  reclaim     idle allocations warned after the idle window, then "

@@ -1,0 +1,117 @@
+"""The Fleet page's figures, each from the service call its API endpoint makes — never
+recomputed here, so the page and the JSON cannot disagree (docs/dashboard.md, "Fleet")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from gpufleet.domain.errors import GpufleetError
+from gpufleet.domain.inventory import GpuHealth, NodeStatus
+from gpufleet.domain.operations.alert_state import AlertState
+from gpufleet.services.access.principal import Principal
+from gpufleet.services.app import Gpufleet
+from gpufleet.services.inventory.fleet import GpuFilter, NodeFilter
+from gpufleet.services.operations.alert_queries import AlertFilter
+
+DEFAULT_WINDOW = "24h"  # the funnel endpoint's own default
+FIRING_ALERTS_SHOWN = 20
+
+
+def api_url(path: str, **params: Any) -> str:
+    """The JSON call behind a section, for its "API call" link."""
+    pairs = [(k, v) for k, v in params.items() if v is not None]
+    return f"/api/v1/{path}" + (f"?{urlencode(pairs, safe=',')}" if pairs else "")
+
+
+@dataclass
+class Section:
+    """One section's data, the API call behind it, or the error it met."""
+
+    api: str
+    data: Any = None
+    error: str | None = None
+    error_status: int | None = None
+
+
+@dataclass
+class Matrix:
+    """Environment × project: average GPUs held over the window and their efficiency."""
+
+    environments: list[str] = field(default_factory=list)
+    projects: list[str] = field(default_factory=list)
+    cells: dict[tuple[str, str], dict] = field(default_factory=dict)
+
+
+@dataclass
+class Counted:
+    """A count read from one page of a listing: `more` when the page was full."""
+
+    count: int
+    more: bool
+    api: str
+
+
+def _section(api: str, compute) -> Section:
+    try:
+        return Section(api, compute())
+    except GpufleetError as exc:
+        return Section(api, error=exc.message, error_status=exc.http_status)
+
+
+def page_status(sections: dict[str, Section]) -> int:
+    """400 when the caller's input was bad (a section says which), so a bad `window` is a
+    4xx as it is on the API; a server-side failure leaves the rest of the page a 200."""
+    asked_wrong = [s.error_status for s in sections.values()
+                   if s.error_status and 400 <= s.error_status < 500]
+    return min(asked_wrong, default=200)
+
+
+def _matrix(view) -> Matrix:
+    window_h = (view.window_end - view.window_start).total_seconds() / 3600
+    matrix = Matrix()
+    for row in view.rows:
+        env = row.group.get("environment") or "—"
+        project = row.group.get("project") or "(none)"
+        matrix.cells[(env, project)] = {
+            "gpus_held": row.allocated_gpu_hours / window_h if window_h else 0.0,
+            "allocated_gpu_hours": row.allocated_gpu_hours,
+            "efficiency_percent": row.efficiency_percent}
+    matrix.environments = sorted({e for e, _ in matrix.cells})
+    matrix.projects = sorted({p for _, p in matrix.cells})
+    return matrix
+
+
+def _count_gpus(gf: Gpufleet, p: Principal, health: str) -> Counted:
+    limit = gf.settings.page_size_max
+    page = gf.list_gpus(p, GpuFilter(health=[health]), "node", None, limit)
+    return Counted(len(page.items), page.next_cursor is not None,
+                   api_url("gpus", health=health, limit=limit))
+
+
+def _count_nodes(gf: Gpufleet, p: Principal, status: str) -> Counted:
+    limit = gf.settings.page_size_max
+    page = gf.list_nodes(p, NodeFilter(status=[status]), "name", None, limit)
+    return Counted(len(page.items), page.next_cursor is not None,
+                   api_url("nodes", status=status, limit=limit))
+
+
+def fleet_page(gf: Gpufleet, p: Principal, window: str) -> dict[str, Section]:
+    """Every section of the Fleet page for this caller (the API's role model scopes each)."""
+    pair = "environment,project"
+    firing = AlertFilter(states=[AlertState.FIRING])
+    return {
+        "funnel": _section(api_url("telemetry/funnel", window=window),
+                           lambda: gf.queries.funnel(p, [], None, window)),
+        "capacity": _section(api_url("fleet/summary"), lambda: gf.fleet_summary(p)),
+        "matrix": _section(api_url("telemetry/funnel", by=pair, window=window),
+                           lambda: _matrix(gf.queries.funnel(p, pair.split(","), None,
+                                                             window))),
+        "health": _section(api_url("gpus", health="quarantined"), lambda: {
+            "suspect_gpus": _count_gpus(gf, p, GpuHealth.SUSPECT.value),
+            "quarantined_gpus": _count_gpus(gf, p, GpuHealth.QUARANTINED.value),
+            "unreachable_nodes": _count_nodes(gf, p, NodeStatus.UNREACHABLE.value)}),
+        "alerts": _section(api_url("alerts", state="firing", limit=FIRING_ALERTS_SHOWN),
+                           lambda: gf.list_alerts(p, firing, None, FIRING_ALERTS_SHOWN)),
+    }
