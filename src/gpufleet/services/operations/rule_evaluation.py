@@ -255,15 +255,20 @@ def _increase(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen
                          where=_condition(rule))
     extra = catalogue_metric(rule.metric).labels
     names = (*SERIES_UNIT_LABELS[:4], *extra)
-    increases = {tuple(labels.get(n) or None for n in names): (labels, value)
+    increases = {_series_key(labels, names): (labels, value)
                  for labels, value in values}
     if rule.metric in COUNTED_FROM_READER_START:
         for labels, value in _born_in_window(queries, rule, now, names):
-            key = tuple(labels.get(n) or None for n in names)
+            key = _series_key(labels, names)
             if key not in increases or increases[key][1] < value:
                 increases[key] = (labels, value)
     return [Seen(_unit_labels(labels, extra), value, _unit_of(labels))
             for labels, value in increases.values()]
+
+
+def _series_key(labels: Mapping[str, str | None], names: Sequence[str]) -> tuple:
+    """A series' identity by `names` ("" and None alike: a whole GPU has no mig_uuid)."""
+    return tuple(labels.get(n) or None for n in names)
 
 
 def _born_in_window(queries: TelemetryQueries, rule: Rule, now: datetime,
@@ -278,13 +283,13 @@ def _born_in_window(queries: TelemetryQueries, rule: Rule, now: datetime,
     if not passing:
         return []
     gpus = sorted({v.series.gpu_uuid for v in passing})
-    seen = {tuple(r.labels.get(n) or None for n in names) for r in queries.telemetry.query_range(
+    seen = {_series_key(r.labels, names) for r in queries.telemetry.query_range(
         rule.metric, start - SEEN_BEFORE, start, SEEN_BEFORE, filters={"gpu_uuid": gpus},
         group_by=list(names), over_time=OverTime.LAST, across=AcrossSeries.MAX)}
     born = []
     for v in passing:
         labels = {n: v.series.label(n) for n in names}
-        if tuple(labels.get(n) or None for n in names) not in seen:
+        if _series_key(labels, names) not in seen:
             born.append((labels, v.value))
     return born
 
