@@ -17,9 +17,10 @@ def csrf_of(html: str) -> str:
     return CSRF_FIELD.search(html).group(1)
 
 
-def sign_in(client, token: str):
+def sign_in(client, token: str, next_url: str | None = None):
     form = client.get("/ui/login")
-    return client.post("/ui/login", data={"token": token, "csrf_token": csrf_of(form.text)},
+    data = {"token": token, "csrf_token": csrf_of(form.text)}
+    return client.post("/ui/login", data=data | ({"next": next_url} if next_url else {}),
                        follow_redirects=False)
 
 
@@ -37,7 +38,7 @@ def test_a_good_token_signs_in_with_a_strict_httponly_cookie(client, admin_token
     response = sign_in(client, admin_token)
     assert response.status_code == 303 and response.headers["location"] == "/ui/"
     cookie = set_cookie_header(response, COOKIE_NAME).lower()
-    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/;" in cookie
     assert "secure" not in cookie  # plain http here
     assert admin_token not in cookie
     page = client.get("/ui/")
@@ -87,7 +88,7 @@ def test_logout_ends_the_session(client, admin_token):
     response = client.post("/ui/logout", data={"csrf_token": csrf_of(page.text)},
                            follow_redirects=False)
     assert response.status_code == 303 and response.headers["location"] == "/ui/login"
-    client.cookies.set(COOKIE_NAME, session_id, path="/ui")  # a copy kept elsewhere
+    client.cookies.set(COOKIE_NAME, session_id, path="/")  # a copy kept elsewhere
     assert client.get("/ui/", follow_redirects=False).headers["location"] == "/ui/login"
 
 
@@ -103,3 +104,39 @@ def test_a_revoked_token_ends_its_session(client, api):
 def test_the_login_csrf_cookie_is_strict_and_httponly(client):
     cookie = set_cookie_header(client.get("/ui/login"), LOGIN_COOKIE_NAME).lower()
     assert "httponly" in cookie and "samesite=strict" in cookie
+
+
+def test_signing_in_returns_to_the_page_asked_for(client, admin_token):
+    asked = client.get("/ui/?window=2h", follow_redirects=False)
+    assert asked.headers["location"] == "/ui/login?next=%2Fui%2F%3Fwindow%3D2h"
+    form = client.get(asked.headers["location"])
+    assert 'name="next" value="/ui/?window=2h"' in form.text
+    assert sign_in(client, admin_token, "/ui/?window=2h").headers["location"] == "/ui/?window=2h"
+
+
+@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/ui/",
+                                       "/ui/\\evil.example", "/api/v1/tokens"])
+def test_signing_in_never_sends_the_browser_elsewhere(client, admin_token, elsewhere):
+    assert sign_in(client, admin_token, elsewhere).headers["location"] == "/ui/"
+
+
+def test_a_session_may_read_the_api_behind_a_page_but_never_write(client, admin_token):
+    """The "API call behind it" links open in the browser; a write needs the header."""
+    assert client.get("/api/v1/fleet/summary").status_code == 401
+    sign_in(client, admin_token)
+    assert client.get("/api/v1/fleet/summary").status_code == 200
+    refused = client.post("/api/v1/users", json={"name": "csrf", "role": "admin"})
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "missing_token"
+
+
+def test_a_members_session_reads_the_api_as_that_member(client, api):
+    assert api.post("/api/v1/users", json={"name": "mo", "role": "member"}).status_code == 201
+    issued = api.post("/api/v1/tokens", json={"name": "mo-web", "user": "mo"}).json()
+    sign_in(client, issued["token"])
+    assert client.get("/api/v1/tokens").status_code == 403
+    assert client.get("/api/v1/fleet/summary").status_code == 200
+
+
+def test_a_cookie_that_names_no_session_reads_nothing(client):
+    client.cookies.set(COOKIE_NAME, "made-up", path="/")
+    assert client.get("/api/v1/fleet/summary").status_code == 401

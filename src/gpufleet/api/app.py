@@ -194,8 +194,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(receivers.router)
     app.include_router(health.router)
     app.include_router(alert_rules.router)
-    app.include_router(web.router)
-    web.mount_static(app)
+    web.install(app)
 
     @app.get("/healthz", tags=["health"])
     def healthz():

@@ -4,10 +4,14 @@ recomputed here, so the page and the JSON cannot disagree (docs/dashboard.md, "F
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlencode
 
-from gpufleet.domain.errors import GpufleetError
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from gpufleet.api.web.page import (
+    UI, Section, Viewer, api_url, page_status, render, section, services, viewer,
+)
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
 from gpufleet.domain.operations.alert_state import AlertState
 from gpufleet.services.access.principal import Principal
@@ -15,24 +19,9 @@ from gpufleet.services.app import Gpufleet
 from gpufleet.services.inventory.fleet import GpuFilter, NodeFilter
 from gpufleet.services.operations.alert_queries import AlertFilter
 
+NAV = ("fleet", "Fleet", f"{UI}/")
 DEFAULT_WINDOW = "24h"  # the funnel endpoint's own default
 FIRING_ALERTS_SHOWN = 20
-
-
-def api_url(path: str, **params: Any) -> str:
-    """The JSON call behind a section, for its "API call" link."""
-    pairs = [(k, v) for k, v in params.items() if v is not None]
-    return f"/api/v1/{path}" + (f"?{urlencode(pairs, safe=',')}" if pairs else "")
-
-
-@dataclass
-class Section:
-    """One section's data, the API call behind it, or the error it met."""
-
-    api: str
-    data: Any = None
-    error: str | None = None
-    error_status: int | None = None
 
 
 @dataclass
@@ -51,21 +40,6 @@ class Counted:
     count: int
     more: bool
     api: str
-
-
-def _section(api: str, compute) -> Section:
-    try:
-        return Section(api, compute())
-    except GpufleetError as exc:
-        return Section(api, error=exc.message, error_status=exc.http_status)
-
-
-def page_status(sections: dict[str, Section]) -> int:
-    """400 when the caller's input was bad (a section says which), so a bad `window` is a
-    4xx as it is on the API; a server-side failure leaves the rest of the page a 200."""
-    asked_wrong = [s.error_status for s in sections.values()
-                   if s.error_status and 400 <= s.error_status < 500]
-    return min(asked_wrong, default=200)
 
 
 def _matrix(view) -> Matrix:
@@ -102,16 +76,27 @@ def fleet_page(gf: Gpufleet, p: Principal, window: str) -> dict[str, Section]:
     pair = "environment,project"
     firing = AlertFilter(states=[AlertState.FIRING])
     return {
-        "funnel": _section(api_url("telemetry/funnel", window=window),
+        "funnel": section(api_url("telemetry/funnel", window=window),
                            lambda: gf.queries.funnel(p, [], None, window)),
-        "capacity": _section(api_url("fleet/summary"), lambda: gf.fleet_summary(p)),
-        "matrix": _section(api_url("telemetry/funnel", by=pair, window=window),
+        "capacity": section(api_url("fleet/summary"), lambda: gf.fleet_summary(p)),
+        "matrix": section(api_url("telemetry/funnel", by=pair, window=window),
                            lambda: _matrix(gf.queries.funnel(p, pair.split(","), None,
                                                              window))),
-        "health": _section(api_url("gpus", health="quarantined"), lambda: {
+        "health": section(api_url("gpus", health="quarantined"), lambda: {
             "suspect_gpus": _count_gpus(gf, p, GpuHealth.SUSPECT.value),
             "quarantined_gpus": _count_gpus(gf, p, GpuHealth.QUARANTINED.value),
             "unreachable_nodes": _count_nodes(gf, p, NodeStatus.UNREACHABLE.value)}),
-        "alerts": _section(api_url("alerts", state="firing", limit=FIRING_ALERTS_SHOWN),
+        "alerts": section(api_url("alerts", state="firing", limit=FIRING_ALERTS_SHOWN),
                            lambda: gf.list_alerts(p, firing, None, FIRING_ALERTS_SHOWN)),
     }
+
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get(f"{UI}/")
+async def fleet(request: Request, window: str = DEFAULT_WINDOW,
+                who: Viewer = Depends(viewer)) -> Response:
+    sections = await run_in_threadpool(fleet_page, services(request), who.principal, window)
+    return render(request, "fleet.html", who, page_status(sections), sections=sections,
+                  window=window, current_page="fleet")

@@ -1,0 +1,1 @@
+"""One module a dashboard page: the service calls behind its sections, and its route."""
