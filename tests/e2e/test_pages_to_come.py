@@ -14,7 +14,7 @@ import httpx
 
 from tests.e2e.conftest import open_or_skip, screenshot, sign_in
 
-CODE = re.compile(r"/ui/requests/(?!new\b)([^/?#]+)$")
+CODE = re.compile(r"/ui/requests/(?!new\b)([^/?#]+)(?:[?#]|$)")
 
 
 def _heading(page) -> str:
