@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.conftest import private_postgres_schema
 from tests.e2e.world import World, seed
 from tests.serve_process import serve_process
 
@@ -79,13 +81,21 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
-def server(chromium_path, tmp_path_factory) -> Iterator[Server]:
-    data_dir = tmp_path_factory.mktemp("e2e") / "data"
-    world = seed(data_dir)
-    config_dir = tmp_path_factory.mktemp("e2e-config")
-    with serve_process(data_dir, port=_port(), config_dir=config_dir,
-                       **SERVER_SETTINGS) as (url, _):
+@pytest.fixture(scope="session",
+                params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def server(request, chromium_path, tmp_path_factory) -> Iterator[Server]:
+    """`gpufleet serve` on the seeded world, its state in SQLite or in a private schema of
+    the test PostgreSQL (skipped without GPUFLEET_TEST_POSTGRES_URL, as tests/conftest.py
+    does)."""
+    with ExitStack() as stack:
+        database = {}
+        if request.param == "postgres":
+            database["database_url"] = stack.enter_context(private_postgres_schema("gpufleet_e2e"))
+        data_dir = tmp_path_factory.mktemp("e2e") / "data"
+        world = seed(data_dir, **database)
+        config_dir = tmp_path_factory.mktemp("e2e-config")
+        url, _ = stack.enter_context(serve_process(
+            data_dir, port=_port(), config_dir=config_dir, **SERVER_SETTINGS, **database))
         yield Server(url, world)
 
 

@@ -144,3 +144,18 @@ def test_no_page_the_links_reach_asks_another_host(new_page, server):
     assert any(p.startswith("/api/v1/") for p in seen)
     assert any(u.endswith("/ui/static/dashboard.css") for u in page.watch.requested)
     assert any(u.endswith("/ui/static/local-time.js") for u in page.watch.requested)
+
+
+def test_the_watch_sees_a_page_reach_for_another_host(new_page, server):
+    """The check above can fail: a stylesheet from another host, added by a script, is
+    refused by the page's Content-Security-Policy, and the refusal reaches the watch."""
+    page = new_page()
+    page.goto("/ui/login")
+    with page.expect_console_message(lambda m: "example.invalid" in m.text):
+        page.evaluate("""() => { const l = document.createElement('link');
+                                 l.rel = 'stylesheet';
+                                 l.href = 'https://cdn.example.invalid/x.css';
+                                 document.head.appendChild(l); }""")
+    assert any("Content Security Policy" in e for e in page.watch.errors), page.watch.errors
+    page.watch.errors.clear()  # seen: the test's own doing
+    page.watch.foreign.clear()

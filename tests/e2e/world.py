@@ -50,11 +50,12 @@ class World:
     mig_node: str
 
 
-def seed(data_dir: Path) -> World:
-    """Write the world into `data_dir`; the stores are closed again when it returns."""
+def seed(data_dir: Path, database_url: str | None = None) -> World:
+    """Write the world into `data_dir` (and the state store at `database_url`, when one is
+    given); the stores are closed again when it returns."""
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     clock = ManualClock(now - timedelta(hours=HOURS))
-    gf = build_gpufleet(Settings(data_dir=data_dir), clock)
+    gf = build_gpufleet(Settings(data_dir=data_dir, database_url=database_url), clock)
     try:
         admin = bootstrap_admin_token(gf, admin_token_path(gf.settings))
         with TestClient(create_app(gf, background_loops=False)) as client:
