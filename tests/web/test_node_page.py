@@ -180,6 +180,22 @@ def test_mig_layouts_are_drawn_to_scale_and_labelled(client, api, admin_token, m
         assert any(m["mig_uuid"] in t and code in t for t in parsed.svg_titles)
         assert f"/ui/requests/{code}" in parsed.links
     assert "No GPU on this node is in MIG mode" not in text
+    units = {r[0] for r in parsed.body("processes")}
+    assert units == {"GPU 0 · 1g.10gb slices 0–0", "GPU 1 · 1g.10gb slices 0–0"}
+
+
+def test_a_member_never_sees_another_projects_instance_as_free(client, api, migs):  # noqa: F811
+    api.post("/api/v1/users", json={"name": "bob", "role": "member"})
+    token = api.post("/api/v1/tokens", json={"name": "bob", "user": "bob"}).json()["token"]
+    sign_in(client, token)
+    parsed, text = page(client, "/ui/nodes/node-7")
+    held = [u["charged_to"] for u in api.get("/api/v1/telemetry/latest",
+                                               params={"node": "node-7"}).json()["items"]]
+    codes = {c["allocation"] for charges in held for c in charges}
+    assert codes and not any(code in text for code in codes)
+    assert parsed.svg_titles and all(t.endswith("· —") for t in parsed.svg_titles
+                                     if "MIG-" in t)
+    assert "free" not in " ".join(parsed.svg_titles)
 
 
 def test_a_node_without_mig_or_processes_says_so(client, api, admin_token):

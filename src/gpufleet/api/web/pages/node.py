@@ -34,7 +34,7 @@ from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import NodeDetail
-from gpufleet.wire.telemetry_queries import RangeQueryResult, UnitSnapshotView
+from gpufleet.wire.telemetry_queries import ProcessView, RangeQueryResult, UnitSnapshotView
 
 XID_METRIC = "gpu.xid_errors_total"
 XID_WINDOW, XID_STEP = "24h", "1h"
@@ -127,6 +127,15 @@ def _unit_rows(units: Page[UnitSnapshotView]) -> dict[tuple[str, str | None], Un
     return {(u.gpu_uuid, u.mig_uuid): u for u in units.items}
 
 
+def _process_rows(units: Page[UnitSnapshotView], gpu_index: dict[str, int],
+                  layouts: list[Layout]) -> list[tuple[UnitSnapshotView, ProcessView]]:
+    """Each process with its unit, by GPU index, then instance placement, then pid."""
+    start = {i.mig_uuid: i.start for layout in layouts for i in layout.instances}
+    rows = [(u, p) for u in units.items for p in u.processes]
+    return sorted(rows, key=lambda row: (gpu_index.get(row[0].gpu_uuid, -1),
+                                         start.get(row[0].mig_uuid) or -1, row[1].pid))
+
+
 router = APIRouter(include_in_schema=False)
 
 
@@ -139,10 +148,13 @@ async def node(request: Request, name: str, done: str | None = None,
         return render(request, "error.html", who, found.error_status or 500,
                       heading=f"Node {name}", message=found.error,
                       back=(f"{UI}/nodes", "Back to the node list"))
-    units = sections["units"]
+    units, layouts = sections["units"], sections["layouts"].data
+    gpu_index = {g.uuid: g.index for g in found.data.gpu_list}
     return render(request, "node.html", who, page_status(sections), sections=sections,
                   node=found.data, unit_rows=_unit_rows(units.data) if units.data else {},
-                  gpu_index={g.uuid: g.index for g in found.data.gpu_list},
+                  process_rows=_process_rows(units.data, gpu_index, layouts)
+                  if units.data else [], gpu_index=gpu_index,
+                  instances={i.mig_uuid: i for la in layouts for i in la.instances},
                   can_manage=is_allowed(who.principal.role, Action.MANAGE_INVENTORY),
                   done=DONE.get(done or ""), current_page="nodes")
 
