@@ -207,7 +207,7 @@ def test_a_node_without_mig_or_processes_says_so(client, api, admin_token):
     assert "No GPU on this node is in MIG mode" in text
     assert "No process is using a GPU of this node now" in text
     assert "Every GPU on this node is healthy" in text
-    assert "No XID error in the last 24 hours" in text
+    assert "No XID counter rose in the last 24 hours" in text
 
 
 def test_recent_xids_equal_the_apis_query(client, api, admin_token, gf, clock,
