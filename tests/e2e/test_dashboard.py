@@ -1,6 +1,6 @@
 """The dashboard's pages on main, in Chromium against `gpufleet serve` (docs/dashboard.md):
-sign-in through the form, the Fleet page's figures equal the API's, a member's view,
-the keyboard, dark mode, and no request to another host on any page the links reach."""
+sign-in through the form, the Fleet page's figures equal the API's, a member's view, the
+keyboard, dark mode, a node's MIG layout, and no request to another host on any page."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ CRAWL_LIMIT = 60  # pages; the seeded fleet has far fewer
 # Pages being built while these tests were written (tests/e2e/test_pages_to_come.py): a
 # link to one answered by "no such route" is passed over until it lands. Remove each
 # prefix once its page is on main, so a broken link to it fails again.
-NOT_BUILT_YET = ("/ui/nodes", "/ui/gpus/", "/ui/requests", "/ui/environments", "/ui/projects",
+NOT_BUILT_YET = ("/ui/gpus/", "/ui/requests", "/ui/environments", "/ui/projects",
                  "/ui/audit")
 
 
@@ -144,6 +144,39 @@ def test_no_page_the_links_reach_asks_another_host(new_page, server):
     assert any(p.startswith("/api/v1/") for p in seen)
     assert any(u.endswith("/ui/static/dashboard.css") for u in page.watch.requested)
     assert any(u.endswith("/ui/static/local-time.js") for u in page.watch.requested)
+
+
+def test_the_node_page_draws_its_mig_layout(new_page, server):
+    page = sign_in(new_page(), server.world.admin)
+    response = page.goto(f"/ui/nodes/{server.world.mig_node}")
+    assert response.status == 200
+    assert server.world.mig_node in page.get_by_role("heading", level=1).inner_text()
+    drawing = page.locator("svg[role=img]").first
+    drawing.wait_for()
+    assert drawing.bounding_box()["width"] > 100
+    assert "MIG" in drawing.locator("title").first.text_content()
+    screenshot(page, "node")
+
+
+def test_a_member_does_not_see_another_projects_allocation_on_a_node(new_page, server):
+    world = server.world
+    admin = sign_in(new_page(), world.admin)
+    admin.goto(f"/ui/nodes/{world.other_node}")
+    assert world.other_allocation in admin.locator("main").inner_text()
+    member = sign_in(new_page(), world.member)
+    assert member.goto(f"/ui/nodes/{world.other_node}").status == 200
+    text = member.locator("main").inner_text()
+    assert world.other_allocation not in text and world.other_project not in text
+    screenshot(member, "node-member")
+
+
+def test_the_node_list_links_each_node(new_page, server):
+    page = sign_in(new_page(), server.world.admin)
+    assert page.goto("/ui/nodes").status == 200
+    page.get_by_role("link", name=server.world.mig_node, exact=True).first.click()
+    page.wait_for_url(f"**/ui/nodes/{server.world.mig_node}")
+    page.go_back()
+    screenshot(page, "nodes")
 
 
 def test_the_watch_sees_a_page_reach_for_another_host(new_page, server):

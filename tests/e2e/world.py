@@ -47,6 +47,8 @@ class World:
     other_project: str
     busy_gpu: str  # vision's, busy
     idle_gpu: str  # speech's, idle
+    other_allocation: str  # speech's, holding idle_gpu
+    other_node: str  # idle_gpu's
     mig_node: str
 
 
@@ -64,7 +66,7 @@ def seed(data_dir: Path, database_url: str | None = None) -> World:
             create_environment(api)
             register(api, 1, gpus=4)
             _register_mig_node(api)
-            busy, idle = _grant(gf, "vision"), _grant(gf, "speech")
+            (_, busy), (speech, idle) = _grant(gf, "vision"), _grant(gf, "speech")
             start = clock.now()
             _minutes(gf, start, busy, {"gpu.gr_engine_active": 80.0, "gpu.sm_active": 60.0,
                                        "gpu.memory_used_bytes": 40.0 * GIB})
@@ -75,7 +77,8 @@ def seed(data_dir: Path, database_url: str | None = None) -> World:
     finally:
         gf.close()
     return World(admin=admin, **people, member_project="vision", other_project="speech",
-                 busy_gpu=busy, idle_gpu=idle, mig_node=MIG_NODE)
+                 busy_gpu=busy, idle_gpu=idle, other_allocation=speech,
+                 other_node=_node_of(idle), mig_node=MIG_NODE)
 
 
 def _people(api: Api) -> dict[str, str]:
@@ -95,17 +98,20 @@ def _register_mig_node(api: Api) -> None:
     assert reply.status_code == 200, reply.text
 
 
-def _grant(gf, project: str) -> str:
+def _grant(gf, project: str) -> tuple[str, str]:
     view = gf.lifecycle.create_request(SYSTEM, RequestCreate(project=project, count=1,
                                                             models=[MODEL]))
     view = gf.lifecycle.approve(SYSTEM, view.code, None)
     assert view.state == "active", view
-    return view.units[0].gpu_uuid
+    return view.code, view.units[0].gpu_uuid
+
+
+def _node_of(uuid: str) -> str:
+    return "node-1" if uuid.startswith(gpu_uuid(1, 0)[:12]) else "node-2"
 
 
 def _minutes(gf, start: datetime, uuid: str, values: dict[str, float]) -> None:
-    node = "node-1" if uuid.startswith(gpu_uuid(1, 0)[:12]) else "node-2"
     gf.telemetry.write([
-        Sample(series(metric, uuid, node=node, environment="onprem-hpc", model=MODEL),
+        Sample(series(metric, uuid, node=_node_of(uuid), environment="onprem-hpc", model=MODEL),
                start + timedelta(minutes=m, seconds=30), value)
         for m in range(HOURS * 60) for metric, value in values.items()])
