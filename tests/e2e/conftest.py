@@ -134,7 +134,8 @@ class Watch:
 
     def _response(self, response) -> None:
         # A page's own status is the test's to check (a 401, a 404 page); what it loads
-        # must load. Chromium asks for /favicon.ico by itself: the dashboard has none.
+        # must load. Chromium asks for /favicon.ico by itself on a page that names no icon
+        # (the API's JSON); the dashboard's pages name /ui/static/favicon.svg.
         kind = response.request.resource_type
         if response.status >= 400 and kind not in ("document", "fetch", "xhr") and \
                 urlsplit(response.url).path != "/favicon.ico":
