@@ -230,7 +230,7 @@ def test_an_empty_list_says_what_to_do(client, api):
     sign_in(client, api.token)
     html = page(client, "/ui/requests")
     assert "gpufleet request create" in html and 'href="/ui/requests/new"' in html
-    assert "gpufleet pool create" in page(client, "/ui/pools")
+    assert "gpufleet pool request" in page(client, "/ui/pools")
 
 
 def test_pools_and_quotas_equal_the_api_and_operators_decide(client, api, world):
