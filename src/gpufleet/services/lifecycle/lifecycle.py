@@ -61,12 +61,12 @@ class Lifecycle:
 
     def preview_request(self, principal: Principal, body: wr.RequestCreate
                         ) -> wr.RequestPreview:
-        """What `create_request(body)` would come to now, in a read-only snapshot."""
-        with self.store.read() as session:
-            return requests.preview(session, principal, body, self.clock.now(),
-                                    self.settings.max_request_days, self.shape,
-                                    self.settings.default_request_days,
-                                    self.settings.placement_policy)
+        """What `create_request(body)` would come to now: decided on the placement cache
+        as a grant would be, in a read-only snapshot, with nothing applied."""
+        now = self.clock.now()
+        return self.granter.dry_run(lambda session, fleet: requests.preview(
+            session, principal, body, now, self.settings.max_request_days, self.shape,
+            self.settings.default_request_days, fleet))
 
     def list_requests(self, principal: Principal, *, state: str | None, project: str | None,
                       cursor: str | None, limit: int, node: str | None = None,

@@ -180,11 +180,11 @@ def _proposed(session: Session, principal: Principal, body: RequestCreate, now: 
 
 def preview(session: Session, principal: Principal, body: RequestCreate, now: datetime,
             max_request_days: float, shape: FleetShape, default_request_days: float | None,
-            policy: str) -> RequestPreview:
+            fleet: granting.FleetSource) -> RequestPreview:
     """What creating `body` now would come to, writing nothing: the checks and admission
     verdicts `create` applies, whether the auto-approve policy would approve it at once,
-    and what the granter's plan (`grant_outcome`, as `why` runs it) would give it on the
-    live fleet if it were approved now."""
+    and what the granter's plan (`grant_outcome`) would give it on `fleet` (the placement
+    cache, dry: `Granter.dry_run`) if it were approved now."""
     request, verdicts = _proposed(session, principal, body, now, max_request_days, shape,
                                   default_request_days)
     auto = _auto_approvable(session, request, verdicts, now)
@@ -198,8 +198,7 @@ def preview(session: Session, principal: Principal, body: RequestCreate, now: da
             needs_operator=request.needs_operator))
     steps = [*zip([rule.name for rule in admission.ON_CREATE], verdicts, strict=True),
              ("approval", approval)]
-    outcome = grant_outcome(session, request, now,
-                            fleet=granting.FreshFleet(session, request, policy),
+    outcome = grant_outcome(session, request, now, fleet=fleet,
                             quota=quotas.QuotaLedger.read(session, [request.project_id]),
                             pools=granting.PoolLedger.read(session))
     return RequestPreview(
