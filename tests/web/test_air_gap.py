@@ -12,7 +12,7 @@ from tests.web.test_sessions import sign_in
 
 PROTOCOL_RELATIVE = re.compile(r"""(?:src|href)\s*=\s*["']?//""", re.IGNORECASE)
 SIGNED_OUT_PAGES = ("/", "/ui/login")
-SIGNED_IN_PAGES = ("/ui/", "/ui/?window=1h")
+SIGNED_IN_PAGES = ("/ui/", "/ui/?window=1h", "/ui/audit")
 
 
 def _check(client, path: str, fetched: set[str]) -> None:

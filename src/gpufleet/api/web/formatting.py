@@ -22,5 +22,11 @@ def utc_text(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def utc_seconds(value: datetime) -> str:
+    """`utc_text` to the second, for events that follow each other within a minute."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def install(env) -> None:
-    env.filters.update(gpu_hours=gpu_hours, gpus=gpus, percent=percent, utc_text=utc_text)
+    env.filters.update(gpu_hours=gpu_hours, gpus=gpus, percent=percent, utc_text=utc_text,
+                       utc_seconds=utc_seconds)
