@@ -100,8 +100,8 @@ async def audit(request: Request, subject_kind: str = "", subject: str = "", act
                                      filters, paging.cursor)
     if events.error_status == 403:
         return render(request, "error.html", who, 403, heading="Audit log: not allowed",
-                      message=f"{events.error}. The audit log is for operators and "
-                              "administrators.", current_page="audit")
+                      message=f"{events.error}; roles that may: "
+                              f"{', '.join(sorted(NAV_ROLES))}.", current_page="audit")
     next_url = None
     if events.data is not None and events.data.next_cursor:
         next_url = paging.next_url(filters, events.data.next_cursor)
