@@ -10,8 +10,10 @@ from html.parser import HTMLParser
 from itertools import pairwise
 
 import pytest
+from sqlalchemy import delete
 
 from gpufleet.settings import Settings
+from gpufleet.store.tables import AuditEvent
 from tests.web.test_sessions import sign_in
 
 PAGE_SIZE = 3
@@ -161,3 +163,12 @@ def test_signed_out_it_asks_to_sign_in_and_comes_back(client):
     reply = client.get("/ui/audit?action=user.created", follow_redirects=False)
     assert reply.status_code == 303
     assert reply.headers["location"].startswith("/ui/login?next=%2Fui%2Faudit")
+
+
+def test_an_empty_log_says_which_commands_make_changes(client, gf, admin_token):
+    sign_in(client, admin_token)
+    with gf.store.write() as session:  # the bootstrap's token is the log's one event
+        session.execute(delete(AuditEvent))
+    text = client.get("/ui/audit").text
+    assert "The audit log is empty" in text and "gpufleet audit ls" in text
+    assert "data-event-id" not in text
