@@ -8,13 +8,13 @@ from fastapi.staticfiles import StaticFiles
 
 from gpufleet.api.web import signin
 from gpufleet.api.web.page import HERE, UI, SignInRequired, templates, to_login
-from gpufleet.api.web.pages import audit, fleet
+from gpufleet.api.web.pages import audit, fleet, node, nodes
 
 STATIC_PATH = f"{UI}/static"
 # Each page module has a `router`; those with a `NAV` entry (key, label, href) are in the
 # header's navigation, in this order; a `NAV_ROLES` (a set of roles) shows the entry to
 # those roles only — say which the API grants the page's action (the page still checks).
-PAGES = [fleet, audit]
+PAGES = [fleet, nodes, node, audit]
 
 
 def install(app) -> None:
