@@ -48,7 +48,12 @@ def asked_for(request) -> str:
     return f"{request.count} × whole GPU ({models})"
 
 
+def utc_seconds(value: datetime) -> str:
+    """`utc_text` to the second, for events that follow each other within a minute."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def install(env) -> None:
     env.filters.update(gpu_hours=gpu_hours, gpus=gpus, percent=percent, utc_text=utc_text,
-                       gib=gib)
+                       gib=gib, utc_seconds=utc_seconds)
     env.filters.update(units=units, hours=hours, asked_for=asked_for)
