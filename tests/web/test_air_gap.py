@@ -12,7 +12,8 @@ from tests.web.test_sessions import sign_in
 
 PROTOCOL_RELATIVE = re.compile(r"""(?:src|href)\s*=\s*["']?//""", re.IGNORECASE)
 SIGNED_OUT_PAGES = ("/", "/ui/login")
-SIGNED_IN_PAGES = ("/ui/", "/ui/?window=1h")
+SIGNED_IN_PAGES = ("/ui/", "/ui/?window=1h", "/ui/environments", "/ui/environments/onprem-hpc",
+                   "/ui/projects", "/ui/projects/vision")
 
 
 def _check(client, path: str, fetched: set[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 
 def gpu_hours(value: float | None) -> str:
@@ -22,5 +22,27 @@ def utc_text(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def hours(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.1f} h"
+
+
+def units(value: float | None) -> str:
+    """Units of a flavour (GPUs, MIG instances; a shared flavour counts in GPUs)."""
+    return "—" if value is None else f"{value:,.4g} units"
+
+
+def duration(value: timedelta | None) -> str:
+    """How long, to the minute: `3 d 4 h`, `5 h 20 min`, `12 min`."""
+    if value is None:
+        return "—"
+    minutes = max(int(value.total_seconds() // 60), 0)
+    days, rest = divmod(minutes, 24 * 60)
+    h, m = divmod(rest, 60)
+    if days:
+        return f"{days} d {h} h"
+    return f"{h} h {m} min" if h else f"{m} min"
+
+
 def install(env) -> None:
-    env.filters.update(gpu_hours=gpu_hours, gpus=gpus, percent=percent, utc_text=utc_text)
+    env.filters.update(gpu_hours=gpu_hours, gpus=gpus, percent=percent, utc_text=utc_text,
+                       hours=hours, duration=duration, units=units)

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from gpufleet.api.web.page import (
     UI, Section, Viewer, api_url, page_status, render, section, services, viewer,
 )
+from gpufleet.api.web.pages.usage import trend_step
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
 from gpufleet.domain.operations.alert_state import AlertState
 from gpufleet.services.access.principal import Principal
@@ -75,9 +76,14 @@ def fleet_page(gf: Gpufleet, p: Principal, window: str) -> dict[str, Section]:
     """Every section of the Fleet page for this caller (the API's role model scopes each)."""
     pair = "environment,project"
     firing = AlertFilter(states=[AlertState.FIRING])
+    step = trend_step(window)
+    # One call answers both: the funnel's figures do not depend on the trend's step.
+    funnel = section(api_url("telemetry/funnel", window=window),
+                     lambda: gf.queries.funnel(p, [], None, window, step))
     return {
-        "funnel": section(api_url("telemetry/funnel", window=window),
-                           lambda: gf.queries.funnel(p, [], None, window)),
+        "funnel": funnel,
+        "trend": Section(api_url("telemetry/funnel", window=window, step=step), funnel.data,
+                         funnel.error, funnel.error_status),
         "capacity": section(api_url("fleet/summary"), lambda: gf.fleet_summary(p)),
         "matrix": section(api_url("telemetry/funnel", by=pair, window=window),
                            lambda: _matrix(gf.queries.funnel(p, pair.split(","), None,
