@@ -113,7 +113,7 @@ def test_every_api_link_answers(client, api, admin_token, fleet, path):  # noqa:
 def test_a_member_sees_only_their_projects(client, api, fleet):  # noqa: F811
     sign_in(client, fleet["member"].token)
     assert fleet["member"].get("/api/v1/projects/speech").status_code == 404
-    parsed, html = page(client, "/ui/projects/speech", 404)
+    _, html = page(client, "/ui/projects/speech", 404)
     assert "speech" in html and "role=\"alert\"" in html
     env, _ = page(client, f"/ui/environments/{ENV}?window={WINDOW}")
     assert env.rows["project"] == ["vision"]
@@ -175,8 +175,8 @@ def test_empty_states_say_what_to_do(client, api, admin_token):
         assert said in project, said
 
 
-def test_the_fleet_page_charts_its_funnel_and_refreshes_live(client, api, admin_token,  # noqa: F811
-                                                               fleet):
+def test_the_fleet_page_charts_its_funnel_and_refreshes_live(
+        client, api, admin_token, fleet):  # noqa: F811
     sign_in(client, admin_token)
     parsed, html = page(client, f"/ui/?window={WINDOW}")
     assert parsed.main.get("data-refresh-s") == "60"

@@ -4,6 +4,9 @@ duration"); the API's role model and its 400s as for the funnel itself."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from itertools import pairwise
+
 import pytest
 
 from tests.services.telemetry.test_queries import HOURS, fleet, get  # noqa: F401 (a fixture)
@@ -26,9 +29,12 @@ def test_each_step_counts_its_own_hours_and_they_add_up(api, fleet):  # noqa: F8
     assert view["fleet"]["allocation_held_hours"] == pytest.approx(2 * HOURS)
 
 
-def test_a_longer_window_is_zero_before_the_bindings_began(api, fleet):  # noqa: F811
-    trend = get(api, "funnel", window="24h", step="6h")["fleet"]["trend"]
-    assert [round(p["allocated_gpu_hours"], 6) for p in trend] == [0, 0, 0, 2 * HOURS]
+def test_steps_are_aligned_and_zero_before_the_bindings_began(api, fleet):  # noqa: F811
+    view = get(api, "funnel", window="24h", step="6h")
+    trend = view["fleet"]["trend"]
+    # [14:00, 18:00), then 6-hour steps on multiples of 6 h, the last cut at 14:00
+    assert [p["start"][11:16] for p in trend] == ["14:00", "18:00", "00:00", "06:00", "12:00"]
+    assert [round(p["allocated_gpu_hours"], 6) for p in trend] == [0, 0, 0, 6, 4]
 
 
 def test_per_row_trends_and_usage_by_project(api, fleet):  # noqa: F811
@@ -69,3 +75,25 @@ def test_the_idle_list_by_environment(api, fleet):  # noqa: F811
     assert [i["allocation"] for i in get(api, "idle", environment="onprem-hpc")["items"]] == \
         [fleet["speech"]]
     assert get(api, "idle", environment="elsewhere")["items"] == []
+
+
+@pytest.mark.parametrize("step", ["2h", "20m", "90m"])  # 90m: cut per binding, not in SQL
+def test_each_step_equals_the_funnel_over_that_step(api, fleet, step):  # noqa: F811
+    """The definition: a step's figures are the funnel's over that step, the first and
+    last cut at the window's edges."""
+    view = get(api, "funnel", by="project", window="4h30m", step=step)  # from 09:30
+    starts = [p["start"] for p in view["fleet"]["trend"]] + [view["window_end"]]
+    for b, (begin, end) in enumerate(pairwise(starts)):
+        hours = (_at(end) - _at(begin)).total_seconds() / 3600
+        alone = {r["group"]["project"]: r for r in get(
+            api, "funnel", by="project", window=f"{hours * 60:g}m", end=end)["rows"]}
+        for row in view["rows"]:
+            same = alone[row["group"]["project"]]
+            for key in KEYS:
+                assert row["trend"][b][key] == pytest.approx(same[key]), (begin, key)
+    total = sum(p["allocated_gpu_hours"] for p in view["fleet"]["trend"])
+    assert total == pytest.approx(2 * 4.5)
+
+
+def _at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -23,7 +23,10 @@ def utc_text(value: datetime) -> str:
 
 
 def hours(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.1f} h"
+    """A length of time in hours; under an hour in minutes (`0.0 h` would hide it)."""
+    if value is None:
+        return "—"
+    return f"{value:,.1f} h" if value >= 1 else f"{value * 60:.1f} min"
 
 
 def units(value: float | None) -> str:

@@ -46,7 +46,7 @@ from gpufleet.services.telemetry.ownership import (
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import SeriesResult, TelemetryStore
-from gpufleet.tsdb.masks import MaskStore, MinuteMasks, SpanColumns
+from gpufleet.tsdb.masks import MaskStore, MinuteMasks, SpanColumns, steps_fit_hours
 from gpufleet.tsdb.protocol import MINUTE_MS, OWNER_LABELS, UNIT_LABELS, from_ms, to_ms
 from gpufleet.tsdb.rollups import combine_across
 from gpufleet.wire import telemetry_queries as wt
@@ -460,7 +460,7 @@ def trend_step(start: datetime, end: datetime, step: str) -> timedelta:
     if span < timedelta(minutes=1) or span.total_seconds() % 60:
         raise InvalidInput(f"step '{step}' must be whole minutes, at least 1m",
                            code="invalid_step", details={"step": step})
-    points = math.ceil((end - start) / span)
+    points = math.ceil((end - start) / span) + 1  # aligned steps: the first may be partial
     if points > MAX_TREND_POINTS:
         raise InvalidInput(f"step '{step}' cuts the window into {points} points; at most "
                            f"{MAX_TREND_POINTS}: choose a longer step", code="step_too_small",
@@ -470,14 +470,23 @@ def trend_step(start: datetime, end: datetime, step: str) -> timedelta:
 
 def _trends(masks: MinuteMasks, done: int, slots: list[Slot], by: tuple[str, ...],
             start: datetime, end: datetime, step: timedelta) -> dict:
-    """Per funnel row key (None: the fleet): its `trend` (GPU-hours per step, counted as
-    the funnel counts them: each binding's minutes cut at the steps' edges, one tally for
-    all) and its allocations with their held hours."""
+    """Per funnel row key (None: the fleet): its `trend` — GPU-hours per step, counted as
+    the funnel counts them — and its allocations with their held hours.
+
+    Steps are aligned to multiples of `step` since the epoch (the first and last cut at
+    the window's edges), so a store with `step_tallies` counts every step from its hour
+    masks in one query over one span per binding. Otherwise (or for a step that does not
+    fit the hours) each binding is cut at the steps' edges: bindings × steps spans, one
+    tally. Allocated minutes per step come from a difference array: a binding adds its
+    weight to the steps it covers whole, minutes to the two it covers in part."""
     lo, hi, step_ms = to_ms(start), to_ms(end), int(step.total_seconds() * 1000)
-    n = max(1, -(-(hi - lo) // step_ms))
-    edges = [lo + i * step_ms for i in range(n)] + [hi]
+    base = lo // step_ms * step_ms
+    n = max(1, -(-(hi - base) // step_ms))
+    edges = [lo] + [base + i * step_ms for i in range(1, n)] + [hi]
+    in_store = hasattr(masks, "step_tallies") and steps_fit_hours(step_ms)
     key_of, keys = _slot_key(by), {}
-    allocated: dict[int, float] = defaultdict(float)  # group × n + step → weighted minutes
+    whole: dict[int, list[float]] = {}  # group → difference array of weight over steps
+    part: dict[int, float] = defaultdict(float)  # group × n + step → weighted minutes
     held: dict[int | None, dict[str, list[int]]] = defaultdict(dict)  # → [first, last] ms
     spans = SpanColumns()
     for slot in slots:
@@ -486,24 +495,53 @@ def _trends(masks: MinuteMasks, done: int, slots: list[Slot], by: tuple[str, ...
         span_lo, span_hi = _clip(slot, lo, hi)
         if span_lo >= span_hi:
             continue
-        for b in range((span_lo - lo) // step_ms, (span_hi - 1 - lo) // step_ms + 1):
-            b_lo, b_hi = max(span_lo, edges[b]), min(span_hi, edges[b + 1])
-            allocated[group * n + b] += slot.weight * _minutes(b_lo, b_hi)
-            spans.append(slot.unit, b_lo, b_hi, group * n + b, slot.weight)
+        first, last, w = (span_lo - base) // step_ms, (span_hi - 1 - base) // step_ms, \
+            slot.weight
+        if in_store:
+            spans.append(slot.unit, span_lo, span_hi, group, w)
+        else:
+            for b in range(first, last + 1):
+                spans.append(slot.unit, max(span_lo, edges[b]), min(span_hi, edges[b + 1]),
+                             group * n + b, w)
+        if first == last:
+            part[group * n + first] += w * _minutes(span_lo, span_hi)
+        else:
+            part[group * n + first] += w * _minutes(span_lo, edges[first + 1])
+            part[group * n + last] += w * _minutes(edges[last], span_hi)
+            if last > first + 1:
+                diff = whole.setdefault(group, [0.0] * (n + 1))
+                diff[first + 1] += w
+                diff[last] -= w
         for owner in (group, None):
             seen = held[owner].setdefault(slot.allocation, [span_lo, span_hi])
             seen[0], seen[1] = min(seen[0], span_lo), max(seen[1], span_hi)
-    tallies = masks.tallies(spans, lo, hi, done) if spans else {}
+    if not spans:
+        tallies = {}
+    elif in_store:
+        tallies = {group * n + (at - base) // step_ms: t for (group, at), t in
+                   masks.step_tallies(spans, lo, hi, done, step_ms).items()}
+    else:
+        tallies = masks.tallies(spans, lo, hi, done)
+    step_minutes = [_minutes(edges[b], edges[b + 1]) for b in range(n)]
+
+    def allocated(group: int) -> list[float]:
+        weight, minutes = 0.0, []
+        for b, delta in enumerate(whole.get(group, [0.0] * (n + 1))[:n]):
+            weight += delta
+            minutes.append(weight * step_minutes[b] + part.get(group * n + b, 0.0))
+        return minutes
+
+    per_group = {g: allocated(g) for g in keys.values()}
 
     def usage(groups: list[int], owner: int | None) -> dict:
         points = []
         for b in range(n):
-            counted = [(allocated.get(g * n + b, 0.0), tallies.get(g * n + b)) for g in groups]
+            counted = [t for g in groups if (t := tallies.get(g * n + b))]
             points.append(wt.FunnelPoint(
                 start=from_ms(edges[b]),
-                allocated_gpu_hours=sum(a for a, _ in counted) / 60,
-                active_gpu_hours=sum(t.active for _, t in counted if t) / 60,
-                effective_gpu_hours=sum(t.effective for _, t in counted if t) / 60))
+                allocated_gpu_hours=sum(per_group[g][b] for g in groups) / 60,
+                active_gpu_hours=sum(t.active for t in counted) / 60,
+                effective_gpu_hours=sum(t.effective for t in counted) / 60))
         spans_held = [last - first for first, last in held[owner].values()]
         return {"trend": points, "allocations": len(spans_held),
                 "allocation_held_hours": sum(spans_held) / 3_600_000}
