@@ -17,6 +17,11 @@ def percent(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f} %"
 
 
+def gib(value_bytes: float | None) -> str:
+    """Memory in GiB (the unit nvidia-smi and the CLI use)."""
+    return "—" if value_bytes is None else f"{value_bytes / 1024**3:,.1f} GiB"
+
+
 def utc_text(value: datetime) -> str:
     """What a `<time>` element shows before (or without) the local-time script."""
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -48,4 +53,4 @@ def duration(value: timedelta | None) -> str:
 
 def install(env) -> None:
     env.filters.update(gpu_hours=gpu_hours, gpus=gpus, percent=percent, utc_text=utc_text,
-                       hours=hours, duration=duration, units=units)
+                       gib=gib, hours=hours, duration=duration, units=units)

@@ -8,12 +8,12 @@ from fastapi.staticfiles import StaticFiles
 
 from gpufleet.api.web import signin
 from gpufleet.api.web.page import HERE, UI, SignInRequired, templates, to_login
-from gpufleet.api.web.pages import environments, fleet, projects
+from gpufleet.api.web.pages import environments, fleet, node, nodes, projects
 
 STATIC_PATH = f"{UI}/static"
 # Each page module has a `router`; those with a `NAV` entry (key, label, href) are in the
 # header's navigation, in this order.
-PAGES = [fleet, environments, projects]
+PAGES = [fleet, environments, projects, nodes, node]
 
 
 def install(app) -> None:
