@@ -81,8 +81,14 @@ def trend_chart(title: str, view: FunnelView, row: FunnelRow | None) -> Markup:
 
 
 def _per_hour(gpu_hours: float, start: datetime, end: datetime) -> float | None:
-    hours = (end - start).total_seconds() / 3600
-    return gpu_hours / hours if hours > 0 else None
+    """GPUs over a step: its GPU-hours over its hours as the funnel counts them — the
+    minutes starting in it — so a step cut short at the window's edge reads true."""
+    minutes = _minute_starts(end) - _minute_starts(start)
+    return gpu_hours * 60 / minutes if minutes > 0 else None
+
+
+def _minute_starts(at: datetime) -> int:
+    return -(-round(at.timestamp() * 1000) // 60_000)
 
 
 # What the templates call: the chart of a row's trend and dashboard links.
