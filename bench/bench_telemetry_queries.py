@@ -1,5 +1,6 @@
 """Telemetry queries at the API: project-average sm_active over 24 h, the funnel by project
-over 24 h, and the idle list, at 10,000 and 100,000 GPUs with 24 h of history.
+over 24 h (and its trend in 30-minute steps), and the idle list, at 10,000 and 100,000
+GPUs with 24 h of history.
 
     .venv/bin/python bench/bench_telemetry_queries.py --gpus 10000
     .venv/bin/python bench/bench_telemetry_queries.py --gpus 100000 --repeats 10
@@ -201,6 +202,10 @@ def main() -> None:
                     {"by": "project", "window": "24h"}, args.repeats)
             measure(client, token, "/api/v1/telemetry/funnel",
                     {"by": "environment", "window": "24h"}, args.repeats)
+            measure(client, token, "/api/v1/telemetry/funnel",  # the Fleet page's trend
+                    {"window": "24h", "step": "30m"}, args.repeats)
+            measure(client, token, "/api/v1/telemetry/funnel",  # an Environment page's
+                    {"by": "environment", "window": "24h", "step": "30m"}, args.repeats)
             measure(client, token, "/api/v1/telemetry/idle", {}, args.repeats)
             measure(client, token, "/api/v1/telemetry/idle", {"limit": 1000}, args.repeats)
         gf.close()

@@ -13,7 +13,9 @@ from tests.web.test_sessions import sign_in
 PROTOCOL_RELATIVE = re.compile(r"""(?:src|href)\s*=\s*["']?//""", re.IGNORECASE)
 SIGNED_OUT_PAGES = ("/", "/ui/login")
 SIGNED_IN_PAGES = ("/ui/", "/ui/?window=1h", "/ui/nodes", "/ui/nodes/node-1", "/ui/requests",
-                   "/ui/requests/new", "/ui/pools", "/ui/requests/GR-1001", "/ui/audit")
+                   "/ui/requests/new", "/ui/pools", "/ui/requests/GR-1001", "/ui/audit",
+                   "/ui/environments", "/ui/environments/onprem-hpc", "/ui/projects",
+                   "/ui/projects/vision")
 # Pages the Node page links that other parts of issue 15 build; fetched once they exist.
 NOT_BUILT_YET = ("/ui/gpus/",)
 

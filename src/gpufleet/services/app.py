@@ -247,6 +247,10 @@ class Gpufleet:
         with self.store.read() as session:
             return environments.list_environments(session, principal, cursor, limit)
 
+    def show_environment(self, principal: Principal, name: str) -> wi.EnvironmentView:
+        with self.store.read() as session:
+            return environments.show_environment(session, principal, name)
+
     def create_join_tokens(self, principal: Principal,
                            body: wi.JoinTokenCreate) -> wi.JoinTokensIssued:
         with self.store.write() as session:

@@ -42,8 +42,10 @@ from gpufleet.tsdb.masks import (
     UTIL,
     SlotSpan,
     SpanColumns,
+    Tally,
     TallyRows,
     signal_role,
+    steps_fit_hours,
 )
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SeriesLabels
 
@@ -265,6 +267,51 @@ class DuckDBMinuteMasks:
                                 ELSE 0 END), 0)::DOUBLE {last}
             FROM j GROUP BY grp"""
         return TallyRows(self._read(lambda cur: cur.execute(sql, params).fetchall()))
+
+    def step_tallies(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int, done_ms: int,
+                     step_ms: int) -> dict[tuple[int, int], Tally]:
+        """`tallies` per group and step, in one query: keyed (group, the step's start), the
+        steps aligned to multiples of `step_ms` since the epoch. `step_ms` is whole hours
+        or divides an hour (masks.steps_fit_hours), so each step is whole hours or one
+        part of an hour's mask. No `last_active`; the sm_active sum is not split."""
+        hi_ms = min(hi_ms, done_ms)
+        if not spans or lo_ms >= hi_ms:
+            return {}
+        assert steps_fit_hours(step_ms), step_ms
+        if isinstance(spans, SpanColumns):
+            units, los, his, groups, weights = (spans.units, spans.lo_ms, spans.hi_ms,
+                                                spans.groups, spans.weights)
+        else:
+            units, los, his, groups, weights = zip(*spans, strict=True)
+        params = [list(map(self._units.get, units)), list(los), list(his), list(groups),
+                  list(weights)]
+        parts = max(HOUR_MS // step_ms, 1)  # steps in an hour (1: the hour is in one step)
+        minutes = 60 // parts
+        start = (f"hour_ms // {step_ms} * {step_ms}" if step_ms >= HOUR_MS
+                 else f"hour_ms + k * {step_ms}")
+        part = f"(rm & (((1::UBIGINT << {minutes}) - 1) << (k * {minutes})))"
+        rm = _range_mask("s.lo_ms", "s.hi_ms")
+        sql = f"""WITH s AS (SELECT * FROM (
+                      SELECT unnest($1::INTEGER[]) AS unit_id,
+                             greatest(unnest($2::BIGINT[]), {int(lo_ms)}) AS lo_ms,
+                             least(unnest($3::BIGINT[]), {int(hi_ms)}) AS hi_ms,
+                             unnest($4::INTEGER[]) AS grp, unnest($5::DOUBLE[]) AS w)
+                      WHERE unit_id IS NOT NULL AND lo_ms < hi_ms),
+            a AS (SELECT unit_id, hour_ms, {_ACT_KNOWN} AS known, {_ACT_HOT} AS hot,
+                         sm_hot FROM ({self._rows(lo_ms, hi_ms)})),
+            j AS (SELECT s.grp, s.w, a.hour_ms, a.known, a.hot, a.sm_hot,
+                         {rm.replace("hour_ms", "a.hour_ms")} AS rm
+                  FROM s JOIN a ON a.unit_id = s.unit_id
+                   AND a.hour_ms > s.lo_ms - {HOUR_MS} AND a.hour_ms < s.hi_ms),
+            p AS (SELECT grp, w, hot, sm_hot, known, {start} AS step_ms, {part} AS pm
+                  FROM j, range(0, {parts}) AS t(k))
+            SELECT grp, step_ms, coalesce(sum(w * bit_count(pm & hot)), 0)::DOUBLE,
+                   coalesce(sum(w * bit_count(pm & hot & sm_hot)), 0)::DOUBLE,
+                   coalesce(sum(w * bit_count(pm & known)), 0)::DOUBLE
+            FROM p WHERE pm <> 0 GROUP BY grp, step_ms"""
+        rows = self._read(lambda cur: cur.execute(sql, params).fetchall())
+        return {(grp, at): Tally(active, effective, known, 0.0, None)
+                for grp, at, active, effective, known in rows}
 
     def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int,
                           done_ms: int) -> dict[tuple, int]:

@@ -21,7 +21,7 @@ from gpufleet.domain.telemetry.funnel import (
     activity_signal,
     architecture_of_model,
 )
-from gpufleet.tsdb.protocol import SeriesLabels
+from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SeriesLabels
 
 UnitKey = tuple[str, str | None]  # (gpu_uuid, mig_uuid)
 
@@ -43,6 +43,12 @@ def signal_role(metric: str, mig_uuid: str | None, model: str) -> int | None:
     signal = activity_signal(metric, is_mig=mig_uuid is not None,
                              architecture=architecture_of_model(model))
     return None if signal is None else _ROLES[signal]
+
+
+def steps_fit_hours(step_ms: int) -> bool:
+    """Steps a store can count from its hour masks alone (`step_tallies`): whole hours, or
+    whole minutes that divide an hour (so a step never straddles two hours' masks)."""
+    return step_ms % HOUR_MS == 0 or (step_ms % MINUTE_MS == 0 and HOUR_MS % step_ms == 0)
 
 
 class Tally(NamedTuple):

@@ -67,6 +67,15 @@ class UnitSnapshotView(View):
     workload_claims: list[dict[str, str]] = []
 
 
+class FunnelPoint(View):
+    """One step of a funnel's trend: its GPU-hours in [start, start + step)."""
+
+    start: datetime
+    allocated_gpu_hours: float
+    active_gpu_hours: float
+    effective_gpu_hours: float
+
+
 class FunnelRow(View):
     group: dict[str, str | None]
     total_gpu_hours: float | None  # inventory (not retired); None when grouped by owner
@@ -77,6 +86,11 @@ class FunnelRow(View):
     effective_gpu_hours: float
     unknown_gpu_hours: float  # allocated, activity unknown
     efficiency_percent: float | None
+    # Asked for with `step` (else null): the trend, and the allocations that held units
+    # in the window with their held hours (first binding start to last end, in the window).
+    trend: list[FunnelPoint] | None = None
+    allocations: int | None = None
+    allocation_held_hours: float | None = None
 
 
 class FunnelView(View):
@@ -87,6 +101,7 @@ class FunnelView(View):
     effective_sm_active_percent: float
     rows: list[FunnelRow]
     fleet: FunnelRow
+    step_s: float | None = None  # the trend's step, when asked for
 
 
 class IdleAllocation(View):

@@ -70,23 +70,26 @@ def funnel(
                                                   "allocation"),
     window: str = Query(default="24h"),
     end: datetime | None = None,
+    step: str | None = Query(default=None, description="`1h`: each row's trend in steps "
+                                                       "of this length, and its allocations"),
     p: Principal = Depends(principal),
     gf: Gpufleet = Depends(services),
 ):
     """Total / allocated / active / effective GPU-hours over the window (docs/design.md, "Funnel and
     activity")."""
-    return gf.queries.funnel(p, _by(by), end, window)
+    return gf.queries.funnel(p, _by(by), end, window, step)
 
 
 @router.get("/idle", response_model=wt.IdleList)
-def idle(held_only: bool = False, project: str | None = None, cursor: str | None = None,
+def idle(held_only: bool = False, project: str | None = None,
+         environment: str | None = None, cursor: str | None = None,
          limit: int | None = None, p: Principal = Depends(principal),
          gf: Gpufleet = Depends(services)):
     """Allocated units idle for the whole idle window; `held_only`: those holding memory.
     Paged like the other listings (`limit`, then `cursor=next_cursor`), longest idle first;
     `unknown` counts the whole list's units whose activity is unknown."""
-    return gf.queries.idle(p, held_only=held_only, project=project, cursor=cursor,
-                           limit=page_limit(limit, gf))
+    return gf.queries.idle(p, held_only=held_only, project=project, environment=environment,
+                           cursor=cursor, limit=page_limit(limit, gf))
 
 
 @router.get("/zombies", response_model=list[wt.ZombieProcess])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 
 def gpu_hours(value: float | None) -> str:
@@ -27,15 +27,31 @@ def utc_text(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def hours(value: float | None) -> str:
+    """A length of time in hours; under an hour in minutes (`0.0 h` would hide it)."""
+    if value is None:
+        return "—"
+    return f"{value:,.1f} h" if value >= 1 else f"{value * 60:.1f} min"
+
+
 def units(value: float | None) -> str:
     """A count of units (GPUs, MIG instances; shared flavours in GPUs' worth)."""
     if value is None:
         return "—"
-    return f"{value:,.0f} units" if float(value).is_integer() else f"{value:,.2f} units"
+    text = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
+    return f"{text} unit" if value == 1 else f"{text} units"
 
 
-def hours(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds / 3600:,.1f} h"
+def duration(value: timedelta | None) -> str:
+    """How long, to the minute: `3 d 4 h`, `5 h 20 min`, `12 min`."""
+    if value is None:
+        return "—"
+    minutes = max(int(value.total_seconds() // 60), 0)
+    days, rest = divmod(minutes, 24 * 60)
+    h, m = divmod(rest, 60)
+    if days:
+        return f"{days} d {h} h"
+    return f"{h} h {m} min" if h else f"{m} min"
 
 
 def asked_for(request) -> str:
@@ -55,5 +71,5 @@ def utc_seconds(value: datetime) -> str:
 
 def install(env) -> None:
     env.filters.update(gpu_hours=gpu_hours, gpus=gpus, percent=percent, utc_text=utc_text,
-                       gib=gib, utc_seconds=utc_seconds)
-    env.filters.update(units=units, hours=hours, asked_for=asked_for)
+                       gib=gib, utc_seconds=utc_seconds, hours=hours, duration=duration,
+                       units=units, asked_for=asked_for)

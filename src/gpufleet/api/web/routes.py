@@ -8,14 +8,24 @@ from fastapi.staticfiles import StaticFiles
 
 from gpufleet.api.web import signin
 from gpufleet.api.web.page import HERE, UI, SignInRequired, templates, to_login
-from gpufleet.api.web.pages import audit, fleet, node, nodes, pools, request_form, requests
+from gpufleet.api.web.pages import (
+    audit,
+    environments,
+    fleet,
+    node,
+    nodes,
+    pools,
+    projects,
+    request_form,
+    requests,
+)
 
 STATIC_PATH = f"{UI}/static"
 # Each page module has a `router`; those with a `NAV` entry (key, label, href) are in the
 # header's navigation, in this order; a `NAV_ROLES` (a set of roles) shows the entry to
 # those roles only — say which the API grants the page's action (the page still checks).
 # request_form comes before requests: /requests/new is not a request's code.
-PAGES = [fleet, nodes, node, request_form, requests, pools, audit]
+PAGES = [fleet, environments, projects, nodes, node, request_form, requests, pools, audit]
 
 
 def install(app) -> None:

@@ -60,8 +60,20 @@ def list_environments(session: Session, principal: Principal, cursor: str | None
                       limit: int) -> Page[EnvironmentView]:
     principal.require(Action.READ_INVENTORY)
     rows, next_cursor = keyset_page(session, select(Environment), _BY_NAME, cursor, limit)
-    ids = [environment.id for (environment,) in rows]
-    # Counted as the fleet summary counts: retired nodes and GPUs are no longer in the fleet.
+    return Page[EnvironmentView](items=_counted(session, [e for (e,) in rows]),
+                                 next_cursor=next_cursor)
+
+
+def show_environment(session: Session, principal: Principal, name: str) -> EnvironmentView:
+    """One environment as the listing shows it (404 `not_found` when there is none)."""
+    principal.require(Action.READ_INVENTORY)
+    return _counted(session, [get_environment(session, name)])[0]
+
+
+def _counted(session: Session, found: list[Environment]) -> list[EnvironmentView]:
+    """Views with node and GPU counts, counted as the fleet summary counts: retired nodes
+    and GPUs are no longer in the fleet."""
+    ids = [environment.id for environment in found]
     node_counts = dict(session.execute(
         select(Node.environment_id, func.count())
         .where(Node.status != "retired", Node.environment_id.in_(ids))
@@ -70,9 +82,7 @@ def list_environments(session: Session, principal: Principal, cursor: str | None
         select(Gpu.environment_id, func.count())
         .where(Gpu.status != "retired", Gpu.environment_id.in_(ids))
         .group_by(Gpu.environment_id)).all())
-    return Page[EnvironmentView](
-        items=[_view(e, node_counts.get(e.id, 0), gpu_counts.get(e.id, 0)) for (e,) in rows],
-        next_cursor=next_cursor)
+    return [_view(e, node_counts.get(e.id, 0), gpu_counts.get(e.id, 0)) for e in found]
 
 
 def create_join_tokens(session: Session, principal: Principal, body: JoinTokenCreate,

@@ -46,7 +46,7 @@ from gpufleet.services.telemetry.ownership import (
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import SeriesResult, TelemetryStore
-from gpufleet.tsdb.masks import MaskStore, MinuteMasks, SpanColumns
+from gpufleet.tsdb.masks import MaskStore, MinuteMasks, SpanColumns, steps_fit_hours
 from gpufleet.tsdb.protocol import MINUTE_MS, OWNER_LABELS, UNIT_LABELS, from_ms, to_ms
 from gpufleet.tsdb.rollups import combine_across
 from gpufleet.wire import telemetry_queries as wt
@@ -189,8 +189,10 @@ class TelemetryQueries:
     # --- the funnel ----------------------------------------------------------------------
 
     def funnel(self, principal: Principal, group_by: list[str] | None = None,
-               window_end: datetime | None = None, window: str | None = None) -> wt.FunnelView:
-        """Total / allocated / active / effective GPU-hours over the window, per group."""
+               window_end: datetime | None = None, window: str | None = None,
+               step: str | None = None) -> wt.FunnelView:
+        """Total / allocated / active / effective GPU-hours over the window, per group;
+        with `step`, each row's trend in steps of that length and its allocations' usage."""
         principal.require(Action.READ_INVENTORY)
         by = tuple(group_by or ())
         for name in by:
@@ -200,6 +202,7 @@ class TelemetryQueries:
                                    details={"label": name, "allowed": list(FUNNEL_LABELS)})
         masks = self.masks  # a store without them: 503 before any work
         start, end = self._funnel_window(window_end, window)
+        step_span = None if step is None else trend_step(start, end, step)
         scoped = principal.visible_projects is not None
         with self.state.read() as session:
             slots = read_slots(session, principal, start, end, cache=self.slot_cache)
@@ -217,13 +220,16 @@ class TelemetryQueries:
         if fleet_total is not None:
             reported = masks.reporting_minutes((), to_ms(start), to_ms(end), done).get((), 0)
             fleet.reporting_gpu_hours = reported / MINUTES_PER_HOUR
+        usage = {} if step_span is None else \
+            _trends(masks, done, slots, by, start, end, step_span)
         return wt.FunnelView(
             window_start=start, window_end=end, by=list(by),
             activity_threshold_percent=self.thresholds.activity_percent,
             effective_sm_active_percent=self.thresholds.effective_sm_active_percent,
-            rows=[_funnel_row(dict(zip(by, key, strict=True)), f)
+            rows=[_funnel_row(dict(zip(by, key, strict=True)), f, usage.get(key, _NO_USAGE))
                   for key, f in sorted(rows.items(), key=lambda kv: [str(v) for v in kv[0]])],
-            fleet=_funnel_row({}, fleet))
+            fleet=_funnel_row({}, fleet, usage.get(None, _NO_USAGE)),
+            step_s=None if step_span is None else step_span.total_seconds())
 
     def _funnel_window(self, window_end: datetime | None,
                        window: str | None) -> tuple[datetime, datetime]:
@@ -277,15 +283,17 @@ class TelemetryQueries:
     # --- idleness ------------------------------------------------------------------------
 
     def idle(self, principal: Principal, *, held_only: bool = False,
-             project: str | None = None, cursor: str | None = None,
-             limit: int | None = None, window_minutes: int | None = None) -> wt.IdleList:
+             project: str | None = None, environment: str | None = None,
+             cursor: str | None = None, limit: int | None = None,
+             window_minutes: int | None = None) -> wt.IdleList:
         """Allocations whose units stayed below the activity threshold for the whole idle
         window, judged on the rolled-up minutes up to now; idle-held ones hold memory.
 
         Ordered by (idle since, allocation, GPU, MIG instance) and paged by that key
         (`limit` None: every item): the verdicts are worked out for every candidate (they
         are counted in aggregate), but only a page's items are built and sent.
-        `window_minutes`: another idle window than the setting's (a reclamation policy's)."""
+        `window_minutes`: another idle window than the setting's (a reclamation policy's);
+        `project`, `environment`: only allocations of that project, units in that environment."""
         principal.require(Action.READ_INVENTORY)
         masks = self.masks  # a store without them: 503 before any work
         after = idle_cursor(cursor) if cursor is not None else None
@@ -297,7 +305,8 @@ class TelemetryQueries:
             slots = [s for s in read_slots(session, principal, now - IDLE_LOOKBACK, now,
                                            projects=[project] if project else None,
                                            cache=self.slot_cache)
-                     if s.end is None or s.end > now]
+                     if (s.end is None or s.end > now)
+                     and (environment is None or s.environment == environment)]
         done = min(masks.refresh(), to_ms(now))
         lo = done - int(window.total_seconds() * 1000)
         spans = SpanColumns()  # columns, no object per binding (see SpanColumns)
@@ -427,7 +436,7 @@ def _minutes(lo_ms: int, hi_ms: int) -> int:
     return max(0, -(-hi_ms // MINUTE_MS) - -(-lo_ms // MINUTE_MS))
 
 
-def _funnel_row(group: dict, f: Funnel) -> wt.FunnelRow:
+def _funnel_row(group: dict, f: Funnel, usage: dict | None = None) -> wt.FunnelRow:
     return wt.FunnelRow(group=group, total_gpu_hours=f.total_gpu_hours,
                         reporting_gpu_hours=f.reporting_gpu_hours,
                         silent_gpu_hours=f.silent_gpu_hours,
@@ -435,7 +444,111 @@ def _funnel_row(group: dict, f: Funnel) -> wt.FunnelRow:
                         active_gpu_hours=f.active_gpu_hours,
                         effective_gpu_hours=f.effective_gpu_hours,
                         unknown_gpu_hours=f.unknown_gpu_hours,
-                        efficiency_percent=f.efficiency_percent)
+                        efficiency_percent=f.efficiency_percent, **(usage or {}))
+
+
+# --- the funnel's trend ------------------------------------------------------------------
+
+MAX_TREND_POINTS = 500
+_NO_USAGE: dict = {}
+
+
+def trend_step(start: datetime, end: datetime, step: str) -> timedelta:
+    """The trend's step: whole minutes (the masks' resolution), at most MAX_TREND_POINTS
+    of them in the window; else a 400 naming `step`."""
+    span = parse_duration(step, name="step")
+    if span < timedelta(minutes=1) or span.total_seconds() % 60:
+        raise InvalidInput(f"step '{step}' must be whole minutes, at least 1m",
+                           code="invalid_step", details={"step": step})
+    points = math.ceil((end - start) / span) + 1  # aligned steps: the first may be partial
+    if points > MAX_TREND_POINTS:
+        raise InvalidInput(f"step '{step}' cuts the window into {points} points; at most "
+                           f"{MAX_TREND_POINTS}: choose a longer step", code="step_too_small",
+                           details={"step": step, "points": points})
+    return span
+
+
+def _trends(masks: MinuteMasks, done: int, slots: list[Slot], by: tuple[str, ...],
+            start: datetime, end: datetime, step: timedelta) -> dict:
+    """Per funnel row key (None: the fleet): its `trend` — GPU-hours per step, counted as
+    the funnel counts them — and its allocations with their held hours.
+
+    Steps are aligned to multiples of `step` since the epoch (the first and last cut at
+    the window's edges), so a store with `step_tallies` counts every step from its hour
+    masks in one query over one span per binding. Otherwise (or for a step that does not
+    fit the hours) each binding is cut at the steps' edges: bindings × steps spans, one
+    tally. Allocated minutes per step come from a difference array: a binding adds its
+    weight to the steps it covers whole, minutes to the two it covers in part."""
+    lo, hi, step_ms = to_ms(start), to_ms(end), int(step.total_seconds() * 1000)
+    base = lo // step_ms * step_ms
+    n = max(1, -(-(hi - base) // step_ms))
+    edges = [lo] + [base + i * step_ms for i in range(1, n)] + [hi]
+    in_store = hasattr(masks, "step_tallies") and steps_fit_hours(step_ms)
+    key_of, keys = _slot_key(by), {}
+    whole: dict[int, list[float]] = {}  # group → difference array of weight over steps
+    part: dict[int, float] = defaultdict(float)  # group × n + step → weighted minutes
+    held: dict[int | None, dict[str, list[int]]] = defaultdict(dict)  # → [first, last] ms
+    spans = SpanColumns()
+    for slot in slots:
+        key = key_of(slot)
+        group = keys.setdefault(key if len(by) != 1 else (key,), len(keys))
+        span_lo, span_hi = _clip(slot, lo, hi)
+        if span_lo >= span_hi:
+            continue
+        first, last, w = (span_lo - base) // step_ms, (span_hi - 1 - base) // step_ms, \
+            slot.weight
+        if in_store:
+            spans.append(slot.unit, span_lo, span_hi, group, w)
+        else:
+            for b in range(first, last + 1):
+                spans.append(slot.unit, max(span_lo, edges[b]), min(span_hi, edges[b + 1]),
+                             group * n + b, w)
+        if first == last:
+            part[group * n + first] += w * _minutes(span_lo, span_hi)
+        else:
+            part[group * n + first] += w * _minutes(span_lo, edges[first + 1])
+            part[group * n + last] += w * _minutes(edges[last], span_hi)
+            if last > first + 1:
+                diff = whole.setdefault(group, [0.0] * (n + 1))
+                diff[first + 1] += w
+                diff[last] -= w
+        for owner in (group, None):
+            seen = held[owner].setdefault(slot.allocation, [span_lo, span_hi])
+            seen[0], seen[1] = min(seen[0], span_lo), max(seen[1], span_hi)
+    if not spans:
+        tallies = {}
+    elif in_store:
+        tallies = {group * n + (at - base) // step_ms: t for (group, at), t in
+                   masks.step_tallies(spans, lo, hi, done, step_ms).items()}
+    else:
+        tallies = masks.tallies(spans, lo, hi, done)
+    step_minutes = [_minutes(edges[b], edges[b + 1]) for b in range(n)]
+
+    def allocated(group: int) -> list[float]:
+        weight, minutes = 0.0, []
+        for b, delta in enumerate(whole.get(group, [0.0] * (n + 1))[:n]):
+            weight += delta
+            minutes.append(weight * step_minutes[b] + part.get(group * n + b, 0.0))
+        return minutes
+
+    per_group = {g: allocated(g) for g in keys.values()}
+
+    def usage(groups: list[int], owner: int | None) -> dict:
+        points = []
+        for b in range(n):
+            counted = [t for g in groups if (t := tallies.get(g * n + b))]
+            points.append(wt.FunnelPoint(
+                start=from_ms(edges[b]),
+                allocated_gpu_hours=sum(per_group[g][b] for g in groups) / 60,
+                active_gpu_hours=sum(t.active for t in counted) / 60,
+                effective_gpu_hours=sum(t.effective for t in counted) / 60))
+        spans_held = [last - first for first, last in held[owner].values()]
+        return {"trend": points, "allocations": len(spans_held),
+                "allocation_held_hours": sum(spans_held) / 3_600_000}
+
+    found = {key: usage([g], g) for key, g in keys.items()}
+    found[None] = usage(list(keys.values()), None)
+    return found
 
 
 def _regroup(results: list[SeriesResult], by: list[str], profiles: dict[str, str],

@@ -20,6 +20,7 @@ from gpufleet.api.web.page import (
     services,
     viewer,
 )
+from gpufleet.api.web.pages.usage import trend_step
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
 from gpufleet.domain.operations.alert_state import AlertState
 from gpufleet.services.access.principal import Principal
@@ -83,13 +84,16 @@ def fleet_page(gf: Gpufleet, p: Principal, window: str) -> dict[str, Section]:
     """Every section of the Fleet page for this caller (the API's role model scopes each)."""
     pair = "environment,project"
     firing = AlertFilter(states=[AlertState.FIRING])
-    # One funnel for two sections: the grouped funnel's fleet line is the ungrouped one's
-    # (its rows summed, the total and reporting hours the inventory's), and each funnel is
-    # most of the page's time at 100,000 GPUs (BENCHMARKS.md, "Dashboard pages").
+    step = trend_step(window)
+    # One funnel for three sections: the grouped funnel's fleet line is the ungrouped one's
+    # (its rows summed, the total and reporting hours the inventory's) and carries the
+    # fleet's trend; each funnel is most of the page's time at 100,000 GPUs (BENCHMARKS.md,
+    # "Dashboard pages"). The links name the API call each section's figures equal.
     by_pair = section(api_url("telemetry/funnel", by=pair, window=window),
-                      lambda: gf.queries.funnel(p, pair.split(","), None, window))
+                      lambda: gf.queries.funnel(p, pair.split(","), None, window, step))
     return {
         "funnel": replace(by_pair, api=api_url("telemetry/funnel", window=window)),
+        "trend": replace(by_pair, api=api_url("telemetry/funnel", window=window, step=step)),
         "capacity": section(api_url("fleet/summary"), lambda: gf.fleet_summary(p)),
         "matrix": by_pair if by_pair.error else replace(by_pair, data=_matrix(by_pair.data)),
         "health": section(api_url("gpus", health="quarantined"), lambda: {

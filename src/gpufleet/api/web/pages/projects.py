@@ -1,0 +1,103 @@
+"""The Projects list and one project's page: GPUs held over time, activity, usage, where it
+holds GPUs, quotas, pools, requests and idle allocations — each from the service call its
+API endpoint makes, with the viewer's principal, so a member sees only their own projects
+(docs/dashboard.md, "Project")."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from gpufleet.api.web.page import (
+    UI,
+    Section,
+    Viewer,
+    api_url,
+    page_status,
+    render,
+    section,
+    services,
+    viewer,
+)
+from gpufleet.api.web.pages.usage import IDLE_SHOWN, row_of, trend_step, usage
+from gpufleet.services.access.principal import Principal
+from gpufleet.services.app import Gpufleet
+
+NAV = ("projects", "Projects", f"{UI}/projects")
+DEFAULT_WINDOW = "24h"
+SHOWN = 20  # pools and requests: the newest (requests) or oldest (pools) of them
+
+
+def list_page(gf: Gpufleet, p: Principal, window: str,
+              cursor: str | None) -> dict[str, Section]:
+    limit = gf.settings.page_size_default
+    return {
+        "projects": section(api_url("projects", cursor=cursor, limit=limit),
+                            lambda: gf.list_projects(p, cursor, limit)),
+        "held": section(api_url("telemetry/funnel", by="project", window=window),
+                        lambda: {row.group["project"]: usage(view, row)
+                                 for view in [gf.queries.funnel(p, ["project"], None, window)]
+                                 for row in view.rows}),
+    }
+
+
+def project_page(gf: Gpufleet, p: Principal, name: str, window: str) -> dict[str, Section]:
+    step = trend_step(window)
+    pair = "project,environment"
+
+    def funnel():
+        view = gf.queries.funnel(p, ["project"], None, window, step)
+        row = row_of(view, project=name)
+        return {"view": view, "row": row, "usage": usage(view, row) if row else None}
+
+    def environments():
+        view = gf.queries.funnel(p, pair.split(","), None, window)
+        return [(row.group["environment"], usage(view, row)) for row in view.rows
+                if row.group["project"] == name]
+
+    lc, quoted = gf.lifecycle, quote(name, safe="")
+    return {
+        "project": section(api_url(f"projects/{quoted}"), lambda: gf.show_project(p, name)),
+        "funnel": section(api_url("telemetry/funnel", by="project", window=window, step=step),
+                          funnel),
+        "environments": section(api_url("telemetry/funnel", by=pair, window=window),
+                                environments),
+        "quotas": section(api_url(f"projects/{quoted}/quotas"),
+                          lambda: lc.project_quotas(p, name)),
+        "pools": section(api_url("pools", project=name, limit=SHOWN),
+                         lambda: lc.list_pools(p, project=name, state=None, cursor=None,
+                                               limit=SHOWN)),
+        "requests": section(api_url("requests", project=name, limit=SHOWN),
+                            lambda: lc.list_requests(p, state=None, project=name, cursor=None,
+                                                     limit=SHOWN)),
+        "idle": section(api_url("telemetry/idle", project=name, limit=IDLE_SHOWN),
+                        lambda: gf.queries.idle(p, project=name, limit=IDLE_SHOWN)),
+    }
+
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get(f"{UI}/projects")
+async def projects(request: Request, window: str = DEFAULT_WINDOW, cursor: str | None = None,
+                   who: Viewer = Depends(viewer)) -> Response:
+    sections = await run_in_threadpool(list_page, services(request), who.principal, window,
+                                       cursor)
+    return render(request, "projects.html", who, page_status(sections), sections=sections,
+                  window=window, current_page="projects")
+
+
+@router.get(f"{UI}/projects/{{name}}")
+async def project(request: Request, name: str, window: str = DEFAULT_WINDOW,
+                  who: Viewer = Depends(viewer)) -> Response:
+    sections = await run_in_threadpool(project_page, services(request), who.principal, name,
+                                       window)
+    found = sections["project"]
+    if found.error_status == 404:  # the API's answer for another's project, too
+        return render(request, "error.html", who, 404, heading="No such project",
+                      message=found.error)
+    return render(request, "project.html", who, page_status(sections), sections=sections,
+                  subject=name, window=window, current_page="projects")
