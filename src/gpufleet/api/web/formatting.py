@@ -17,6 +17,18 @@ def percent(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f} %"
 
 
+def gib(value: float | None) -> str:
+    """Bytes as GiB, the unit the dashboard says memory in."""
+    return "—" if value is None else f"{value / 1024**3:,.1f} GiB"
+
+
+def quantity(value: float | None, unit: str) -> str:
+    """A chart's reading in its unit (`%`, `GiB`, `W`, `°C`, `MHz`, `errors`)."""
+    if value is None:
+        return "—"
+    return f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:,.3g} {unit}"
+
+
 def utc_text(value: datetime) -> str:
     """What a `<time>` element shows before (or without) the local-time script."""
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -24,3 +36,4 @@ def utc_text(value: datetime) -> str:
 
 def install(env) -> None:
     env.filters.update(gpu_hours=gpu_hours, gpus=gpus, percent=percent, utc_text=utc_text)
+    env.filters.update(gib=gib, quantity=quantity)

@@ -8,12 +8,12 @@ from fastapi.staticfiles import StaticFiles
 
 from gpufleet.api.web import signin
 from gpufleet.api.web.page import HERE, UI, SignInRequired, templates, to_login
-from gpufleet.api.web.pages import fleet
+from gpufleet.api.web.pages import fleet, gpu
 
 STATIC_PATH = f"{UI}/static"
 # Each page module has a `router`; those with a `NAV` entry (key, label, href) are in the
 # header's navigation, in this order.
-PAGES = [fleet]
+PAGES = [fleet, gpu]
 
 
 def install(app) -> None:
