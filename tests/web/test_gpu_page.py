@@ -5,7 +5,7 @@ bad input is a 4xx naming it (docs/dashboard.md, "GPU")."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from html.parser import HTMLParser
 
 import pytest
@@ -86,13 +86,18 @@ def test_each_reading_equals_the_api_for_the_same_range(client, api, admin_token
     assert page.data["latest-memory-0"] == pytest.approx(40.0)
 
 
-def test_seven_days_ask_the_store_for_hourly_points(client, api, admin_token,
-                                                    fleet):  # noqa: F811
+@pytest.mark.parametrize(("range_", "step_s"), [("1h", 60), ("6h", 120), ("24h", 300),
+                                               ("7d", 2400), ("30d", 10800)])
+def test_each_range_asks_for_at_most_300_points(client, api, admin_token, fleet,  # noqa: F811
+                                                range_, step_s):
     sign_in(client, admin_token)
-    _, page = page_of(client, f"/ui/gpus/{fleet['busy']}?range=7d")
+    _, page = page_of(client, f"/ui/gpus/{fleet['busy']}?range={range_}")
     link = page.chart_links["sm"][0]
-    assert "step=3600s" in link
-    assert api.get(link).json()["step_s"] == 3600
+    assert f"step={step_s}s" in link
+    answer = api.get(link).json()
+    assert answer["step_s"] == step_s
+    span = (datetime.fromisoformat(answer["end"]) - datetime.fromisoformat(answer["start"]))
+    assert span.total_seconds() / step_s <= MAX_POINTS
 
 
 def test_the_allocation_history_equals_the_bindings_listing(client, api, admin_token, gf,

@@ -23,7 +23,10 @@ from gpufleet.wire.telemetry_queries import RangeQueryResult
 PRESETS = ("1h", "6h", "24h", "7d")
 DEFAULT_RANGE = "1h"
 MAX_POINTS = 300  # per chart: enough for a 720-pixel-wide line
-STEPS_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+# Round steps. 40 minutes is there for 7 days (252 points): a step of an hour or more
+# makes a member's query mix hourly and minute rows through their bindings
+# (tsdb/mixed_tiers.py), which pays off over many GPUs but costs one GPU ~5× a minute read.
+STEPS_S = (60, 120, 300, 600, 900, 1800, 2400, 3600, 7200, 10800, 21600, 43200, 86400)
 GIB = 1024**3
 
 
