@@ -23,9 +23,9 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from bench_telemetry_queries import ENVIRONMENTS, METRICS, NOW, load_state, load_telemetry
 from fastapi.testclient import TestClient
 
+from bench_telemetry_queries import ENVIRONMENTS, METRICS, NOW, load_state, load_telemetry
 from gpufleet.api.app import create_app
 from gpufleet.api.web.pages.gpu_charts import GROUPS
 from gpufleet.clock import ManualClock

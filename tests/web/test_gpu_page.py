@@ -107,7 +107,7 @@ def test_the_allocation_history_equals_the_bindings_listing(client, api, admin_t
         project="speech", count=1, models=["H100-80GB"])).code, None)
     sign_in(client, admin_token)
     held = again.units[0].gpu_uuid
-    response, page = page_of(client, f"/ui/gpus/{held}")
+    _, page = page_of(client, f"/ui/gpus/{held}")
     listing = api.get(f"/api/v1/gpus/{held}/bindings").json()["items"]
     assert page.bindings == [b["allocation"] for b in listing]
     assert len(listing) >= 1 and listing[0]["ended_at"] is None
@@ -150,8 +150,8 @@ def test_the_page_has_no_action_for_anyone(client, admin_token, fleet, role):  #
     ("start=2026-11-02T12:00Z&end=2026-11-02T10:00Z", 400, "start must be before end"),
     ("end=2026-11-02T10:00Z", 400, "end needs a start"),
 ])
-def test_bad_input_is_a_4xx_that_names_it(client, admin_token, fleet, query, status,
-                                          named):  # noqa: F811
+def test_bad_input_is_a_4xx_that_names_it(client, admin_token, fleet,  # noqa: F811
+                                          query, status, named):
     sign_in(client, admin_token)
     response = client.get(f"/ui/gpus/{fleet['busy']}?{query}")
     assert response.status_code == status
@@ -205,7 +205,7 @@ def test_a_silent_unbound_gpu_says_what_to_do(client, admin_token, fleet):  # no
 @pytest.fixture
 def mig_gpu(api, gf, clock):
     """An H100 in MIG mode with two 1g.10gb instances, one bound, each reporting activity
-    beside the GPU's own for an hour."""
+    beside the GPU's own for an hour (and one instance of an earlier layout, once)."""
     api.post("/api/v1/environments", json={"name": "onprem-slicing", "kind": "onprem"})
     body = registration(7, gpus=0)
     body["gpus"] = [gpu(7, 0, mig_enabled=True, mig_instances=[
@@ -222,7 +222,9 @@ def mig_gpu(api, gf, clock):
     gf.telemetry.write([
         Sample(series("gpu.gr_engine_active", uuid, mig, **attrs),
                start + timedelta(minutes=m, seconds=30), value)
-        for m in range(60) for mig, value in ((None, 40.0), ("MIG-a", 70.0), ("MIG-b", 10.0))])
+        for m in range(60) for mig, value in ((None, 40.0), ("MIG-a", 70.0), ("MIG-b", 10.0))]
+        + [Sample(series("gpu.gr_engine_active", uuid, "MIG-old", **attrs),
+                  start + timedelta(seconds=30), 5.0)])  # an instance destroyed since
     clock.advance(3600)
     return {"uuid": uuid, "allocation": view.code}
 
@@ -239,5 +241,7 @@ def test_a_mig_gpu_shows_its_instances_and_their_activity(client, api, admin_tok
     link = page.chart_links["mig_activity"][0]
     by_instance = {s["labels"]["mig_uuid"]: s["points"][-1][1]
                    for s in api.get(link).json()["series"]}
-    assert by_instance == {None: 40.0, "MIG-a": 70.0, "MIG-b": 10.0}
+    assert by_instance == {None: 40.0, "MIG-a": 70.0, "MIG-b": 10.0, "MIG-old": 5.0}
+    assert page.data["latest-mig_activity-2"] == 5.0 and "earlier instance MIG-old" in \
+        response.text
     assert page.bindings == [mig_gpu["allocation"]]

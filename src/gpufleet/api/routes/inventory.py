@@ -10,7 +10,6 @@ from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.inventory.fleet import GPU_SORTS, NODE_SORTS, GpuFilter, NodeFilter
 from gpufleet.wire.base import Page
-from gpufleet.wire.requests import GpuBindingView
 from gpufleet.wire.inventory import (
     EnvironmentCreate,
     EnvironmentView,
@@ -23,6 +22,7 @@ from gpufleet.wire.inventory import (
     NodeView,
     ReasonBody,
 )
+from gpufleet.wire.requests import GpuBindingView
 
 router = APIRouter(prefix="/api/v1", tags=["inventory"])
 

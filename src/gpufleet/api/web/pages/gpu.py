@@ -14,10 +14,26 @@ from starlette.concurrency import run_in_threadpool
 
 from gpufleet.api.web.charts import Series
 from gpufleet.api.web.page import (
-    UI, Section, Viewer, api_url, page_status, render, section, services, ui_url, viewer,
+    UI,
+    Section,
+    Viewer,
+    api_url,
+    page_status,
+    render,
+    section,
+    services,
+    ui_url,
+    viewer,
 )
 from gpufleet.api.web.pages.gpu_charts import (
-    GROUPS, MIG_ACTIVITY, PRESETS, Group, MetricSeries, Window, query_metric, window_of,
+    GROUPS,
+    MIG_ACTIVITY,
+    PRESETS,
+    Group,
+    MetricSeries,
+    Window,
+    query_metric,
+    window_of,
     with_gaps,
 )
 from gpufleet.domain.errors import GpufleetError
@@ -60,10 +76,12 @@ def _mig_chart(gpu: GpuView, answer: MetricSeries, step_s: int) -> Chart | None:
         return None
     names = {m.mig_uuid: f"{m.profile_name} @ {m.placement_start}" for m in gpu.mig_instances
              if m.mig_uuid}
+    for mig in answer.instances:  # one destroyed since (an earlier layout)
+        names.setdefault(mig, f"earlier instance {mig[:12]}…")
     group = Group("mig_activity", "Activity per MIG instance", "%", (), y_max=100)
-    series = [Series(names.get(mig, mig), with_gaps(points, step_s))
+    series = [Series(names[mig], with_gaps(points, step_s))
               for mig, points in sorted(answer.instances.items(),
-                                        key=lambda item: names.get(item[0], item[0]))]
+                                        key=lambda item: names[item[0]])]
     latest = [(s.label, s.points[-1][1] if s.points else None) for s in series]
     return Chart(group, series, latest, [answer.api])
 
@@ -108,7 +126,7 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get(f"{UI}/gpus/{{uuid}}")
-async def gpu(request: Request, uuid: str, range: str | None = None,  # noqa: A002 (the URL's)
+async def gpu(request: Request, uuid: str, range: str | None = None,
               start: str | None = None, end: str | None = None,
               who: Viewer = Depends(viewer)) -> Response:
     gf = services(request)
