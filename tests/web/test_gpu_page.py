@@ -184,7 +184,8 @@ def test_live_refresh_only_for_a_range_back_from_now(client, admin_token,
     sign_in(client, admin_token)
     text = client.get(f"/ui/gpus/{fleet['busy']}?range=1h").text
     assert '<main id="main" data-refresh-s="30">' in text
-    assert 'id="gpu-charts" data-live' in text and 'id="gpu-bindings" data-live' in text
+    for live in ("gpu-identity", "gpu-charts", "gpu-bindings"):
+        assert f'id="{live}" data-live' in text
     assert 'id="live-status"' in text
     fixed = client.get(f"/ui/gpus/{fleet['busy']}?start=2026-11-02T09:00Z"
                        "&end=2026-11-02T10:00Z").text

@@ -2,7 +2,7 @@
 binding intervals (`bindings` table), newest first (docs/dashboard.md, "GPU").
 
 Bindings are history, never rewritten, so this is the record of who held the GPU. A member
-sees only their projects' bindings, as everywhere (docs/design.md, "Access")."""
+sees only their projects' bindings, as everywhere (docs/design.md, "Security")."""
 
 from __future__ import annotations
 
