@@ -112,6 +112,14 @@ def test_the_allocation_history_equals_the_bindings_listing(client, api, admin_t
     assert page.bindings == [b["allocation"] for b in listing]
     assert len(listing) >= 1 and listing[0]["ended_at"] is None
     assert f"/api/v1/gpus/{held}/bindings?limit=50" in page.links
+    pages, cursor = [], None  # the listing pages through each binding once
+    while True:
+        one = api.get(f"/api/v1/gpus/{held}/bindings",
+                      params={"limit": 1, **({"cursor": cursor} if cursor else {})}).json()
+        pages += [b["allocation"] for b in one["items"]]
+        if (cursor := one["next_cursor"]) is None:
+            break
+    assert pages == page.bindings and len(pages) >= 2, pages
     _, busy = page_of(client, f"/ui/gpus/{fleet['busy']}")
     ended = api.get(f"/api/v1/gpus/{fleet['busy']}/bindings").json()["items"]
     assert fleet["vision"] in busy.bindings

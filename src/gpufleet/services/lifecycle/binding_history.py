@@ -21,7 +21,9 @@ from gpufleet.store.tables import Binding, Gpu, Project
 from gpufleet.wire.base import Page
 from gpufleet.wire.requests import GpuBindingView
 
-_NEWEST_FIRST = SortSpec((Binding.started_at, Binding.id), descending=True)
+# Bindings are made when they start (granting stamps `started_at` = now), so the newest id
+# is the newest start; an integer key also makes a cursor a plain JSON number.
+_NEWEST_FIRST = SortSpec((Binding.id,), descending=True)
 
 
 def gpu_bindings(session: Session, principal: Principal, uuid: str, cursor: str | None,
