@@ -178,6 +178,7 @@ def test_a_range_longer_than_a_chart_spans_shows_what_it_can(client, api, admin_
     sign_in(client, admin_token)
     response, page = page_of(client, f"/ui/gpus/{fleet['busy']}?range=90d")
     assert "A chart spans at most 30 days" in response.text
+    assert "one point every 3 h." in response.text
     assert "data-refresh-s" in response.text
     link = page.chart_links["sm"][0]
     assert "start=" in link and api.get(link).status_code == 200

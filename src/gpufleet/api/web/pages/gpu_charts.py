@@ -96,6 +96,14 @@ class Window:
     def step_text(self) -> str:
         return f"{self.step_s}s"
 
+    @property
+    def step_words(self) -> str:
+        """The step as the page says it: `5 min`, `3 h`, `1 d`."""
+        for unit_s, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+            if self.step_s % unit_s == 0:
+                return f"{self.step_s // unit_s} {unit}"
+        return f"{self.step_s} s"
+
     def query_params(self) -> dict[str, str]:
         """How the API call behind a chart says this window."""
         if self.range is not None and self.clipped is None:
