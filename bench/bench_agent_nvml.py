@@ -9,8 +9,9 @@ the real nvidia-ml-py: that figure is the one the target is about (≤ 5 ms CPU 
 processes every cycle, a few XID events): a regression figure for our own overhead only,
 since the fake answers in Python in microseconds and real NVML calls cost more.
 
-Each cycle is timed with time.process_time (CPU of this process) after a warm-up. The
-process cadence is set to every cycle, the costliest case.
+Each cycle is timed with time.process_time (CPU of this process) after a warm-up. By default
+every cycle is a slow tick (processes, costly counters), the costliest case; `--process-every 5`
+is the agent's default cadence.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.fake_nvml import FakeGpu, FakeNvml, FakeProcess
 
-from gpufleet.agent.nvml_backend import NvmlBackend, NvmlUnavailable
+from gpufleet.agent.nvml_backend import DEFAULT_PROCESS_EVERY, NvmlBackend, NvmlUnavailable
 
 CYCLE_TARGET_MS = 5.0
 WARM_UP = 5
@@ -61,10 +62,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--fake", action="store_true", help="use the fake even with a GPU")
+    parser.add_argument("--process-every", type=int, default=1,
+                        help="the slow-tick cadence: processes and costly counters every N "
+                             f"collects (1: every collect, the costliest; the agent's "
+                             f"default is {DEFAULT_PROCESS_EVERY})")
     args = parser.parse_args()
 
     fake = None
-    source = NvmlBackend("bench", process_every=1)
+    source = NvmlBackend("bench", process_every=args.process_every)
     on = "real NVML"
     if not args.fake:
         try:
@@ -75,20 +80,23 @@ def main() -> int:
     if args.fake:
         source.close()
         fake = fake_node()
-        source = NvmlBackend("bench", lib=fake, process_every=1)
+        source = NvmlBackend("bench", lib=fake, process_every=args.process_every)
         on = f"the FAKE pynvml ({GPUS} H100s): our overhead only, not an NVML figure"
     with source:
         snapshot = source.collect()
         values = sum(len(u.values) + len(u.labelled) for u in snapshot.units)
         print(f"running on {on}: {len(snapshot.units)} units, {values} values per snapshot; "
-              f"{args.cycles} cycles after {WARM_UP} warm-up")
+              f"{args.cycles} cycles after {WARM_UP} warm-up, slow tick every "
+              f"{args.process_every}")
         times = sorted(cpu_ms_per_cycle(source, args.cycles, fake))
     median = statistics.median(times)
     p95 = times[int(0.95 * (len(times) - 1))]
-    verdict = "meets" if median <= CYCLE_TARGET_MS else "MISSES"
-    print(f"collect, {GPUS if fake else len(snapshot.units)} units   median {median:6.2f} ms  "
-          f"p95 {p95:6.2f} ms  max {times[-1]:6.2f} ms  ({verdict} the {CYCLE_TARGET_MS:g} ms "
-          f"target{'; fake: not the real figure' if fake else ''})")
+    gpus = GPUS if fake else len({u.gpu_uuid for u in snapshot.units})
+    target_ms = CYCLE_TARGET_MS * gpus / GPUS  # the target is per 8-GPU cycle: prorated
+    verdict = "meets" if median <= target_ms else "MISSES"
+    print(f"collect, {gpus} GPUs   median {median:6.2f} ms  p95 {p95:6.2f} ms  "
+          f"max {times[-1]:6.2f} ms  ({verdict} the target, {CYCLE_TARGET_MS:g} ms per {GPUS} "
+          f"GPUs = {target_ms:.2f} ms for {gpus}{'; fake: not the real figure' if fake else ''})")
     return 0
 
 

@@ -92,6 +92,12 @@ class FakeProcess:
     gpu_instance_id: int = 0xFFFFFFFF
 
 
+# The fake has no nvmlDeviceGetTotalEnergyConsumption or nvmlDeviceGetPcieThroughput: the
+# backend must not call them (they cost 3.8 ms and 21 ms per call on an H200; BENCHMARKS.md,
+# "Agent on real NVML"), so a call to either fails a test.
+FI_TOTAL_ENERGY_CONSUMPTION = 83
+
+
 @dataclass
 class FakeGpu:
     """One GPU; `errors` maps a call name to the NVML error code it returns."""
@@ -107,7 +113,6 @@ class FakeGpu:
     clocks_mhz: dict[int, int] = field(default_factory=lambda: {0: 1755, 1: 1980, 2: 2619})
     energy_mj: int = 5_000_000
     throttle: int = 0x1
-    pcie_kb: dict[int, int] = field(default_factory=lambda: {0: 100, 1: 200})
     utilization: int = 40
     memory: dict[str, int] = field(default_factory=lambda: {
         "total": 80 << 30, "used": 20 << 30, "free": 59 << 30, "reserved": 1 << 30})
@@ -241,14 +246,8 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, handle: Any, clock: int) -> int:
         return self._gpu(handle, "nvmlDeviceGetClockInfo").clocks_mhz[clock]
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
-        return self._gpu(handle, "nvmlDeviceGetTotalEnergyConsumption").energy_mj
-
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         return self._gpu(handle, "nvmlDeviceGetCurrentClocksEventReasons").throttle
-
-    def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int:
-        return self._gpu(handle, "nvmlDeviceGetPcieThroughput").pcie_kb[counter]
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> SimpleNamespace:
         gpu = self._gpu(handle, "nvmlDeviceGetUtilizationRates")
@@ -271,6 +270,8 @@ class FakeNvml:
         for request in field_ids:
             field_id, scope = request if isinstance(request, tuple) else (request, 0)
             answer = gpu.fields.get(field_id, NVML_ERROR_NOT_SUPPORTED)
+            if field_id == FI_TOTAL_ENERGY_CONSUMPTION and field_id not in gpu.fields:
+                answer = (3, gpu.energy_mj)  # unsigned long long, as the driver answers
             value = SimpleNamespace(dVal=0.0, uiVal=0, ulVal=0, ullVal=0, sllVal=0, siVal=0,
                                     usVal=0)
             if isinstance(answer, int):

@@ -23,11 +23,11 @@ def free_port() -> int:
 
 @contextmanager
 def serve_process(data_dir: Path, *, on_start: Callable[[subprocess.Popen], None] | None = None,
-                  **settings: object) -> Iterator[tuple[str, str]]:
+                  port: int | None = None, **settings: object) -> Iterator[tuple[str, str]]:
     """Run `python -m gpufleet serve` with `GPUFLEET_<NAME>` for each setting given;
     yields (its URL, the admin token) once it is ready, and stops it after. `on_start` is
-    handed the process (a test that kills it)."""
-    port = free_port()
+    handed the process (a test that kills it); `port` is a free one unless given."""
+    port = port or free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
     env.update({"GPUFLEET_DATA_DIR": str(data_dir), "GPUFLEET_PORT": str(port),
                 "GPUFLEET_HOST": "127.0.0.1", "GPUFLEET_LOG_LEVEL": "warning"})

@@ -22,6 +22,7 @@ from gpufleet.clock import ManualClock
 from gpufleet.domain.gpu_models import normalise_model
 from tests.fake_nvml import (
     ARCH_AMPERE,
+    FI_TOTAL_ENERGY_CONSUMPTION,
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_LIBRARY_NOT_FOUND,
     NVML_ERROR_UNKNOWN,
@@ -38,6 +39,7 @@ from tests.fake_nvml import (
 AT = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
 GIB = 1 << 30
 SM_UTIL, GRAPHICS_UTIL, NVLINK_TOTAL_TX, NVLINK_L0_RX, NVLINK_L1_TX = 2, 1, 61, 62, 65
+PCIE_RX = 21  # NVML_GPM_METRIC_PCIE_RX_PER_SEC, MiB/s
 
 
 def hopper(uuid: str = "GPU-h0", **kwargs) -> FakeGpu:
@@ -47,7 +49,7 @@ def hopper(uuid: str = "GPU-h0", **kwargs) -> FakeGpu:
                        94: (NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 7),
                        144: (NVML_VALUE_TYPE_DOUBLE, 0.0)})
     gpu.gpm.update({SM_UTIL: 37.5, GRAPHICS_UTIL: 80.0, NVLINK_TOTAL_TX: 2.0,
-                    NVLINK_L1_TX: 1.5})
+                    NVLINK_L1_TX: 1.5, PCIE_RX: 3.0})
     return gpu
 
 
@@ -82,7 +84,6 @@ def test_values_are_in_catalogue_units():
     assert v["gpu.memory_used_bytes"] == 20 * GIB
     assert v["gpu.memory_reserved_bytes"] == GIB  # nvmlMemory_v2 asked for
     assert v["gpu.sm_clock_mhz"] == 1980.0 and v["gpu.memory_clock_mhz"] == 2619.0
-    assert v["gpu.pcie_rx_bytes_per_second"] == 200 * 1024.0
     assert v["gpu.ecc_uncorrected_errors_total"] == 2.0
     assert v["gpu.utilization"] == 40.0
     assert v["gpu.clock_throttle_reasons"] == 1.0
@@ -115,11 +116,15 @@ def test_gpm_needs_two_samples_hopper_only():
     assert h.values["gpu.gr_engine_active"] == 80.0
     assert h.values["gpu.tensor_active"] is None  # GPM answered not supported
     assert h.values["gpu.nvlink_tx_bytes_per_second"] == 2.0 * 1024 * 1024  # MiB/s -> B/s
+    # PCIe from GPM too: nvmlDeviceGetPcieThroughput blocks 20 ms a call (the fake lacks it)
+    assert h.values["gpu.pcie_rx_bytes_per_second"] == 3.0 * 1024 * 1024
+    assert h.values["gpu.pcie_tx_bytes_per_second"] is None  # GPM answered not supported
     link1 = next(lv for lv in h.labelled
                  if lv.metric == "gpu.nvlink_link_tx_bytes_per_second"
                  and lv.labels == {"link": "1"})
     assert link1.value == 1.5 * 1024 * 1024
-    assert "gpu.sm_active" not in second.unit("GPU-a0").values
+    assert not {"gpu.sm_active", "gpu.pcie_rx_bytes_per_second"} & set(
+        second.unit("GPU-a0").values)  # before Hopper: not read by the nvml backend
     assert "nvmlGpmSampleGet" in fake.calls
     assert fake.samples_alloced == 2  # two buffers per unit, reused after that
     nvml.collect()
@@ -356,3 +361,31 @@ def test_gpm_samples_of_a_removed_mig_instance_are_freed():
     gpu.migs.clear()
     nvml.collect()
     assert fake.samples_freed == 2
+
+
+def test_costly_counters_are_read_on_slow_ticks_and_held_between():
+    """The energy counter costs ~3.9 ms a read on an H200: read with the processes, held
+    between (a counter loses no increase; the agent's /metrics keeps its series)."""
+    gpu = hopper()
+    nvml, fake = backend(gpu, process_every=3)
+    energy_reads = []
+    real = fake.nvmlDeviceGetFieldValues
+
+    def counting(handle, ids):
+        energy_reads.extend(i for i, _ in ids if i == FI_TOTAL_ENERGY_CONSUMPTION)
+        return real(handle, ids)
+
+    fake.nvmlDeviceGetFieldValues = counting
+    seen = []
+    for n in range(6):
+        gpu.energy_mj = 1_000_000 * (n + 1)
+        seen.append(nvml.collect().unit("GPU-h0").values["gpu.energy_joules_total"])
+    assert len(energy_reads) == 2  # collects 0 and 3
+    assert seen == [1000.0, 1000.0, 1000.0, 4000.0, 4000.0, 4000.0]
+
+
+def test_a_call_answered_not_supported_is_not_asked_again_for_a_while():
+    nvml, fake = backend(hopper())
+    for _ in range(4):
+        assert nvml.collect().unit("GPU-h0").values["gpu.fan_speed_percent"] is None
+    assert fake.calls.count("nvmlDeviceGetFanSpeed") == 1

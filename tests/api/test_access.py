@@ -99,6 +99,7 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/v1/telemetry/remote-write"): frozenset({"ingest"}),
     # The lifecycle: members request for their own projects, operators decide.
     ("POST", "/api/v1/requests"): REQUESTERS,
+    ("POST", "/api/v1/requests/preview"): REQUESTERS,
     ("GET", "/api/v1/requests"): READERS,
     ("GET", "/api/v1/requests/{code}"): READERS,
     ("GET", "/api/v1/requests/{code}/why"): READERS,
@@ -419,6 +420,8 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": gpu_self, "Hostname": "node-1"},
             [(int(world.clock.now().timestamp() * 1000), 50.0)])])),
         ("POST", "/api/v1/requests"): lambda: (
+            template, {"project": "vision", "count": 1, "models": ["H100-80GB"]}),
+        ("POST", "/api/v1/requests/preview"): lambda: (
             template, {"project": "vision", "count": 1, "models": ["H100-80GB"]}),
         ("GET", "/api/v1/requests/{code}"): lambda: (
             template.format(code=world.vision_request), None),

@@ -56,6 +56,7 @@ from gpufleet.agent.nvml_adapter import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
     ERROR_LIBRARY_NOT_FOUND,
+    ERROR_NOT_SUPPORTED,
     NvmlAdapter,
     NvmlCallError,
     ProcessInfo,
@@ -71,6 +72,16 @@ from gpufleet.wire.telemetry import LabelledValue, NodeSnapshot, ProcessSnapshot
 
 BACKEND = "nvml"
 DEFAULT_PROCESS_EVERY = 5
+# A call a GPU answered NOT_SUPPORTED is asked again only this often (in collects): support
+# does not change while the driver runs, and an unsupported call still costs (a fan speed on
+# a passively cooled H200: 0.27 ms). Asked again now and then in case a MIG change altered it.
+RECHECK_UNSUPPORTED_EVERY = 360
+# Lifetime counters that cost far more than the other readings, read on the slow ticks only
+# (every `process_every` collects, with the processes) and held in between, as DCGM's field
+# cache holds a value between its updates: a counter loses no increase when read less often,
+# and the agent's /metrics keeps the series. The total energy costs ~3.9 ms of CPU per read
+# on an H200, more than half of a collect (BENCHMARKS.md, "Agent on real NVML").
+SLOW_COUNTERS = frozenset({"gpu.energy_joules_total"})
 MAX_EVENTS_PER_COLLECT = 1024
 
 # nvmlDeviceArchitecture_t -> catalogue architecture (pynvml NVML_DEVICE_ARCH_*).
@@ -144,6 +155,8 @@ class _Gpu:
     mig_by_gi: dict[int, str] = field(default_factory=dict)  # GPU instance id → MIG UUID
     gpm_samples: dict[int | None, _GpmPair] = field(default_factory=dict)
     process_since_us: int = 0
+    not_supported: set[str] = field(default_factory=set)  # metric names, see RECHECK_…
+    held: dict[str, float | None] = field(default_factory=dict)  # SLOW_COUNTERS' last reads
 
 
 class NvmlBackend:
@@ -236,15 +249,17 @@ class NvmlBackend:
 
     # -- the one query function -------------------------------------------------------------
     def _query(self, fn: Callable[..., Any], *args: Any, default: Any = None,
-               on_success: Any = ...) -> Any:
+               on_success: Any = ..., not_supported: Callable[[], None] | None = None) -> Any:
         """fn(*args); `default` where NVML has no such value (nvml_error_is_missing) or on
         another error (then one problem line per call and error this collect); a lost GPU
-        raises _GpuLost for the caller's GPU."""
+        raises _GpuLost for the caller's GPU. `not_supported` is called on that answer."""
         try:
             result = fn(*args)
         except NvmlCallError as exc:
             if exc.code == ERROR_GPU_IS_LOST:
                 raise _GpuLost(str(exc)) from None
+            if exc.code == ERROR_NOT_SUPPORTED and not_supported is not None:
+                not_supported()
             if not nvml_error_is_missing(exc.code):
                 self._problems[str(exc)] += 1
             return default
@@ -309,6 +324,9 @@ class NvmlBackend:
         nvml = self._start()
         at = self._clock.now()
         with_processes = self._collects % self.process_every == 0
+        if self._collects % RECHECK_UNSUPPORTED_EVERY == 0:
+            for gpu in self._gpus:
+                gpu.not_supported.clear()
         self._collects += 1
         if with_processes:
             self._attribution().collect_garbage_if_due()
@@ -366,14 +384,19 @@ class NvmlBackend:
         values: dict[str, float | None] = {}
         labelled: list[LabelledValue] = []
         for m in PLAIN:
-            if _supported(m.nvml, gpu.arch):
-                args = () if m.nvml.constant_id is None else (m.nvml.constant_id,)
-                values[m.name] = m.nvml.to_catalogue_value(
-                    self._query(nvml.call, m.nvml.call, h, *args))
+            if not _supported(m.nvml, gpu.arch):
+                continue
+            if m.name in gpu.not_supported:
+                values[m.name] = None
+                continue
+            args = () if m.nvml.constant_id is None else (m.nvml.constant_id,)
+            values[m.name] = m.nvml.to_catalogue_value(self._query(
+                nvml.call, m.nvml.call, h, *args,
+                not_supported=lambda name=m.name: gpu.not_supported.add(name)))
         for m in UTILIZATION:
             values[m.name] = m.nvml.to_catalogue_value(self._query(nvml.utilization_gpu, h))
         values.update(self._memory(nvml, h))
-        values.update(self._fields(nvml, gpu))
+        values.update(self._fields(nvml, gpu, slow_tick=with_processes))
         if gpu.xid:
             values[XID_LAST] = None if gpu.xid_last is None else float(gpu.xid_last)
             labelled += _xid_series(gpu, None)
@@ -403,16 +426,22 @@ class NvmlBackend:
         info = self._query(nvml.memory, handle, default={})
         return {m.name: m.nvml.to_catalogue_value(info.get(_member(m))) for m in MEMORY}
 
-    def _fields(self, nvml: NvmlAdapter, gpu: _Gpu) -> dict[str, float | None]:
-        rows = [m for m in FIELDS if _supported(m.nvml, gpu.arch)]
+    def _fields(self, nvml: NvmlAdapter, gpu: _Gpu, *, slow_tick: bool,
+                ) -> dict[str, float | None]:
+        """The field values in one call; the SLOW_COUNTERS read on slow ticks only and
+        held in between."""
+        rows = [m for m in FIELDS if _supported(m.nvml, gpu.arch)
+                and (slow_tick or m.name not in SLOW_COUNTERS)]
         if not rows:
-            return {}
+            return dict(gpu.held)
         answers = self._query(nvml.field_values, gpu.handle,
                               [(m.nvml.constant_id, 0) for m in rows], default=[])
         out: dict[str, float | None] = dict.fromkeys((m.name for m in rows), None)
         for m, (code, raw) in zip(rows, answers, strict=False):
             out[m.name] = self._value(m.nvml, code, raw)
-        return out
+        if slow_tick:
+            gpu.held = {name: out[name] for name in SLOW_COUNTERS if name in out}
+        return {**gpu.held, **out}
 
     def _migs(self, nvml: NvmlAdapter, gpu: _Gpu) -> list[tuple[str, int, str | None, Any]]:
         if not self._query(nvml.mig_enabled, gpu.handle, default=False):

@@ -176,6 +176,49 @@ class RequestWhy(View):
     quotas: list[QuotaView]
 
 
+class PlacementUnit(View):
+    """One unit the placement engine would bind."""
+
+    node: str
+    gpu_uuid: str
+    gpu_index: int
+    model: str
+    kind: FlavourKind
+    milli: int
+    mig_profile: str | None = None
+    creates_mig_instance: bool = Field(default=False, description=(
+        "Part of a MIG plan: the instance would be created on the GPU."))
+
+
+class PlacementPreview(View):
+    placed: bool = Field(description="Whether the live fleet has room for it now.")
+    wait_code: str | None = None
+    message: str
+    pool: str | None = Field(default=None, description="The project's pool it draws from.")
+    nodes: list[str] = Field(default_factory=list)
+    units: list[PlacementUnit] = Field(default_factory=list)
+    mig_plans: int = Field(default=0, description="GPUs whose MIG layout would change.")
+    steps: list[VerdictView] = Field(default_factory=list, description=(
+        "The granter's steps, as `why` shows them for an approved request."))
+
+
+class RequestPreview(View):
+    """What creating the request now would come to; nothing is written."""
+
+    project: str
+    kind: FlavourKind
+    count: int
+    models: list[str] | None
+    mig_profile: str | None
+    milli: int
+    state: str = Field(description="`approved` (auto-approve policy) or `pending`.")
+    needs_operator: bool
+    admission: list[VerdictView]
+    placement: PlacementPreview = Field(description=(
+        "Where it would go if it were approved now, on the live fleet."))
+    quotas: list[QuotaView]
+
+
 class QuotaSet(StrictModel):
     flavour: str = Field(min_length=1, max_length=127, description=(
         "`H100-80GB`, `H100-80GB/1g.10gb` or `L40S-48GB/shared`."))

@@ -389,3 +389,30 @@ def test_fleet_state_json_round_trip():
         FleetState.from_json({"nodes": [{"name": "x"}]})
     with pytest.raises(ValueError):
         FleetState.from_json({"nodes": "no"})
+
+
+
+def _placer_state(placer: Placer) -> tuple:
+    """What a decision may change in a placer: the workload learnt and the random draws."""
+    return (placer._rng.getstate(), placer.workload.generation,
+            {key: task.seen for key, task in placer.workload.classes.items()})
+
+
+def test_a_preview_answers_as_decide_and_leaves_the_placer_as_it_was():
+    """The request preview decides on the server's own placer: it answers what `decide`
+    answers, and the next real decision is the one it would have been without it."""
+    def build() -> Placer:
+        return Placer(fleet(*(node(f"n{i}", gpus=4) for i in range(4)),
+                            node("s0", mode=SHARED)), seed=7)
+
+    plain, previewed = build(), build()
+    for demand in [whole(2), shared(500), whole(1), whole(3, same_node=True), shared(250, 2),
+                   whole(1, models=frozenset({"H100-80GB"})), whole(4, same_node=True)]:
+        before = _placer_state(previewed)
+        answer = previewed.preview(demand)
+        assert _placer_state(previewed) == before, demand
+        real = plain.decide(demand)
+        assert answer == real == previewed.decide(demand), demand
+        if isinstance(real, Decision):
+            plain.commit(real)
+            previewed.commit(answer)

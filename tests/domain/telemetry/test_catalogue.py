@@ -243,7 +243,8 @@ def test_core_is_a_small_set_of_device_metrics():
     ("gpu.energy_joules_total", Source.DCGM, DCGM_INT32_BLANK + 4, (DCGM_INT32_BLANK + 4) / 1000),
     ("gpu.sm_active", Source.DCGM, 0.5, 50.0),  # ratio -> percent
     ("gpu.sm_active", Source.NVML, 42.0, 42.0),  # GPM is already percent
-    ("gpu.pcie_tx_bytes_per_second", Source.NVML, 1, 1024.0),  # KB/s -> bytes/s
+    ("gpu.pcie_tx_bytes_per_second", Source.NVML, 1, 1024.0 * 1024.0),  # GPM MiB/s -> B/s
+    ("gpu.energy_joules_total", Source.NVML, 7_500, 7.5),  # field 83, mJ -> J
     ("gpu.nvlink_tx_bytes_per_second", Source.NVML, 1.0, 1024.0**2),  # MiB/s -> bytes/s
     ("gpu.temperature_celsius", Source.NVML, 0, 0.0),  # zero is a value, not missing
 ])

@@ -21,6 +21,7 @@ from gpufleet.wire.requests import (
     ProjectQuotas,
     QuotaSet,
     RequestCreate,
+    RequestPreview,
     RequestView,
     RequestWhy,
 )
@@ -41,6 +42,15 @@ def create_request(body: RequestCreate, p: Principal = Depends(principal),
     """Ask for GPU units. Within an auto-approve policy it is approved (and, when capacity
     allows, granted) at once; otherwise it is `pending` until an operator decides."""
     return gf.lifecycle.create_request(p, body)
+
+
+@router.post("/requests/preview", response_model=RequestPreview, tags=REQUESTS)
+def preview_request(body: RequestCreate, p: Principal = Depends(principal),
+                    gf: Gpufleet = Depends(services)):
+    """What `POST /requests` with this body would come to now, writing nothing: its
+    admission verdicts, whether it would be approved at once, and where the placement
+    engine would put it on the live fleet if it were approved. Refused as creation is."""
+    return gf.lifecycle.preview_request(p, body)
 
 
 @router.get("/requests", response_model=Page[RequestView], tags=REQUESTS)

@@ -8,12 +8,12 @@ from fastapi.staticfiles import StaticFiles
 
 from gpufleet.api.web import signin
 from gpufleet.api.web.page import HERE, UI, SignInRequired, templates, to_login
-from gpufleet.api.web.pages import fleet, gpu
+from gpufleet.api.web.pages import fleet, gpu, node, nodes, pools, request_form, requests
 
 STATIC_PATH = f"{UI}/static"
 # Each page module has a `router`; those with a `NAV` entry (key, label, href) are in the
 # header's navigation, in this order.
-PAGES = [fleet, gpu]
+PAGES = [fleet, nodes, node, gpu, request_form, requests, pools]  # request_form first: /requests/new
 
 
 def install(app) -> None:

@@ -11,7 +11,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from gpufleet.api.deps import caller
 from gpufleet.api.web import csrf
 from gpufleet.api.web.page import (
-    UI, form_fields, render, safe_next, services, sessions, signed_in, to_login,
+    UI,
+    form_fields,
+    render,
+    safe_next,
+    services,
+    sessions,
+    signed_in,
+    to_login,
 )
 from gpufleet.api.web.sessions import COOKIE_NAME, SESSION_MAX_AGE_S
 from gpufleet.domain.errors import GpufleetError, Unauthenticated

@@ -9,6 +9,7 @@ reuses plans made for nodes of the same shape (`plans.py`).
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -102,6 +103,17 @@ class Placer:
             return self._decision([plan], demand)
         plans = self._spanning_plans(context)
         return self._decision(plans, demand) if plans else self._refusal(context)
+
+    def preview(self, demand: Demand) -> Decision | Refusal:
+        """What `decide` would answer now, leaving this placer as it was (the request
+        preview): a twin on the same fleet, with a copy of the workload and of the random
+        state, decides instead, so nothing is learnt, no draw is spent, and the next real
+        decision is the one it would have been."""
+        twin = Placer(self.fleet, self.policy, whole_gpus_from_shared=self.whole_gpus_from_shared,
+                      max_candidates=self.max_candidates, workload=copy.deepcopy(self.workload),
+                      learn=self.learn)
+        twin._rng.setstate(self._rng.getstate())
+        return twin.decide(demand)
 
     def _context(self, demand: Demand, gpu_filter: GpuFilter | None) -> _Context | Refusal:
         if demand.count < 0 or (demand.count == 0 and demand.kind is not UnitKind.WHOLE):

@@ -156,18 +156,20 @@ POWER = (
 )
 
 
-def _pcie(direction: str, counter: str, counter_id: int, field: str, field_id: int) -> Metric:
+def _pcie(direction: str, gpm: str, gpm_id: int, field: str, field_id: int) -> Metric:
     return Metric(
         f"gpu.pcie_{direction}_bytes_per_second", Unit.BYTES_PER_SECOND,
         MetricClass.ABSOLUTE_USAGE, DEVICE, False,
         f"PCIe {direction.upper()} throughput, protocol headers and payload.",
-        nvml=NvmlSource("nvmlDeviceGetPcieThroughput", "KB/s", Encoding.NVML_UINT, counter,
-                        counter_id, scale=1024.0,
-                        notes="a byte counter over a 20 ms window; NVML says KB/s, 1 KB = "
-                              "1024 bytes assumed (not verified)"),
+        nvml=_gpm(gpm, gpm_id, raw_unit="MiB/s", scale=MIB, per_mig=False),
         dcgm=DcgmSource(field, field_id, "bytes/s", Encoding.DCGM_INT64,
                         architectures=VOLTA_AND_NEWER,
-                        notes=f"{_PROFILING_NOTE}; a rate in bytes per second (dcgm-exporter)"))
+                        notes=f"{_PROFILING_NOTE}; a rate in bytes per second (dcgm-exporter)"),
+        notes="NVML: GPM on Hopper and newer, over the interval between two collections. "
+              "Before Hopper the nvml backend leaves it missing: "
+              "nvmlDeviceGetPcieThroughput blocks for its 20 ms sampling window per call "
+              "(measured on an H200: 42 ms of a 50 ms collection for TX and RX; "
+              "BENCHMARKS.md, \"Agent on real NVML\"); the dcgm-exporter backend has it.")
 
 
 def _nvlink_link_ids(first: int) -> tuple[int, ...]:
@@ -207,8 +209,8 @@ def _nvlink_link(direction: str, gpm_first: int, dcgm_first: int) -> Metric:
 
 
 TRAFFIC = (
-    _pcie("tx", "NVML_PCIE_UTIL_TX_BYTES", 0, "DCGM_FI_PROF_PCIE_TX_BYTES", 1009),
-    _pcie("rx", "NVML_PCIE_UTIL_RX_BYTES", 1, "DCGM_FI_PROF_PCIE_RX_BYTES", 1010),
+    _pcie("tx", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", 20, "DCGM_FI_PROF_PCIE_TX_BYTES", 1009),
+    _pcie("rx", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", 21, "DCGM_FI_PROF_PCIE_RX_BYTES", 1010),
     _nvlink_total("tx", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", 61,
                   "DCGM_FI_PROF_NVLINK_TX_BYTES", 1011),
     _nvlink_total("rx", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", 60,

@@ -36,11 +36,11 @@ CLOCK_THROTTLE_REASON_BITS = {
 
 
 def _field(constant: str, constant_id: int, raw_unit: str = "count", *,
-           encoding: Encoding = Encoding.NVML_ULONGLONG,
+           encoding: Encoding = Encoding.NVML_ULONGLONG, scale: float = 1.0,
            architectures: frozenset[Architecture] = VOLTA_AND_NEWER, notes: str = "",
            ) -> NvmlSource:
     return NvmlSource("nvmlDeviceGetFieldValues", raw_unit, encoding, constant, constant_id,
-                      architectures=architectures, notes=notes)
+                      scale=scale, architectures=architectures, notes=notes)
 
 
 def _dcgm(field: str, field_id: int, raw_unit: str = "count", **kwargs: Any) -> DcgmSource:
@@ -145,9 +145,10 @@ def _nvlink_errors(kind: str, what: str, nvml_id: int, dcgm_id: int) -> Metric:
 COUNTERS = (
     Metric("gpu.energy_joules_total", Unit.JOULES, MetricClass.LIFETIME_COUNTER, DEVICE, False,
            "Energy the GPU consumed since the driver was last loaded (resets then).",
-           nvml=NvmlSource("nvmlDeviceGetTotalEnergyConsumption", "mJ",
-                           Encoding.NVML_ULONGLONG, scale=0.001,
-                           architectures=VOLTA_AND_NEWER),
+           nvml=_field("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 83, "mJ", scale=0.001,
+                       notes="read with the other field values in one call: "
+                             "nvmlDeviceGetTotalEnergyConsumption alone took 3.8 ms per "
+                             "call on an H200 (BENCHMARKS.md, \"Agent on real NVML\")"),
            dcgm=_dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 156, "mJ", scale=0.001)),
     Metric("gpu.xid_errors_total", Unit.COUNT, MetricClass.LIFETIME_COUNTER, DEVICE, False,
            "XID errors seen, one series per XID code (label `xid`).",

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock
 from gpufleet.domain.errors import Conflict, GpufleetError
@@ -38,10 +40,13 @@ from gpufleet.domain.requests import request_code
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.lifecycle import requests
 from gpufleet.services.lifecycle.bindings import UnitTaken
+from gpufleet.services.lifecycle.granting import DryRunFleet, FleetSource
 from gpufleet.services.lifecycle.placement_cache import PlacementCache
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import GpuRequest
 from gpufleet.wire.requests import RequestView
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +100,15 @@ class Granter:
         nothing of it is written. If the database keeps refusing the grant, the approval
         is written alone and the request waits, approved, for the lifecycle loop."""
         return self._submit(_Ticket([request_id], approval))[request_id]
+
+    def dry_run(self, plan: Callable[[Session, FleetSource], T]) -> T:
+        """`plan(session, fleet)` on the placement cache as the next grant would find it,
+        deciding without applying anything (the request preview). It holds the grant lock,
+        as deciding does: the cache is not shared."""
+        with self._grant_lock, self.store.read() as session:
+            if self.cache.refresh(session):
+                self._read_fleet_beside()
+            return plan(session, DryRunFleet(self.cache))
 
     def warm(self) -> None:
         """Read the fleet into the cache now rather than at the first grant."""

@@ -209,6 +209,27 @@ class FreshFleet:
         return free[(MODE_OF_KIND[kind].value, model)]
 
 
+class DryRunFleet:
+    """The placement cache for a plan that is never written (the request preview): it
+    decides as the next grant would, and applies nothing."""
+
+    def __init__(self, cache):
+        self._cache = cache
+
+    @property
+    def live(self) -> placement_state.LiveFleet:
+        return self._cache.live
+
+    def models(self, kind: FlavourKind) -> list[str]:
+        return self._cache.models(kind)
+
+    def decide(self, demand: Demand) -> Decision | Refusal:
+        return self._cache.preview(demand)
+
+    def free_milli(self, kind: FlavourKind, model: str) -> int:
+        return self._cache.free_milli(kind, model)
+
+
 def candidate_flavours(request: GpuRequest, fleet_models: list[str]) -> list[Flavour]:
     """Every concrete flavour the request could be granted as (`fleet_models`: the models
     of its kind's sharing mode, for a request that accepts any)."""

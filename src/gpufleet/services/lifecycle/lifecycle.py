@@ -59,6 +59,15 @@ class Lifecycle:
             request_id, approved = request.id, request.state == RequestState.APPROVED.value
         return self._grant(request_id) if approved else self._view(request_id)
 
+    def preview_request(self, principal: Principal, body: wr.RequestCreate
+                        ) -> wr.RequestPreview:
+        """What `create_request(body)` would come to now: decided on the placement cache
+        as a grant would be, in a read-only snapshot, with nothing applied."""
+        now = self.clock.now()
+        return self.granter.dry_run(lambda session, fleet: requests.preview(
+            session, principal, body, now, self.settings.max_request_days, self.shape,
+            self.settings.default_request_days, fleet))
+
     def list_requests(self, principal: Principal, *, state: str | None, project: str | None,
                       cursor: str | None, limit: int, node: str | None = None,
                       gpu: str | None = None) -> Page[wr.RequestView]:

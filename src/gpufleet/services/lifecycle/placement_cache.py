@@ -140,6 +140,11 @@ class PlacementCache:
         assert self._placer is not None, "refresh() first"
         return self._placer.decide(demand)
 
+    def preview(self, demand: Demand) -> Decision | Refusal:
+        """What `decide` would answer, changing nothing (`Placer.preview`)."""
+        assert self._placer is not None, "refresh() first"
+        return self._placer.preview(demand)
+
     def commit(self, decision: Decision) -> None:
         """Apply a decision the caller is about to write (StaleDecision: nothing applied)."""
         assert self._placer is not None

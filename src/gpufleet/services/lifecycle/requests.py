@@ -18,7 +18,7 @@ from gpufleet.domain.access import Action, AuditSubject, Role
 from gpufleet.domain.admission import AdmissionFacts, Outcome, Verdict
 from gpufleet.domain.errors import Forbidden, InvalidInput
 from gpufleet.domain.gpu_models import catalogue
-from gpufleet.domain.placement import Decision
+from gpufleet.domain.placement import Decision, UnitKind
 from gpufleet.domain.requests import (
     Flavour,
     FlavourKind,
@@ -38,8 +38,11 @@ from gpufleet.services.paging import SortSpec, keyset_page
 from gpufleet.store.tables import AuditEvent, AutoApprovePolicy, GpuRequest, Project
 from gpufleet.wire.requests import (
     Extend,
+    PlacementPreview,
+    PlacementUnit,
     QuotaView,
     RequestCreate,
+    RequestPreview,
     RequestView,
     RequestWhy,
     VerdictView,
@@ -47,6 +50,7 @@ from gpufleet.wire.requests import (
 
 SYSTEM_ACTOR = "system:lifecycle"
 AUTO_APPROVER = "policy:auto-approve"
+AUTO_APPROVED = "auto_approved"  # the preview's approval verdict when the policy covers it
 _EVENTS_OLDEST_FIRST = SortSpec((AuditEvent.id,))
 
 
@@ -123,6 +127,27 @@ def create(session: Session, principal: Principal, body: RequestCreate, now: dat
            default_request_days: float | None = None) -> GpuRequest:
     """`default_request_days`: how long a request that names no end lasts (capped at
     `max_request_days`); None leaves it open-ended."""
+    request, verdicts = _proposed(session, principal, body, now, max_request_days, shape,
+                                  default_request_days)
+    session.add(request)
+    session.flush()
+    audit.record(session, at=now, actor=principal.actor, action="request.created",
+                 subject_kind="request", subject=request_code(request.id),
+                 reason=body.reason, project=request.project.name, kind=request.kind,
+                 count=request.count, models=request.models, mig_profile=request.mig_profile,
+                 milli=request.milli)
+    if _auto_approvable(session, request, verdicts, now):
+        _transition(session, request, RequestState.APPROVED, AUTO_APPROVER, now,
+                    "within the project's auto-approve policy")
+    return request
+
+
+def _proposed(session: Session, principal: Principal, body: RequestCreate, now: datetime,
+              max_request_days: float, shape: FleetShape,
+              default_request_days: float | None) -> tuple[GpuRequest, list[Verdict]]:
+    """The request `body` asks for, checked as creation checks it, not yet in the session
+    (`create` adds it; `preview` only looks), with its admission verdicts. Raises what
+    creation refuses."""
     principal.require(Action.REQUEST_GPUS)
     project = people.get_project(session, body.project)
     people.require_member(principal, project)
@@ -150,17 +175,65 @@ def create(session: Session, principal: Principal, body: RequestCreate, now: dat
         raise InvalidInput(rejected.message, code=rejected.code, details=rejected.details)
     request.needs_operator = admission.needs_operator(verdicts)
     request.wait_code, request.wait_message = "awaiting_approval", "waiting for an operator"
-    session.add(request)
-    session.flush()
-    audit.record(session, at=now, actor=principal.actor, action="request.created",
-                 subject_kind="request", subject=request_code(request.id),
-                 reason=body.reason, project=project.name, kind=request.kind,
-                 count=request.count, models=request.models, mig_profile=request.mig_profile,
-                 milli=request.milli)
-    if _auto_approvable(session, request, verdicts, now):
-        _transition(session, request, RequestState.APPROVED, AUTO_APPROVER, now,
-                    "within the project's auto-approve policy")
-    return request
+    return request, verdicts
+
+
+def preview(session: Session, principal: Principal, body: RequestCreate, now: datetime,
+            max_request_days: float, shape: FleetShape, default_request_days: float | None,
+            fleet: granting.FleetSource) -> RequestPreview:
+    """What creating `body` now would come to, writing nothing: the checks and admission
+    verdicts `create` applies, whether the auto-approve policy would approve it at once,
+    and what the granter's plan (`grant_outcome`) would give it on `fleet` (the placement
+    cache, dry: `Granter.dry_run`) if it were approved now."""
+    request, verdicts = _proposed(session, principal, body, now, max_request_days, shape,
+                                  default_request_days)
+    auto = _auto_approvable(session, request, verdicts, now)
+    if auto:
+        approval = Verdict.accept(AUTO_APPROVED, "within the project's auto-approve policy: "
+                                  "approved at once")
+    else:  # what `why` will say of it while it is pending
+        approval = admission.Approval().check(AdmissionFacts(
+            now=now, demand_milli=0, starts_at=None, ends_at=None,
+            max_duration=timedelta(days=max_request_days), awaiting_approval=True,
+            needs_operator=request.needs_operator))
+    steps = [*zip([rule.name for rule in admission.ON_CREATE], verdicts, strict=True),
+             ("approval", approval)]
+    outcome = grant_outcome(session, request, now, fleet=fleet,
+                            quota=quotas.QuotaLedger.read(session, [request.project_id]),
+                            pools=granting.PoolLedger.read(session))
+    return RequestPreview(
+        project=request.project.name, kind=request.kind, count=request.count,
+        models=request.models, mig_profile=request.mig_profile, milli=request.milli,
+        state=(RequestState.APPROVED if auto else RequestState.PENDING).value,
+        needs_operator=request.needs_operator,
+        admission=[_verdict_view(name, v) for name, v in steps],
+        placement=_placement_preview(request, outcome),
+        quotas=_quota_views_for(session, request))
+
+
+def _verdict_view(rule: str, verdict: Verdict) -> VerdictView:
+    return VerdictView(rule=rule, outcome=verdict.outcome.value, code=verdict.code,
+                       message=verdict.message, details=verdict.details)
+
+
+def _placement_preview(request: GpuRequest, outcome: granting.Grant | granting.NoGrant
+                       ) -> PlacementPreview:
+    steps = [_verdict_view(name, v) for name, v in _grant_steps(request, outcome)]
+    if isinstance(outcome, granting.NoGrant):
+        return PlacementPreview(placed=False, wait_code=outcome.code,
+                                message=outcome.message, steps=steps)
+    decision, state = outcome.decision, outcome.live.state
+    units = [PlacementUnit(node=u.node, gpu_uuid=u.gpu, gpu_index=u.gpu_index,
+                           model=state.gpu(u.gpu).model, kind=u.kind.value, milli=u.milli,
+                           mig_profile=request.mig_profile if u.kind is UnitKind.MIG else None,
+                           creates_mig_instance=u.creates_mig_instance)
+             for u in decision.units]
+    pool = pool_code(outcome.pool_id) if outcome.pool_id is not None else None
+    where = f"from {pool}" if pool else "from free capacity"
+    return PlacementPreview(
+        placed=True, message=f"{len(units)} units on {len(decision.nodes)} node(s), {where}",
+        pool=pool, nodes=list(decision.nodes), units=units,
+        mig_plans=len(decision.mig_layouts), steps=steps)
 
 
 def _duration_s(body: RequestCreate, max_request_days: float,

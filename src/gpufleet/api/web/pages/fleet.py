@@ -10,7 +10,15 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from gpufleet.api.web.page import (
-    UI, Section, Viewer, api_url, page_status, render, section, services, viewer,
+    UI,
+    Section,
+    Viewer,
+    api_url,
+    page_status,
+    render,
+    section,
+    services,
+    viewer,
 )
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
 from gpufleet.domain.operations.alert_state import AlertState
