@@ -95,7 +95,8 @@ def load_state(store: StateStore, gpus: int, rng: random.Random) -> list[tuple[s
     return owners
 
 
-def load_telemetry(path: Path, gpus: int) -> DuckDBTelemetryStore:
+def load_telemetry(path: Path, gpus: int, hours: int = 24) -> DuckDBTelemetryStore:
+    """`hours` of history up to NOW (bench_gpu_page.py asks for fewer)."""
     store = DuckDBTelemetryStore(path)
     before = NOW - timedelta(days=2)
     store.write([Sample(series(m, f"GPU-{g:08d}", node=f"node-{g // 8:05d}",
@@ -110,7 +111,7 @@ def load_telemetry(path: Path, gpus: int) -> DuckDBTelemetryStore:
                     [ids[(f"GPU-{g:08d}", m)] for g in range(gpus) for m in METRICS],
                     [g for g in range(gpus) for _ in METRICS],
                     [i for _ in range(gpus) for i in range(len(METRICS))]])
-    lo = to_ms(NOW - timedelta(hours=24)) // HOUR_MS * HOUR_MS
+    lo = to_ms(NOW - timedelta(hours=hours)) // HOUR_MS * HOUR_MS
     hi = to_ms(NOW)
     # Per GPU a kind (hash): 0–59 busy, 60–84 idle (a third holding memory), 85–99 switching.
     value = """CASE metric

@@ -164,6 +164,21 @@ def test_mig_instances_are_series_of_their_own(store):
     assert (values_of(migs), values_of(whole)) == ([20.0], [90.0])
 
 
+def test_one_gpus_series_by_instance_are_those_of_the_whole_fleet(store):
+    """A `gpu_uuid` filter (the GPU page's question) answers what the unfiltered query
+    answers for that GPU: its own series and each instance's, no other GPU's."""
+    store.write([Sample(series("gpu.sm_active", "GPU-b"), at(0), 5.0)]
+                + [Sample(series("gpu.sm_active", "GPU-a", mig), at(0), value)
+                   for mig, value in (("MIG-2", 30.0), (None, 90.0), ("MIG-1", 10.0))])
+    ask = {"metric": "gpu.sm_active", "start": T0, "end": at(10),
+           "step": timedelta(seconds=10)}
+    one = store.query_range(**ask, filters={"gpu_uuid": ["GPU-a"]}, group_by=["mig_uuid"])
+    every = store.query_range(**ask, group_by=["gpu_uuid", "mig_uuid"])
+    assert {r.labels["mig_uuid"]: values_of(r) for r in one} == \
+        {r.labels["mig_uuid"]: values_of(r) for r in every if r.labels["gpu_uuid"] == "GPU-a"} \
+        == {"MIG-2": [30.0], None: [90.0], "MIG-1": [10.0]}
+
+
 def test_latest_gives_the_newest_value_of_each_series(store):
     store.write(ticks("gpu.sm_active", "GPU-a", [10.0, 20.0, None])
                 + ticks("gpu.sm_active", "GPU-b", [70.0])

@@ -75,6 +75,7 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/metrics"): READERS - {"member"},  # every project's allocations
     ("GET", "/api/v1/gpus"): READERS,
     ("GET", "/api/v1/gpus/{uuid}"): READERS,
+    ("GET", "/api/v1/gpus/{uuid}/bindings"): READERS,  # members: their projects' bindings
     ("POST", "/api/v1/gpus/{uuid}/health"): OPERATORS,
     # members: only the GPUs their projects hold (the builder picks one vision holds)
     ("GET", "/api/v1/gpus/{uuid}/health"): READERS,
@@ -391,6 +392,8 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         ("POST", "/api/v1/projects/{name}/members"): lambda: (
             template.format(name="vision"), new_member()),
         ("GET", "/api/v1/gpus/{uuid}"): lambda: (template.format(uuid=gpu_self), None),
+        ("GET", "/api/v1/gpus/{uuid}/bindings"): lambda: (template.format(uuid=gpu_self),
+                                                          None),
         ("POST", "/api/v1/gpus/{uuid}/health"): lambda: (
             template.format(uuid=gpu_other), {"health": "healthy", "reason": "checked"}),
         ("GET", "/api/v1/gpus/{uuid}/health"): lambda: (

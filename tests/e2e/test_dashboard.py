@@ -15,10 +15,6 @@ from tests.e2e.conftest import screenshot, sign_in
 FUNNEL_KEYS = ("total_gpu_hours", "allocated_gpu_hours", "active_gpu_hours",
                "effective_gpu_hours", "efficiency_percent")
 CRAWL_LIMIT = 60  # pages; the seeded fleet has far fewer
-# Pages being built while these tests were written (tests/e2e/test_pages_to_come.py): a
-# link to one answered by "no such route" is passed over until it lands. Remove each
-# prefix once its page is on main, so a broken link to it fails again.
-NOT_BUILT_YET = ("/ui/gpus/",)
 
 
 def funnel_figures(page) -> dict[str, float]:
@@ -127,8 +123,6 @@ def test_no_page_the_links_reach_asks_another_host(new_page, server):
         path = queue.popleft()
         response = page.goto(path)
         html = "text/html" in response.headers.get("content-type", "")
-        if response.status == 404 and not html and path.startswith(NOT_BUILT_YET):
-            continue
         assert response.status == 200, f"{path}: {response.status}"
         if not html:
             continue

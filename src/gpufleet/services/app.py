@@ -25,7 +25,7 @@ from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
-from gpufleet.services.lifecycle import lost_units
+from gpufleet.services.lifecycle import binding_history, lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
 from gpufleet.services.operations import (
     alert_queries,
@@ -61,6 +61,7 @@ from gpufleet.wire.alerts import AlertAck, AlertHistoryView, AlertView, SilenceC
 from gpufleet.wire.base import Page
 from gpufleet.wire.events import EventPage, EventSubscriptionCreate, EventSubscriptionView
 from gpufleet.wire.health import GpuClear, GpuHealthClear, GpuHealthView
+from gpufleet.wire.requests import GpuBindingView
 from gpufleet.wire.server_settings import ServerSetting
 
 log = logging.getLogger(__name__)
@@ -333,6 +334,12 @@ class Gpufleet:
     def get_gpu(self, principal: Principal, uuid: str) -> wi.GpuView:
         with self.store.read() as session:
             return fleet.get_gpu(session, principal, uuid)
+
+    def gpu_bindings(self, principal: Principal, uuid: str, cursor: str | None,
+                     limit: int) -> Page[GpuBindingView]:
+        """The GPU's allocation history: its units' bindings, newest first."""
+        with self.store.read() as session:
+            return binding_history.gpu_bindings(session, principal, uuid, cursor, limit)
 
     def set_gpu_health(self, principal: Principal, uuid: str,
                        body: wi.GpuHealthChange) -> wi.GpuView:

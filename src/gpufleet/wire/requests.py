@@ -96,6 +96,23 @@ class UnitView(View):
     ended_at: datetime | None = None
 
 
+class GpuBindingView(View):
+    """One binding of a GPU's unit: which allocation held it, from when to when (a GPU's
+    allocation history, `GET /api/v1/gpus/{uuid}/bindings`)."""
+
+    allocation: str
+    project: str
+    kind: FlavourKind
+    milli: int
+    mig_profile_id: int | None = None
+    mig_profile: str | None = None
+    mig_start: int | None = None
+    mig_uuid: str | None = None
+    started_at: datetime
+    ended_at: datetime | None = Field(default=None, description="null: held now")
+    end_reason: str | None = None
+
+
 class RequestView(View):
     code: str
     project: str

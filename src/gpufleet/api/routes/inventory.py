@@ -22,6 +22,7 @@ from gpufleet.wire.inventory import (
     NodeView,
     ReasonBody,
 )
+from gpufleet.wire.requests import GpuBindingView
 
 router = APIRouter(prefix="/api/v1", tags=["inventory"])
 
@@ -62,6 +63,14 @@ def list_gpus(
 @router.get("/gpus/{uuid}", response_model=GpuView)
 def get_gpu(uuid: str, p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
     return gf.get_gpu(p, uuid)
+
+
+@router.get("/gpus/{uuid}/bindings", response_model=Page[GpuBindingView])
+def gpu_bindings(uuid: str, page: PageRequest = Depends(page_request),
+                 p: Principal = Depends(principal), gf: Gpufleet = Depends(services)):
+    """The GPU's allocation history: which allocation held which of its units, from when
+    to when; newest first. Members see their own projects' bindings."""
+    return gf.gpu_bindings(p, uuid, page.cursor, page.limit)
 
 
 @router.post("/gpus/{uuid}/health", response_model=GpuView)

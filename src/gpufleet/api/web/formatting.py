@@ -22,6 +22,13 @@ def gib(value_bytes: float | None) -> str:
     return "—" if value_bytes is None else f"{value_bytes / 1024**3:,.1f} GiB"
 
 
+def quantity(value: float | None, unit: str) -> str:
+    """A chart's reading in its unit (`%`, `GiB`, `W`, `°C`, `MHz`, `errors`)."""
+    if value is None:
+        return "—"
+    return f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:,.3g} {unit}"
+
+
 def utc_text(value: datetime) -> str:
     """What a `<time>` element shows before (or without) the local-time script."""
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -72,4 +79,4 @@ def utc_seconds(value: datetime) -> str:
 def install(env) -> None:
     env.filters.update(gpu_hours=gpu_hours, gpus=gpus, percent=percent, utc_text=utc_text,
                        gib=gib, utc_seconds=utc_seconds, hours=hours, duration=duration,
-                       units=units, asked_for=asked_for)
+                       units=units, asked_for=asked_for, quantity=quantity)

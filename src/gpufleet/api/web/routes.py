@@ -12,6 +12,7 @@ from gpufleet.api.web.pages import (
     audit,
     environments,
     fleet,
+    gpu,
     node,
     nodes,
     pools,
@@ -25,7 +26,8 @@ STATIC_PATH = f"{UI}/static"
 # header's navigation, in this order; a `NAV_ROLES` (a set of roles) shows the entry to
 # those roles only — say which the API grants the page's action (the page still checks).
 # request_form comes before requests: /requests/new is not a request's code.
-PAGES = [fleet, environments, projects, nodes, node, request_form, requests, pools, audit]
+PAGES = [fleet, environments, projects, nodes, node, gpu, request_form, requests, pools,
+         audit]
 
 
 def install(app) -> None:

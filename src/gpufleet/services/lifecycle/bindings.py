@@ -460,20 +460,20 @@ def unit_views(session: Session, request_ids: Sequence[int], *, open_only: bool 
     if open_only:
         query = query.where(Binding.ended_at.is_(None))
     rows = session.execute(query).all()
-    mig_uuids = _mig_uuids(session, [b for b, *_ in rows if b.kind == UnitKind.MIG.value])
+    mig_uuids = mig_uuids_of(session, [b for b, *_ in rows if b.kind == UnitKind.MIG.value])
     views: dict[int, list[UnitView]] = defaultdict(list)
     for binding, uuid, index, model, node in rows:
         views[binding.request_id].append(UnitView(
             gpu_uuid=uuid, gpu_index=index, node=node, kind=binding.kind, model=model,
             milli=binding.milli, mig_profile_id=binding.mig_profile_id,
-            mig_profile=_profile_name(model, binding.mig_profile_id),
+            mig_profile=profile_name(model, binding.mig_profile_id),
             mig_start=binding.mig_start,
             mig_uuid=mig_uuids.get((binding.gpu_id, binding.mig_profile_id, binding.mig_start)),
             started_at=binding.started_at, ended_at=binding.ended_at))
     return views
 
 
-def _profile_name(model: str, profile_id: int | None) -> str | None:
+def profile_name(model: str, profile_id: int | None) -> str | None:
     if profile_id is None:
         return None
     found = catalogue_model(model)
@@ -481,7 +481,7 @@ def _profile_name(model: str, profile_id: int | None) -> str | None:
     return profile.name if profile else None
 
 
-def _mig_uuids(session: Session, bindings: list[Binding]) -> dict[tuple, str | None]:
+def mig_uuids_of(session: Session, bindings: list[Binding]) -> dict[tuple, str | None]:
     if not bindings:
         return {}
     keys = {(b.gpu_id, b.mig_profile_id, b.mig_start) for b in bindings}

@@ -133,7 +133,11 @@ class TelemetryQueries:
             profiles = mig_profiles(session) if "mig_profile" in [*by, *filters] else {}
             owners = principal.visible_projects is not None or \
                 any(k in OWNER_LABELS for k in [*by, *filters])
+            # One GPU's question (the dashboard's GPU page) reads that GPU's bindings by
+            # index instead of walking every cached slot of the fleet.
+            gpus = filters.get("gpu_uuid")
             slots = read_slots(session, principal, start, end,
+                               gpu_uuids=gpus if gpus and None not in gpus else None,
                                cache=self.slot_cache) if owners else None
         if "mig_profile" in filters:
             wanted = set(filters.pop("mig_profile"))

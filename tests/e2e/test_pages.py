@@ -1,8 +1,7 @@
-"""The pages issue 15 names that are still being built, in Chromium: GPU (charts),
-Requests (create as a member, approve as an operator), Environment and Project, Audit.
+"""The pages beyond Fleet and Node, in Chromium: GPU (charts), Requests (create as a
+member, approve as an operator), Environment and Project, Audit.
 
-Each test skips with "page not built yet" while the server has no route for its URL, and
-runs once the page lands. Selectors are the generic ones a person uses — headings, labels,
+Selectors are the generic ones a person uses — headings, labels,
 buttons by name, `svg[role=img]` — so markup choices do not break them.
 """
 
@@ -12,7 +11,7 @@ import re
 
 import httpx
 
-from tests.e2e.conftest import open_or_skip, screenshot, sign_in
+from tests.e2e.conftest import open_page, screenshot, sign_in
 
 CODE = re.compile(r"/ui/requests/(?!new\b)([^/?#]+)(?:[?#]|$)")
 
@@ -28,7 +27,7 @@ def _api_status(server, token: str, path: str) -> int:
 
 def test_the_gpu_page_draws_its_charts(new_page, server):
     page = sign_in(new_page(), server.world.admin)
-    response = open_or_skip(page, f"/ui/gpus/{server.world.busy_gpu}?range=6h")
+    response = open_page(page, f"/ui/gpus/{server.world.busy_gpu}?range=6h")
     assert response.status == 200
     charts = page.locator("svg[role=img]")
     charts.first.wait_for()
@@ -40,7 +39,7 @@ def test_the_gpu_page_draws_its_charts(new_page, server):
 def test_a_member_opens_another_projects_gpu_as_the_api_answers(new_page, server):
     world = server.world
     page = sign_in(new_page(), world.member)
-    response = open_or_skip(page, f"/ui/gpus/{world.idle_gpu}")
+    response = open_page(page, f"/ui/gpus/{world.idle_gpu}")
     assert response.status == _api_status(server, world.member, f"/api/v1/gpus/{world.idle_gpu}")
     assert world.other_project not in page.locator("main").inner_text()
 
@@ -48,7 +47,7 @@ def test_a_member_opens_another_projects_gpu_as_the_api_answers(new_page, server
 def test_a_member_requests_and_an_operator_approves(new_page, server):
     world = server.world
     member = sign_in(new_page(), world.member)
-    open_or_skip(member, "/ui/requests/new")
+    open_page(member, "/ui/requests/new")
     member.get_by_label("Project").fill(world.member_project)
     member.get_by_label("Count").fill("1")
     member.get_by_label("Models").fill("H100-80GB")
@@ -75,7 +74,7 @@ def test_a_member_requests_and_an_operator_approves(new_page, server):
 def test_a_members_request_list_holds_only_their_projects(new_page, server):
     world = server.world
     page = sign_in(new_page(), world.member)
-    open_or_skip(page, "/ui/requests")
+    open_page(page, "/ui/requests")
     page.get_by_role("table").first.wait_for()
     text = page.locator("main").inner_text()
     assert world.member_project in text and world.other_project not in text
@@ -84,30 +83,30 @@ def test_a_members_request_list_holds_only_their_projects(new_page, server):
 
 def test_the_environment_page(new_page, server):
     page = sign_in(new_page(), server.world.admin)
-    response = open_or_skip(page, "/ui/environments/onprem-hpc")
+    response = open_page(page, "/ui/environments/onprem-hpc")
     assert response.status == 200 and "onprem-hpc" in _heading(page)
     screenshot(page, "environment")
-    open_or_skip(page, "/ui/environments")
+    open_page(page, "/ui/environments")
     screenshot(page, "environments")
 
 
 def test_a_member_sees_their_project_page_and_not_anothers(new_page, server):
     world = server.world
     page = sign_in(new_page(), world.member)
-    response = open_or_skip(page, f"/ui/projects/{world.member_project}")
+    response = open_page(page, f"/ui/projects/{world.member_project}")
     assert response.status == 200 and world.member_project in _heading(page)
     screenshot(page, "project")
     response = page.goto(f"/ui/projects/{world.other_project}")
     assert response.status in (403, 404), response.status
     assert world.idle_gpu not in page.content()
-    open_or_skip(page, "/ui/projects")
+    open_page(page, "/ui/projects")
     assert world.other_project not in page.locator("main").inner_text()
 
 
 def test_the_audit_page_as_the_api_allows(new_page, server):
     world = server.world
     admin = sign_in(new_page(), world.admin)
-    response = open_or_skip(admin, "/ui/audit")
+    response = open_page(admin, "/ui/audit")
     assert response.status == 200
     admin.get_by_role("table").first.wait_for()
     screenshot(admin, "audit")
