@@ -64,6 +64,8 @@ PAGES = [
     ("gpu", "/ui/gpus/GPU-00000042"),
     ("requests", "/ui/requests"),
     ("request", f"/ui/requests/{request_code(42)}"),
+    ("new request", "/ui/requests/new"),
+    ("pools", "/ui/pools"),
     ("audit", "/ui/audit"),
     ("audit, one GPU", "/ui/audit?subject_kind=gpu&subject=GPU-00000042"),
     ("audit, one action", "/ui/audit?action=request.approved"),
