@@ -35,8 +35,8 @@ def list_page(gf: Gpufleet, p: Principal, window: str,
                                 lambda: gf.list_environments(p, cursor, limit)),
         "held": section(api_url("telemetry/funnel", by="environment", window=window),
                         lambda: {row.group["environment"]: usage(view, row)
-                                 for view in [gf.queries.funnel(p, ["environment"], None,
-                                                                window)]
+                                 for view in [gf.queries.recent_funnel(p, ["environment"],
+                                                                       window)]
                                  for row in view.rows}),
     }
 
@@ -47,14 +47,13 @@ def environment_page(gf: Gpufleet, p: Principal, name: str,
     pair = "environment,project"
 
     def funnel():
-        view = gf.queries.funnel(p, ["environment"], None, window, step)
+        view = gf.queries.recent_funnel(p, ["environment"], window, step, environment=name)
         row = row_of(view, environment=name)
         return {"view": view, "row": row, "usage": usage(view, row) if row else None}
 
     def projects():
-        view = gf.queries.funnel(p, pair.split(","), None, window)
-        return [(row.group["project"], usage(view, row)) for row in view.rows
-                if row.group["environment"] == name]
+        view = gf.queries.recent_funnel(p, pair.split(","), window, environment=name)
+        return [(row.group["project"], usage(view, row)) for row in view.rows]
 
     def capacity():
         return [cell for cell in gf.fleet_summary(p).cells if cell.environment == name]
@@ -62,8 +61,9 @@ def environment_page(gf: Gpufleet, p: Principal, name: str,
     return {
         "environment": section(api_url("environments"), lambda: gf.show_environment(p, name)),
         "funnel": section(api_url("telemetry/funnel", by="environment", window=window,
-                                  step=step), funnel),
-        "projects": section(api_url("telemetry/funnel", by=pair, window=window), projects),
+                                  step=step, environment=name), funnel),
+        "projects": section(api_url("telemetry/funnel", by=pair, window=window,
+                                    environment=name), projects),
         "capacity": section(api_url("fleet/summary"), capacity),
         "idle": section(api_url("telemetry/idle", environment=name, limit=IDLE_SHOWN),
                         lambda: gf.queries.idle(p, environment=name, limit=IDLE_SHOWN)),

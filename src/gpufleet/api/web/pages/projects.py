@@ -39,7 +39,7 @@ def list_page(gf: Gpufleet, p: Principal, window: str,
                             lambda: gf.list_projects(p, cursor, limit)),
         "held": section(api_url("telemetry/funnel", by="project", window=window),
                         lambda: {row.group["project"]: usage(view, row)
-                                 for view in [gf.queries.funnel(p, ["project"], None, window)]
+                                 for view in [gf.queries.recent_funnel(p, ["project"], window)]
                                  for row in view.rows}),
     }
 
@@ -49,22 +49,21 @@ def project_page(gf: Gpufleet, p: Principal, name: str, window: str) -> dict[str
     pair = "project,environment"
 
     def funnel():
-        view = gf.queries.funnel(p, ["project"], None, window, step)
+        view = gf.queries.recent_funnel(p, ["project"], window, step, project=name)
         row = row_of(view, project=name)
         return {"view": view, "row": row, "usage": usage(view, row) if row else None}
 
     def environments():
-        view = gf.queries.funnel(p, pair.split(","), None, window)
-        return [(row.group["environment"], usage(view, row)) for row in view.rows
-                if row.group["project"] == name]
+        view = gf.queries.recent_funnel(p, pair.split(","), window, project=name)
+        return [(row.group["environment"], usage(view, row)) for row in view.rows]
 
     lc, quoted = gf.lifecycle, quote(name, safe="")
     return {
         "project": section(api_url(f"projects/{quoted}"), lambda: gf.show_project(p, name)),
-        "funnel": section(api_url("telemetry/funnel", by="project", window=window, step=step),
-                          funnel),
-        "environments": section(api_url("telemetry/funnel", by=pair, window=window),
-                                environments),
+        "funnel": section(api_url("telemetry/funnel", by="project", window=window, step=step,
+                                  project=name), funnel),
+        "environments": section(api_url("telemetry/funnel", by=pair, window=window,
+                                        project=name), environments),
         "quotas": section(api_url(f"projects/{quoted}/quotas"),
                           lambda: lc.project_quotas(p, name)),
         "pools": section(api_url("pools", project=name, limit=SHOWN),
