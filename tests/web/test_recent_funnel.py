@@ -59,11 +59,31 @@ def test_upkeep_warms_what_the_fleet_wide_pages_ask(client, admin_token, gf, fle
     counted = []
     monkeypatch.setattr(gf.queries, "funnel", lambda *a, **k: counted.append(a))
     sign_in(client, admin_token)
-    for path in ("/ui/", "/ui/environments", "/ui/projects"):
+    for path in ("/ui/", "/ui/environments", "/ui/projects", f"/ui/environments/{ENV}",
+                 "/ui/projects/vision"):
         response = client.get(path)
         assert response.status_code == 200, response.text
-        assert "vision" in response.text or ENV in response.text
-    assert counted == []  # every funnel those pages showed was the warmed one
+        text = response.text
+        assert ("vision" in text or ENV in text) and 'role="alert"' not in text, path
+    assert counted == []  # every funnel those pages showed was a warmed one
+
+
+def test_a_funnel_without_trend_is_the_kept_one_with_trend_less_it(gf, fleet,  # noqa: F811
+                                                                      monkeypatch):
+    fresh = {by: gf.queries.funnel(SYSTEM, [by], None, "24h") for by in ("project", "node")}
+    with_trend = gf.queries.recent_funnel(SYSTEM, ["project"], "24h", "30m")
+    assert with_trend.rows[0].trend
+    counted = []
+    funnel = gf.queries.funnel
+    monkeypatch.setattr(gf.queries, "funnel",
+                        lambda *a, **k: counted.append(a) or funnel(*a, **k))
+    assert gf.queries.recent_funnel(SYSTEM, ["project"], "24h") == fresh["project"]
+    assert counted == []
+    assert gf.queries.recent_funnel(SYSTEM, ["node"], "24h") == fresh["node"]
+    assert len(counted) == 1  # another question is counted
+    assert gf.queries.recent_funnel(MIA, ["project"], "24h").rows == [
+        r for r in fresh["project"].rows if r.group["project"] == "vision"]
+    assert len(counted) == 2  # nor is an admin's answer a member's
 
 
 def test_the_funnel_filtered_by_project_or_environment(api, fleet):  # noqa: F811

@@ -68,8 +68,11 @@ RECENT_FUNNELS_KEPT = 256
 # The questions the dashboard asks of the whole fleet at its default window (the Fleet
 # page: its funnel, trend and matrix; the Environments and Projects lists), warmed by the
 # upkeep loop. tests/web/test_recent_funnel.py checks the pages ask exactly these.
-WARM_FUNNELS = ((("environment", "project"), "24h", "30m"), (("environment",), "24h", None),
-                (("project",), "24h", None))
+# Each with the trend (30m: the pages' step for 24h), as the Fleet, Environment and Project
+# pages ask; the lists' and the Environment and Project pages' questions without it are
+# answered from these (`recent_funnel`).
+WARM_FUNNELS = ((("environment", "project"), "24h", "30m"), (("environment",), "24h", "30m"),
+                (("project",), "24h", "30m"))
 
 
 def thresholds_of(settings: Settings) -> Thresholds:
@@ -271,6 +274,11 @@ class TelemetryQueries:
         if not fresh:
             with self._recent_lock:
                 kept = self._recent.get(key)
+                if kept is None and step is None:  # the same question asked with a trend
+                    kept = next((_without_trend(v) for k, v in self._recent.items()
+                                 if k[3] is not None and k[:3] + k[4:] == key[:3] + key[4:]
+                                 and (now - v.window_end).total_seconds() <= RECENT_FUNNEL_S),
+                                None)
             if kept is not None and \
                     (now - kept.window_end).total_seconds() <= RECENT_FUNNEL_S:
                 return kept
@@ -474,6 +482,15 @@ def idle_cursor(cursor: str) -> tuple[datetime, str, str, str]:
     if at.tzinfo is None:
         raise mismatched_cursor(cursor)
     return (at, *rest)
+
+
+def _without_trend(view: wt.FunnelView) -> wt.FunnelView:
+    """A funnel asked with `step`, as it answers without: the rows' figures do not depend on
+    the step, which only adds each row's trend and allocations."""
+    usage = {"trend": None, "allocations": None, "allocation_held_hours": None}
+    return view.model_copy(update={
+        "step_s": None, "fleet": view.fleet.model_copy(update=usage),
+        "rows": [row.model_copy(update=usage) for row in view.rows]})
 
 
 def _slot_key(by: tuple[str, ...]) -> Callable[[Slot], object]:

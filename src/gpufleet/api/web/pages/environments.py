@@ -45,15 +45,19 @@ def environment_page(gf: Gpufleet, p: Principal, name: str,
                      window: str) -> dict[str, Section]:
     step = trend_step(window)
     pair = "environment,project"
+    # Rows of the fleet-wide funnels (`recent_funnel`: the upkeep loop keeps the default
+    # window's warm), not one environment's own: at 100,000 GPUs counting even one
+    # environment's allocations costs about a second (BENCHMARKS.md, "Dashboard pages").
 
     def funnel():
-        view = gf.queries.recent_funnel(p, ["environment"], window, step, environment=name)
+        view = gf.queries.recent_funnel(p, ["environment"], window, step)
         row = row_of(view, environment=name)
         return {"view": view, "row": row, "usage": usage(view, row) if row else None}
 
     def projects():
-        view = gf.queries.recent_funnel(p, pair.split(","), window, environment=name)
-        return [(row.group["project"], usage(view, row)) for row in view.rows]
+        view = gf.queries.recent_funnel(p, pair.split(","), window)
+        return [(row.group["project"], usage(view, row)) for row in view.rows
+                if row.group["environment"] == name]
 
     def capacity():
         return [cell for cell in gf.fleet_summary(p).cells if cell.environment == name]
@@ -61,9 +65,8 @@ def environment_page(gf: Gpufleet, p: Principal, name: str,
     return {
         "environment": section(api_url("environments"), lambda: gf.show_environment(p, name)),
         "funnel": section(api_url("telemetry/funnel", by="environment", window=window,
-                                  step=step, environment=name), funnel),
-        "projects": section(api_url("telemetry/funnel", by=pair, window=window,
-                                    environment=name), projects),
+                                  step=step), funnel),
+        "projects": section(api_url("telemetry/funnel", by=pair, window=window), projects),
         "capacity": section(api_url("fleet/summary"), capacity),
         "idle": section(api_url("telemetry/idle", environment=name, limit=IDLE_SHOWN),
                         lambda: gf.queries.idle(p, environment=name, limit=IDLE_SHOWN)),

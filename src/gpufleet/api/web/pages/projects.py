@@ -46,24 +46,27 @@ def list_page(gf: Gpufleet, p: Principal, window: str,
 
 def project_page(gf: Gpufleet, p: Principal, name: str, window: str) -> dict[str, Section]:
     step = trend_step(window)
-    pair = "project,environment"
+    pair = "environment,project"  # the Fleet page's and Environment page's question too
+    # Rows of the fleet-wide funnels (`recent_funnel`: the upkeep loop keeps the default
+    # window's warm), as on the Environment page.
 
     def funnel():
-        view = gf.queries.recent_funnel(p, ["project"], window, step, project=name)
+        view = gf.queries.recent_funnel(p, ["project"], window, step)
         row = row_of(view, project=name)
         return {"view": view, "row": row, "usage": usage(view, row) if row else None}
 
     def environments():
-        view = gf.queries.recent_funnel(p, pair.split(","), window, project=name)
-        return [(row.group["environment"], usage(view, row)) for row in view.rows]
+        view = gf.queries.recent_funnel(p, pair.split(","), window)
+        return [(row.group["environment"], usage(view, row)) for row in view.rows
+                if row.group["project"] == name]
 
     lc, quoted = gf.lifecycle, quote(name, safe="")
     return {
         "project": section(api_url(f"projects/{quoted}"), lambda: gf.show_project(p, name)),
-        "funnel": section(api_url("telemetry/funnel", by="project", window=window, step=step,
-                                  project=name), funnel),
-        "environments": section(api_url("telemetry/funnel", by=pair, window=window,
-                                        project=name), environments),
+        "funnel": section(api_url("telemetry/funnel", by="project", window=window, step=step),
+                          funnel),
+        "environments": section(api_url("telemetry/funnel", by=pair, window=window),
+                                environments),
         "quotas": section(api_url(f"projects/{quoted}/quotas"),
                           lambda: lc.project_quotas(p, name)),
         "pools": section(api_url("pools", project=name, limit=SHOWN),
