@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.api.web.pages import environments, fleet as fleet_page, projects
+from gpufleet.api.web.pages import environments, projects
+from gpufleet.api.web.pages import fleet as fleet_page
 from gpufleet.api.web.pages.usage import trend_step
 from gpufleet.domain.access import Role
 from gpufleet.services.access.principal import SYSTEM, Principal
@@ -108,8 +109,8 @@ def test_the_funnel_filtered_by_project_or_environment(api, fleet):  # noqa: F81
     assert other["rows"] == [] and other["fleet"]["allocated_gpu_hours"] == 0
 
 
-def test_a_member_never_sees_the_admins_recent_funnels(client, admin_token, gf,  # noqa: F811
-                                                        fleet):
+def test_a_member_never_sees_the_admins_recent_funnels(client, admin_token, gf,
+                                                        fleet):  # noqa: F811
     gf.telemetry_upkeep()  # the admin's fleet-wide funnels, warmed
     sign_in(client, admin_token)
     for path in ("/ui/", "/ui/projects", f"/ui/environments/{ENV}"):
@@ -120,3 +121,20 @@ def test_a_member_never_sees_the_admins_recent_funnels(client, admin_token, gf, 
         response = client.get(path)
         assert response.status_code == 200, path
         assert "speech" not in response.text, path
+
+
+def test_upkeep_warms_only_while_the_dashboard_is_used(gf, fleet, monkeypatch):  # noqa: F811
+    from gpufleet.services.telemetry import queries
+    counted = []
+    funnel = gf.queries.funnel
+    monkeypatch.setattr(gf.queries, "funnel",
+                        lambda *a, **k: counted.append(a) or funnel(*a, **k))
+    gf.telemetry_upkeep()  # just started: warmed
+    assert len(counted) == len(WARM_FUNNELS)
+    monotonic = queries.time.monotonic() + queries.WARM_WHILE_USED_S + 1
+    monkeypatch.setattr(queries.time, "monotonic", lambda: monotonic)
+    gf.telemetry_upkeep()  # nobody asked for 15 minutes: not warmed
+    assert len(counted) == len(WARM_FUNNELS)
+    gf.queries.recent_funnel(SYSTEM, ["project"], "24h", "30m")  # a page asks (kept: no count)
+    gf.telemetry_upkeep()
+    assert len(counted) == 2 * len(WARM_FUNNELS)

@@ -65,6 +65,10 @@ METRICS_CACHE_S = 60.0  # /metrics funnel gauges: recomputed at most once a minu
 # between two rounds.
 RECENT_FUNNEL_S = 90.0
 RECENT_FUNNELS_KEPT = 256
+# The upkeep round warms the dashboard's funnels only while someone uses the dashboard: a
+# page asked for a recent funnel within this long (or the server just started). At
+# 100,000 GPUs a round's warming costs ~4 s of CPU (BENCHMARKS.md, "Dashboard pages").
+WARM_WHILE_USED_S = 15 * 60.0
 # The questions the dashboard asks of the whole fleet at its default window (the Fleet
 # page: its funnel, trend and matrix; the Environments and Projects lists), warmed by the
 # upkeep loop. tests/web/test_recent_funnel.py checks the pages ask exactly these.
@@ -96,6 +100,7 @@ class TelemetryQueries:
         self._gauges: dict[frozenset[str] | None, tuple[float, wt.FunnelView]] = {}
         self._recent: dict[tuple, wt.FunnelView] = {}  # recent_funnel's answers, by question
         self._recent_lock = threading.Lock()
+        self._recent_asked = time.monotonic()  # a page's last recent_funnel (start: now)
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -272,6 +277,7 @@ class TelemetryQueries:
                project, environment)
         now = self.clock.now()
         if not fresh:
+            self._recent_asked = time.monotonic()
             with self._recent_lock:
                 kept = self._recent.get(key)
                 if kept is None and step is None:  # the same question asked with a trend
@@ -295,7 +301,10 @@ class TelemetryQueries:
     def warm_recent_funnels(self) -> None:
         """Count the dashboard's fleet-wide funnels afresh (WARM_FUNNELS, as the admin sees
         them), so the Fleet, Environments and Projects pages find them in `recent_funnel`:
-        the upkeep loop's work, once a round."""
+        the upkeep loop's work, once a round — while a page asked for one in the last
+        WARM_WHILE_USED_S (else nobody is looking: the next page counts afresh)."""
+        if time.monotonic() - self._recent_asked > WARM_WHILE_USED_S:
+            return
         for by, window, step in WARM_FUNNELS:
             self.recent_funnel(SYSTEM, list(by), window, step, fresh=True)
 
