@@ -116,6 +116,7 @@ class Gpufleet:
         # request (the first fold after a start reads every kept minute).
         with contextlib.suppress(Unavailable):  # a store the masks cannot read
             self.queries.masks.refresh()
+            self.queries.warm_recent_funnels()
 
     def close_telemetry(self) -> None:
         """Close the telemetry store, if one was opened (the state store stays open)."""

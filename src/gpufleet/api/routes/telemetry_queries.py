@@ -72,12 +72,16 @@ def funnel(
     end: datetime | None = None,
     step: str | None = Query(default=None, description="`1h`: each row's trend in steps "
                                                        "of this length, and its allocations"),
+    project: str | None = Query(default=None, description="only this project's allocations"),
+    environment: str | None = Query(default=None, description="only units in this "
+                                                              "environment"),
     p: Principal = Depends(principal),
     gf: Gpufleet = Depends(services),
 ):
     """Total / allocated / active / effective GPU-hours over the window (docs/design.md, "Funnel and
-    activity")."""
-    return gf.queries.funnel(p, _by(by), end, window, step)
+    activity"); `project` / `environment`: only those allocations (no inventory totals)."""
+    return gf.queries.funnel(p, _by(by), end, window, step, project=project,
+                             environment=environment)
 
 
 @router.get("/idle", response_model=wt.IdleList)

@@ -32,7 +32,7 @@ from gpufleet.domain.telemetry.funnel import (
     Thresholds,
 )
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Scope
-from gpufleet.services.access.principal import Principal
+from gpufleet.services.access.principal import SYSTEM, Principal
 from gpufleet.services.paging import decode_cursor, mismatched_cursor, split_page
 from gpufleet.services.telemetry import live
 from gpufleet.services.telemetry.first_values import count_first_values, series_names
@@ -61,6 +61,24 @@ PROCESS_LABELS = ("pid", "process_name", "container", "pod", "namespace", "slurm
 FUNNEL_LABELS = (*INVENTORY_LABELS, "project", "allocation")
 IDLE_LOOKBACK = timedelta(hours=24)  # how far back "idle since" looks for the last activity
 METRICS_CACHE_S = 60.0  # /metrics funnel gauges: recomputed at most once a minute
+# Dashboard funnels (`recent_funnel`): an answer is reused while its window ended at most
+# this long ago; the upkeep loop recomputes the fleet-wide ones each round (every 60 s by
+# default), so they stay warm. Longer than a round, so a page never waits on a miss
+# between two rounds.
+RECENT_FUNNEL_S = 90.0
+RECENT_FUNNELS_KEPT = 256
+# The upkeep round warms the dashboard's funnels only while someone uses the dashboard: a
+# page asked for a recent funnel within this long (or the server just started). At
+# 100,000 GPUs a round's warming costs ~4 s of CPU (BENCHMARKS.md, "Dashboard pages").
+WARM_WHILE_USED_S = 15 * 60.0
+# The questions the dashboard asks of the whole fleet at its default window (the Fleet
+# page: its funnel, trend and matrix; the Environments and Projects lists), warmed by the
+# upkeep loop. tests/web/test_recent_funnel.py checks the pages ask exactly these.
+# Each with the trend (30m: the pages' step for 24h), as the Fleet, Environment and Project
+# pages ask; the lists' and the Environment and Project pages' questions without it are
+# answered from these (`recent_funnel`).
+WARM_FUNNELS = ((("environment", "project"), "24h", "30m"), (("environment",), "24h", "30m"),
+                (("project",), "24h", "30m"))
 
 
 def thresholds_of(settings: Settings) -> Thresholds:
@@ -82,6 +100,9 @@ class TelemetryQueries:
         self._masks_lock = threading.Lock()
         self._slot_cache = SlotCache(MAX_WINDOW + IDLE_LOOKBACK, clock)
         self._gauges: dict[frozenset[str] | None, tuple[float, wt.FunnelView]] = {}
+        self._recent: dict[tuple, wt.FunnelView] = {}  # recent_funnel's answers, by question
+        self._recent_lock = threading.Lock()
+        self._recent_asked = time.monotonic()  # a page's last recent_funnel (start: now)
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -205,9 +226,13 @@ class TelemetryQueries:
 
     def funnel(self, principal: Principal, group_by: list[str] | None = None,
                window_end: datetime | None = None, window: str | None = None,
-               step: str | None = None) -> wt.FunnelView:
+               step: str | None = None, *, project: str | None = None,
+               environment: str | None = None) -> wt.FunnelView:
         """Total / allocated / active / effective GPU-hours over the window, per group;
-        with `step`, each row's trend in steps of that length and its allocations' usage."""
+        with `step`, each row's trend in steps of that length and its allocations' usage.
+        `project`, `environment`: only the allocations of that project, on units in that
+        environment — the total and reporting hours (the inventory's) are then left out,
+        as they are for a member."""
         principal.require(Action.READ_INVENTORY)
         by = tuple(group_by or ())
         for name in by:
@@ -218,9 +243,12 @@ class TelemetryQueries:
         masks = self.masks  # a store without them: 503 before any work
         start, end = self._funnel_window(window_end, window)
         step_span = None if step is None else trend_step(start, end, step)
-        scoped = principal.visible_projects is not None
+        scoped = principal.visible_projects is not None or bool(project or environment)
         with self.state.read() as session:
-            slots = read_slots(session, principal, start, end, cache=self.slot_cache)
+            slots = read_slots(session, principal, start, end, cache=self.slot_cache,
+                               projects=[project] if project else None)
+            if environment:
+                slots = [s for s in slots if s.environment == environment]
             inventory = None if scoped or not set(by) <= set(INVENTORY_LABELS) else \
                 inventory_gpu_seconds(session, by, start, end)
             fleet_total = None if scoped else inventory_gpu_seconds(session, (), start, end)
@@ -245,6 +273,51 @@ class TelemetryQueries:
                   for key, f in sorted(rows.items(), key=lambda kv: [str(v) for v in kv[0]])],
             fleet=_funnel_row({}, fleet, usage.get(None, _NO_USAGE)),
             step_s=None if step_span is None else step_span.total_seconds())
+
+    def recent_funnel(self, principal: Principal, group_by: list[str] | None = None,
+                      window: str | None = None, step: str | None = None, *,
+                      project: str | None = None, environment: str | None = None,
+                      fresh: bool = False) -> wt.FunnelView:
+        """`funnel` over the window ending now, or an answer to the same question for the
+        same scope (the principal's visible projects) whose window ended at most
+        RECENT_FUNNEL_S ago: its `window_end` says as of when. For the dashboard's pages;
+        the API's /telemetry/funnel always counts afresh. `fresh`: count afresh and keep
+        the answer (the upkeep loop's warming)."""
+        principal.require(Action.READ_INVENTORY)
+        key = (principal.visible_projects, tuple(group_by or ()), window or "24h", step,
+               project, environment)
+        now = self.clock.now()
+        if not fresh:
+            self._recent_asked = time.monotonic()
+            with self._recent_lock:
+                kept = self._recent.get(key)
+                if kept is None and step is None:  # the same question asked with a trend
+                    kept = next((_without_trend(v) for k, v in self._recent.items()
+                                 if k[3] is not None and k[:3] + k[4:] == key[:3] + key[4:]
+                                 and (now - v.window_end).total_seconds() <= RECENT_FUNNEL_S),
+                                None)
+            if kept is not None and \
+                    (now - kept.window_end).total_seconds() <= RECENT_FUNNEL_S:
+                return kept
+        view = self.funnel(principal, group_by, None, window, step, project=project,
+                           environment=environment)
+        with self._recent_lock:
+            self._recent = {k: v for k, v in self._recent.items()
+                            if (now - v.window_end).total_seconds() <= RECENT_FUNNEL_S}
+            if len(self._recent) >= RECENT_FUNNELS_KEPT:
+                self._recent.pop(next(iter(self._recent)))
+            self._recent[key] = view
+        return view
+
+    def warm_recent_funnels(self) -> None:
+        """Count the dashboard's fleet-wide funnels afresh (WARM_FUNNELS, as the admin sees
+        them), so the Fleet, Environments and Projects pages find them in `recent_funnel`:
+        the upkeep loop's work, once a round — while a page asked for one in the last
+        WARM_WHILE_USED_S (else nobody is looking: the next page counts afresh)."""
+        if time.monotonic() - self._recent_asked > WARM_WHILE_USED_S:
+            return
+        for by, window, step in WARM_FUNNELS:
+            self.recent_funnel(SYSTEM, list(by), window, step, fresh=True)
 
     def _funnel_window(self, window_end: datetime | None,
                        window: str | None) -> tuple[datetime, datetime]:
@@ -429,6 +502,15 @@ def idle_cursor(cursor: str) -> tuple[datetime, str, str, str]:
     if at.tzinfo is None:
         raise mismatched_cursor(cursor)
     return (at, *rest)
+
+
+def _without_trend(view: wt.FunnelView) -> wt.FunnelView:
+    """A funnel asked with `step`, as it answers without: the rows' figures do not depend on
+    the step, which only adds each row's trend and allocations."""
+    usage = {"trend": None, "allocations": None, "allocation_held_hours": None}
+    return view.model_copy(update={
+        "step_s": None, "fleet": view.fleet.model_copy(update=usage),
+        "rows": [row.model_copy(update=usage) for row in view.rows]})
 
 
 def _slot_key(by: tuple[str, ...]) -> Callable[[Slot], object]:

@@ -35,8 +35,8 @@ def list_page(gf: Gpufleet, p: Principal, window: str,
                                 lambda: gf.list_environments(p, cursor, limit)),
         "held": section(api_url("telemetry/funnel", by="environment", window=window),
                         lambda: {row.group["environment"]: usage(view, row)
-                                 for view in [gf.queries.funnel(p, ["environment"], None,
-                                                                window)]
+                                 for view in [gf.queries.recent_funnel(p, ["environment"],
+                                                                       window)]
                                  for row in view.rows}),
     }
 
@@ -45,14 +45,17 @@ def environment_page(gf: Gpufleet, p: Principal, name: str,
                      window: str) -> dict[str, Section]:
     step = trend_step(window)
     pair = "environment,project"
+    # Rows of the fleet-wide funnels (`recent_funnel`: the upkeep loop keeps the default
+    # window's warm), not one environment's own: at 100,000 GPUs counting even one
+    # environment's allocations costs about a second (BENCHMARKS.md, "Dashboard pages").
 
     def funnel():
-        view = gf.queries.funnel(p, ["environment"], None, window, step)
+        view = gf.queries.recent_funnel(p, ["environment"], window, step)
         row = row_of(view, environment=name)
         return {"view": view, "row": row, "usage": usage(view, row) if row else None}
 
     def projects():
-        view = gf.queries.funnel(p, pair.split(","), None, window)
+        view = gf.queries.recent_funnel(p, pair.split(","), window)
         return [(row.group["project"], usage(view, row)) for row in view.rows
                 if row.group["environment"] == name]
 

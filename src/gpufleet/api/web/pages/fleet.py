@@ -88,9 +88,11 @@ def fleet_page(gf: Gpufleet, p: Principal, window: str) -> dict[str, Section]:
     # One funnel for three sections: the grouped funnel's fleet line is the ungrouped one's
     # (its rows summed, the total and reporting hours the inventory's) and carries the
     # fleet's trend; each funnel is most of the page's time at 100,000 GPUs (BENCHMARKS.md,
-    # "Dashboard pages"). The links name the API call each section's figures equal.
+    # "Dashboard pages"), so it is the recent answer (`recent_funnel`: at most 90 s old,
+    # kept warm by the upkeep loop). The links name the API call each section's figures
+    # equal.
     by_pair = section(api_url("telemetry/funnel", by=pair, window=window),
-                      lambda: gf.queries.funnel(p, pair.split(","), None, window, step))
+                      lambda: gf.queries.recent_funnel(p, pair.split(","), window, step))
     return {
         "funnel": replace(by_pair, api=api_url("telemetry/funnel", window=window)),
         "trend": replace(by_pair, api=api_url("telemetry/funnel", window=window, step=step)),

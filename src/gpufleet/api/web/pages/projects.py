@@ -39,22 +39,24 @@ def list_page(gf: Gpufleet, p: Principal, window: str,
                             lambda: gf.list_projects(p, cursor, limit)),
         "held": section(api_url("telemetry/funnel", by="project", window=window),
                         lambda: {row.group["project"]: usage(view, row)
-                                 for view in [gf.queries.funnel(p, ["project"], None, window)]
+                                 for view in [gf.queries.recent_funnel(p, ["project"], window)]
                                  for row in view.rows}),
     }
 
 
 def project_page(gf: Gpufleet, p: Principal, name: str, window: str) -> dict[str, Section]:
     step = trend_step(window)
-    pair = "project,environment"
+    pair = "environment,project"  # the Fleet page's and Environment page's question too
+    # Rows of the fleet-wide funnels (`recent_funnel`: the upkeep loop keeps the default
+    # window's warm), as on the Environment page.
 
     def funnel():
-        view = gf.queries.funnel(p, ["project"], None, window, step)
+        view = gf.queries.recent_funnel(p, ["project"], window, step)
         row = row_of(view, project=name)
         return {"view": view, "row": row, "usage": usage(view, row) if row else None}
 
     def environments():
-        view = gf.queries.funnel(p, pair.split(","), None, window)
+        view = gf.queries.recent_funnel(p, pair.split(","), window)
         return [(row.group["environment"], usage(view, row)) for row in view.rows
                 if row.group["project"] == name]
 
