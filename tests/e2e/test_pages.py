@@ -140,6 +140,8 @@ def test_the_audit_page_as_the_api_allows(new_page, server):
     # Each time on one line: a wrapped inline element has more than one box.
     lines = admin.locator("td time").evaluate_all("els => els.map(e => e.getClientRects().length)")
     assert lines and set(lines) == {1}, lines
+    shown = admin.locator("td time").first.inner_text()  # localised, still to the second
+    assert re.search(r"\d:\d\d:\d\d", shown), shown
     screenshot(admin, "audit", full_page=False)
     member = sign_in(new_page(), world.member)
     response = member.goto("/ui/audit")
