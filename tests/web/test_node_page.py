@@ -229,6 +229,28 @@ def test_recent_xids_equal_the_apis_query(client, api, admin_token, gf, clock,
     assert row[1] == "79" and row[2] == f"{total:g} errors"
 
 
+def test_a_codes_first_xid_shows_on_the_page_and_the_api(client, api, admin_token, gf, clock,
+                                                         fleet):  # noqa: F811
+    """A GPU's first XID 79 (its counter is born at 1) arrives mid-window: 1 error, on
+    the API and the page (the page said nothing before: the increase alone misses it)."""
+    at = clock.now() + timedelta(minutes=20, seconds=10)
+    gf.telemetry.write([Sample(series("gpu.xid_errors_total", gpu_uuid(1, 2), None,
+                                      labels={"xid": "79"}, **ATTRS),
+                               at + timedelta(minutes=m), 1.0) for m in range(30)])
+    clock.advance(3600)
+    gf.telemetry.rollup(clock.now())
+    result = api.get("/api/v1/telemetry/query", params={
+        "metric": "gpu.xid_errors_total", "since": "24h", "step": "1h",
+        "by": "gpu_uuid,xid", "filter": "node=node-1"}).json()
+    assert [(s["labels"]["gpu_uuid"], s["labels"]["xid"], [v for _, v in s["points"] if v])
+            for s in result["series"]] == [(gpu_uuid(1, 2), "79", [1.0])]
+    sign_in(client, admin_token)
+    parsed, text = page(client, "/ui/nodes/node-1")
+    (row,) = parsed.body("xids")
+    assert row[1:3] == ["79", "1 error"]
+    assert "No XID counter rose" not in text
+
+
 def test_an_unknown_node_is_a_404_naming_it(client, admin_token):
     sign_in(client, admin_token)
     _, text = page(client, "/ui/nodes/no-such-node", 404)

@@ -25,12 +25,10 @@ from gpufleet.domain.operations.health_rules import (
 )
 from gpufleet.domain.operations.mig_health import CONTAINED_XIDS
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Comparison, OverTime
+from gpufleet.services.telemetry.first_values import SEEN_BEFORE
 from gpufleet.tsdb import TelemetryStore, ValueFilter
 from gpufleet.tsdb.protocol import Filters, Tier
 
-# How far before the window a series must have been seen for its first value inside the
-# window not to count as new (a node silent for longer looks like a reader restart).
-SEEN_BEFORE = timedelta(hours=1)
 NVLINK_ERROR_METRICS = ("gpu.nvlink_crc_flit_errors_total", "gpu.nvlink_crc_data_errors_total",
                         "gpu.nvlink_replay_errors_total")
 THROTTLE_STEP = timedelta(minutes=1)

@@ -49,7 +49,7 @@ from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.lifecycle import granting, quotas
-from gpufleet.services.operations.health_signals import SEEN_BEFORE
+from gpufleet.services.telemetry.first_values import seen_before, series_key
 from gpufleet.services.telemetry.ownership import UnitKey, read_slots
 from gpufleet.services.telemetry.queries import TelemetryQueries
 from gpufleet.store.tables import (
@@ -255,20 +255,15 @@ def _increase(queries: TelemetryQueries, rule: Rule, now: datetime) -> list[Seen
                          where=_condition(rule))
     extra = catalogue_metric(rule.metric).labels
     names = (*SERIES_UNIT_LABELS[:4], *extra)
-    increases = {_series_key(labels, names): (labels, value)
+    increases = {series_key(labels, names): (labels, value)
                  for labels, value in values}
     if rule.metric in COUNTED_FROM_READER_START:
         for labels, value in _born_in_window(queries, rule, now, names):
-            key = _series_key(labels, names)
+            key = series_key(labels, names)
             if key not in increases or increases[key][1] < value:
                 increases[key] = (labels, value)
     return [Seen(_unit_labels(labels, extra), value, _unit_of(labels))
             for labels, value in increases.values()]
-
-
-def _series_key(labels: Mapping[str, str | None], names: Sequence[str]) -> tuple:
-    """A series' identity by `names` ("" and None alike: a whole GPU has no mig_uuid)."""
-    return tuple(labels.get(n) or None for n in names)
 
 
 def _born_in_window(queries: TelemetryQueries, rule: Rule, now: datetime,
@@ -282,14 +277,12 @@ def _born_in_window(queries: TelemetryQueries, rule: Rule, now: datetime,
                                                    where=_condition(rule)) if v.at < now]
     if not passing:
         return []
-    gpus = sorted({v.series.gpu_uuid for v in passing})
-    seen = {_series_key(r.labels, names) for r in queries.telemetry.query_range(
-        rule.metric, start - SEEN_BEFORE, start, SEEN_BEFORE, filters={"gpu_uuid": gpus},
-        group_by=list(names), over_time=OverTime.LAST, across=AcrossSeries.MAX)}
+    seen = seen_before(queries.telemetry, rule.metric, start,
+                       (v.series.gpu_uuid for v in passing), names)
     born = []
     for v in passing:
         labels = {n: v.series.label(n) for n in names}
-        if _series_key(labels, names) not in seen:
+        if series_key(labels, names) not in seen:
             born.append((labels, v.value))
     return born
 

@@ -22,6 +22,7 @@ from operator import attrgetter
 from gpufleet.clock import Clock
 from gpufleet.domain.access import Action
 from gpufleet.domain.errors import InvalidInput, Unavailable
+from gpufleet.domain.telemetry.catalogue import COUNTED_FROM_READER_START
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.durations import check_time, parse_duration
 from gpufleet.domain.telemetry.funnel import (
@@ -34,6 +35,7 @@ from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Scope
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.paging import decode_cursor, mismatched_cursor, split_page
 from gpufleet.services.telemetry import live
+from gpufleet.services.telemetry.first_values import count_first_values, series_names
 from gpufleet.services.telemetry.ownership import (
     INVENTORY_LABELS,
     Slot,
@@ -117,7 +119,9 @@ class TelemetryQueries:
                     group_by: list[str] | None = None) -> wt.RangeQueryResult:
         """The metric per step over [start, end) (or the last `since`), aggregated by its class
         (docs/design.md, "Telemetry model") per group of labels. Owner labels (project, allocation)
-        come from the binding intervals; a member's query counts only their projects' time."""
+        come from the binding intervals; a member's query counts only their projects' time.
+        A counter its reader starts at zero (XIDs) counts a series first seen in the window
+        from 0: its first value in the step of its first sample (first_values.py)."""
         principal.require(Action.READ_INVENTORY)
         row = catalogue_metric(metric)
         start, end = self._window(start, end, since)
@@ -146,9 +150,16 @@ class TelemetryQueries:
         if "mig_profile" in by:
             store_by += [n for n in ("gpu_uuid", "mig_uuid") if n not in store_by]
             filters.setdefault("mig_uuid", list(profiles))
+        bindings = telemetry_bindings(slots) if slots is not None else None
+        new_counts = metric in COUNTED_FROM_READER_START  # per series, then first values
         results = self.telemetry.query_range(
-            metric, start, end, step_span, filters=filters or None, group_by=store_by,
-            bindings=telemetry_bindings(slots) if slots is not None else None)
+            metric, start, end, step_span, filters=filters or None, bindings=bindings,
+            group_by=store_by if not new_counts else
+            [*store_by, *(n for n in series_names(metric) if n not in store_by)])
+        if new_counts:
+            results = count_first_values(self.telemetry, metric, results, start, end,
+                                         step_span, by=store_by, filters=filters or None,
+                                         bindings=bindings)
         if "mig_profile" in by:
             results = _regroup(results, by, profiles, row.aggregation.across_series)
         return wt.RangeQueryResult(
