@@ -187,11 +187,12 @@ def sign_in(page, token: str, path: str = "/ui/"):
     return page
 
 
-def screenshot(page, name: str) -> Path:
-    """A full-page PNG in the artefacts folder (docs/dashboard.md, "Screenshots")."""
+def screenshot(page, name: str, full_page: bool = True) -> Path:
+    """A PNG in the artefacts folder (docs/dashboard.md, "Screenshots"): the full page, or
+    the first screen of a page too long to look at whole (`full_page=False`)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=path, full_page=True)
+    page.screenshot(path=path, full_page=full_page)
     return path
 
 

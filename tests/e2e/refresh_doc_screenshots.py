@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("GPUFLEET_E2E_ARTIFACTS") or ROOT / "tests/e2e/artifacts")
 DOCS = ROOT / "docs/images/dashboard"
 # The pictures docs/dashboard.md embeds, by the name each test saves.
-SHOWN = ("login", "fleet", "fleet-dark", "fleet-member", "node", "nodes", "gpu",
-         "request-new", "request-approved", "requests", "environment", "project", "audit")
+SHOWN = ("login", "fleet", "fleet-dark", "fleet-member", "environments", "environment",
+         "projects", "project", "nodes", "node", "gpu", "gpu-dark", "requests",
+         "request-approved", "request-new", "pools", "audit")
 
 
 def main() -> int:

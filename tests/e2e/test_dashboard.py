@@ -111,6 +111,15 @@ def test_dark_mode_renders_dark(new_page, server):
     assert _luminance(light.evaluate(background)) > 0.5
     assert _luminance(dark.evaluate(background)) < 0.5 < _luminance(dark.evaluate(text))
     screenshot(dark, "fleet-dark")
+    # The keyboard's focus ring shows on the dark background too.
+    dark.locator("body").focus()
+    dark.keyboard.press("Tab")
+    dark.keyboard.press("Tab")
+    ring = dark.evaluate("() => { const s = getComputedStyle(document.activeElement);"
+                         " return [s.outlineStyle, s.outlineColor, s.outlineWidth]; }")
+    assert ring[0] != "none" and float(ring[2].removesuffix("px")) >= 2, ring
+    assert _luminance(ring[1]) - _luminance(dark.evaluate(background)) > 0.4, ring
+    screenshot(dark, "focus-dark", full_page=False)
 
 
 def test_no_page_the_links_reach_asks_another_host(new_page, server):

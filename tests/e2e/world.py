@@ -5,7 +5,8 @@ GPUs busy for the last five hours of real time.
 
 Who: the bootstrap admin, operator `olga`, member `mia` (project `vision` only).
 What: environment `onprem-hpc`; node-1 with four H100s, node-2 with two, one of them in
-MIG mode (four instances); `vision` holds a busy GPU, `speech` an idle one.
+MIG mode (four instances); `vision` holds a busy GPU, `speech` an idle one, and `vision`
+has asked for a pool of one H100 (pending: an operator's to decide).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpufleet.server import admin_token_path, bootstrap_admin_token, build_gpufl
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.settings import Settings
 from gpufleet.tsdb import Sample, series
-from gpufleet.wire.requests import RequestCreate
+from gpufleet.wire.requests import PoolCreate, RequestCreate
 from tests.conftest import Api
 from tests.helpers import create_environment, gpu, gpu_uuid, join_token, register, registration
 
@@ -67,6 +68,8 @@ def seed(data_dir: Path, database_url: str | None = None) -> World:
             register(api, 1, gpus=4)
             _register_mig_node(api)
             (_, busy), (speech, idle) = _grant(gf, "vision"), _grant(gf, "speech")
+            gf.lifecycle.request_pool(SYSTEM, PoolCreate(project="vision", flavour=MODEL,
+                                                         count=1, reason="nightly training"))
             start = clock.now()
             _minutes(gf, start, busy, {"gpu.gr_engine_active": 80.0, "gpu.sm_active": 60.0,
                                        "gpu.memory_used_bytes": 40.0 * GIB})

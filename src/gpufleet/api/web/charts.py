@@ -4,8 +4,14 @@ fetched — the page is complete on first render and works air-gapped (docs/dash
 
 A chart is a few series over one window, in one unit. Missing samples (None) break the
 line rather than being drawn as zero: "not known" is never 0 (docs/design.md, "Funnel and
-activity"). Colours come from CSS classes (`series-0` …), so light and dark themes and the
-page's Content-Security-Policy (no inline styles) both hold."""
+activity"). Colours and dashes come from CSS classes (`series-0` …), so light and dark
+themes and the page's Content-Security-Policy (no inline styles) both hold.
+
+The plot stretches to its box (`preserveAspectRatio="none"`), so no text is drawn inside
+it: stretched, it would read as a wide, blurred face. The axes' labels are HTML beside the
+plot, in the page's font, placed by CSS classes (`tick-0`, `tick-50`, `tick-100`); the
+times are `<time>` elements, which local-time.js shows in the viewer's zone. A chart with no
+sample at all is a line of text, not an empty frame."""
 
 from __future__ import annotations
 
@@ -19,8 +25,8 @@ from markupsafe import Markup, escape
 
 from gpufleet.api.web.formatting import utc_text
 
-WIDTH, HEIGHT = 720, 180
-LEFT, RIGHT, TOP, BOTTOM = 56, 8, 8, 22  # room for the axes' labels
+WIDTH, HEIGHT = 720, 180  # the plot's own coordinates; CSS sizes it on the page
+TICKS = (0.0, 0.5, 1.0)  # fractions of the axis labelled (the CSS classes tick-0 … tick-100)
 SERIES_CLASSES = 6
 _ids = count()
 
@@ -64,46 +70,54 @@ def line_chart(title: str, unit: str, start: datetime, end: datetime,
     """An SVG line chart of `series` over [start, end], the y axis from 0 in `unit`
     (`y_max` fixes its top, e.g. 100 for a percentage)."""
     chart_id = f"chart-{next(_ids)}"
+    caption = f"{escape(title)} ({escape(unit)})"
     values = [v for s in series for _, v in s.points if v is not None and math.isfinite(v)]
-    top = y_max if y_max is not None else nice_ceiling(max(values, default=0.0))
+    if not values:
+        return Markup(f'<figure class="chart chart-empty"><figcaption>{caption}: '
+                      f'<span class="empty">no samples in this window.</span>'
+                      f'</figcaption></figure>')
+    top = y_max if y_max is not None else nice_ceiling(max(values))
     span_s = max((end - start).total_seconds(), 1.0)
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def x(when: datetime) -> float:
-        return LEFT + plot_w * min(max((when - start).total_seconds() / span_s, 0.0), 1.0)
+        return WIDTH * min(max((when - start).total_seconds() / span_s, 0.0), 1.0)
 
     def y(value: float) -> float:
-        return TOP + plot_h * (1 - min(max(value / top, 0.0), 1.0))
+        return HEIGHT * (1 - min(max(value / top, 0.0), 1.0))
 
     parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
              f'aria-labelledby="{chart_id}-t {chart_id}-d" preserveAspectRatio="none">',
-             f'<title id="{chart_id}-t">{escape(title)} ({escape(unit)})</title>',
+             f'<title id="{chart_id}-t">{caption}</title>',
              f'<desc id="{chart_id}-d">{escape(_summary(series, unit))}</desc>']
-    for fraction in (0.0, 0.5, 1.0):
+    for fraction in TICKS:
         ty = y(top * fraction)
-        parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{ty:.1f}" '
-                     f'y2="{ty:.1f}"/>')
-        parts.append(f'<text class="axis" x="{LEFT - 4}" y="{ty + 4:.1f}" '
-                     f'text-anchor="end">{escape(_number(top * fraction))}</text>')
-    for fraction, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
-        when = start + (end - start) * fraction
-        parts.append(f'<text class="axis" x="{x(when):.1f}" y="{HEIGHT - 6}" '
-                     f'text-anchor="{anchor}" data-datetime="{when.isoformat()}">'
-                     f'{escape(utc_text(when))}</text>')
+        parts.append(f'<line class="grid" x1="0" x2="{WIDTH}" y1="{ty:.1f}" y2="{ty:.1f}"/>')
     for index, one in enumerate(series):
         css = f"series series-{index % SERIES_CLASSES}"
         for run in _runs(one.points, x, y):
             parts.append(f'<polyline class="{css}" points="{run}">'
                          f'<title>{escape(one.label)}</title></polyline>')
     parts.append("</svg>")
-    legend = "".join(f'<li><span class="swatch series-{i % SERIES_CLASSES}"></span>'
-                     f'{escape(s.label)}</li>' for i, s in enumerate(series))
-    body = "".join(parts)
-    if not values:
-        body += '<p class="empty">No samples in this window.</p>'
-    return Markup(f'<figure class="chart">{body}'
-                  f'<figcaption>{escape(title)} ({escape(unit)})'
-                  f'<ul class="legend">{legend}</ul></figcaption></figure>')
+    y_labels = "".join(f'<span class="tick-{round(f * 100)}">{escape(_number(top * f))}</span>'
+                       for f in TICKS)
+    x_labels = "".join(_time_tick(f, start + (end - start) * f) for f in TICKS)
+    legend = "".join(f'<li>{_swatch(i)}{escape(s.label)}</li>' for i, s in enumerate(series))
+    return Markup(f'<figure class="chart"><div class="plot">'
+                  f'<div class="y-axis" aria-hidden="true">{y_labels}</div>{"".join(parts)}'
+                  f'<div class="x-axis" aria-hidden="true">{x_labels}</div></div>'
+                  f'<figcaption>{caption}<ul class="legend">{legend}</ul></figcaption></figure>')
+
+
+def _time_tick(fraction: float, when: datetime) -> str:
+    return (f'<time class="tick-{round(fraction * 100)}" datetime="{when.isoformat()}">'
+            f'{escape(utc_text(when))}</time>')
+
+
+def _swatch(index: int) -> str:
+    """A legend's sample of a series' line: the same classes, so the same colour and dash."""
+    return (f'<svg class="swatch" viewBox="0 0 20 6" aria-hidden="true">'
+            f'<line class="series series-{index % SERIES_CLASSES}" x1="0" y1="3" x2="20" y2="3"/>'
+            f'</svg>')
 
 
 def _summary(series: Sequence[Series], unit: str) -> str:

@@ -6,7 +6,10 @@ function localiseTimes(root) {
     if (Number.isNaN(when.getTime()) || el.dataset.localised) return;
     el.dataset.localised = "1";
     if (el.tagName.toLowerCase() === "time") el.title = el.textContent;
-    el.textContent = when.toLocaleString(undefined, {dateStyle: "medium", timeStyle: "short"});
+    // A time the server wrote to the second (the Audit page's) keeps its seconds.
+    const seconds = /\d:\d\d:\d\d/.test(el.textContent);
+    el.textContent = when.toLocaleString(undefined,
+                                         {dateStyle: "medium", timeStyle: seconds ? "medium" : "short"});
   });
 }
 localiseTimes(document);
