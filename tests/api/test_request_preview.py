@@ -34,6 +34,7 @@ def test_a_pending_preview_names_its_verdicts_and_placement_and_writes_nothing(h
     placement = found["placement"]
     assert placement["placed"] and len(placement["units"]) == 2
     assert len(set(placement["nodes"])) == 1  # same node, as asked
+    assert placement["message"] == "2 units on 1 node, from free capacity"
     assert {u["model"] for u in placement["units"]} == {"H100-80GB"}
 
 

@@ -230,8 +230,11 @@ def _placement_preview(request: GpuRequest, outcome: granting.Grant | granting.N
              for u in decision.units]
     pool = pool_code(outcome.pool_id) if outcome.pool_id is not None else None
     where = f"from {pool}" if pool else "from free capacity"
+    n_units, n_nodes = len(units), len(decision.nodes)
+    said = (f"{n_units} unit{'' if n_units == 1 else 's'} on {n_nodes} "
+            f"node{'' if n_nodes == 1 else 's'}, {where}")
     return PlacementPreview(
-        placed=True, message=f"{len(units)} units on {len(decision.nodes)} node(s), {where}",
+        placed=True, message=said,
         pool=pool, nodes=list(decision.nodes), units=units,
         mig_plans=len(decision.mig_layouts), steps=steps)
 
