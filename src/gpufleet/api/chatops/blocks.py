@@ -1,0 +1,222 @@
+"""Block Kit replies to `/gpu` and the approval message, from the API's JSON.
+
+Each builder takes what the matching API route returns (`GET /api/v1/requests/{code}`,
+`…/why`, the listing's `items`) as JSON-shaped dicts and returns a whole Slack message:
+`response_type` (ephemeral: only the caller sees it; in_channel: everyone), a plain `text`
+fallback (what notifications and Mattermost, which has no Block Kit, show) and `blocks`.
+Everything a user typed (a reason, a project) is escaped, so `<!channel>` or a link cannot be
+smuggled into a message; every text is clipped to Slack's limits and a list to the blocks a
+message may hold. Times use Slack's `<!date^…>` so each reader sees their own zone, with UTC
+as the fallback text.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from gpufleet.api.chatops.payloads import APPROVE, REJECT, ApprovalAction
+from gpufleet.domain.chatops.commands import USAGE, VERBS, Unparsed
+from gpufleet.text_limits import clip
+
+MAX_BLOCKS = 50
+MAX_SECTION_CHARS = 3000
+MAX_HEADER_CHARS = 150
+MAX_FIELD_CHARS = 2000
+MAX_FIELDS = 10
+MAX_BUTTON_CHARS = 75
+MAX_FALLBACK_CHARS = 3000
+MINE_SHOWN = 20  # requests listed in `mine`; the rest are counted, with the CLI to see them
+
+EPHEMERAL = "ephemeral"
+IN_CHANNEL = "in_channel"
+# Only the caller sees answers about their own requests; a new request and a release are
+# news for the channel the command was typed in.
+RESPONSE_TYPE = {"help": EPHEMERAL, "status": EPHEMERAL, "why": EPHEMERAL, "mine": EPHEMERAL,
+                 "idle": EPHEMERAL, "request": IN_CHANNEL, "release": IN_CHANNEL}
+Message = dict[str, Any]
+Block = dict[str, Any]
+
+_STATE_EMOJI = {"pending": ":hourglass_flowing_sand:", "approved": ":white_check_mark:",
+                "active": ":large_green_circle:", "released": ":white_circle:",
+                "expired": ":white_circle:", "rejected": ":no_entry:",
+                "cancelled": ":white_circle:"}
+
+
+# --- text ------------------------------------------------------------------------------------
+def escape(text: str) -> str:
+    """User text made inert in mrkdwn: Slack reads `<…>` as links and mentions."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def when(iso: str | None) -> str:
+    """`<!date^…|2026-01-01 12:00 UTC>`: the reader's zone in Slack, UTC as fallback."""
+    if not iso:
+        return "—"
+    moment = datetime.fromisoformat(iso)
+    fallback = moment.strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} {{time}}|{fallback}>"
+
+
+def flavour(request: dict[str, Any]) -> str:
+    """`8 × H100-80GB`, `4 × H100-80GB 1g.10gb`, `2 × any model shared 0.5`."""
+    models = ", ".join(request["models"]) if request.get("models") else "any model"
+    if request["kind"] == "mig":
+        models += f" {request['mig_profile']}"
+    elif request["kind"] == "shared":
+        models += f" shared {request['milli'] / 1000:g}"
+    return f"{request['count']} × {models}"
+
+
+def _duration(request: dict[str, Any]) -> str:
+    if request.get("ends_at"):
+        return f"until {when(request['ends_at'])}"
+    seconds = request.get("duration_s")
+    if not seconds:
+        return "open-ended"
+    return f"{seconds // 86400} d" if seconds % 86400 == 0 else f"{seconds / 3600:g} h"
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": clip(text, MAX_SECTION_CHARS)}}
+
+
+def _header(text: str) -> Block:
+    return {"type": "header",
+            "text": {"type": "plain_text", "text": clip(text, MAX_HEADER_CHARS)}}
+
+
+def _fields(pairs: dict[str, str]) -> Block:
+    return {"type": "section", "fields": [
+        {"type": "mrkdwn", "text": clip(f"*{name}*\n{value}", MAX_FIELD_CHARS)}
+        for name, value in list(pairs.items())[:MAX_FIELDS]]}
+
+
+def _context(text: str) -> Block:
+    return {"type": "context",
+            "elements": [{"type": "mrkdwn", "text": clip(text, MAX_SECTION_CHARS)}]}
+
+
+def message(verb_or_type: str, fallback: str, blocks: list[Block]) -> Message:
+    """A whole reply; `verb_or_type` is a command's verb or EPHEMERAL / IN_CHANNEL."""
+    response_type = RESPONSE_TYPE.get(verb_or_type, verb_or_type)
+    return {"response_type": response_type, "text": clip(fallback, MAX_FALLBACK_CHARS),
+            "blocks": blocks[:MAX_BLOCKS]}
+
+
+# --- replies ---------------------------------------------------------------------------------
+_HELP = {
+    "request": "Ask for GPUs, as `gpufleet request create` does.",
+    "status": "A request's state, units and exports.",
+    "why": "Why a request waits: each admission rule's verdict.",
+    "release": "Give a request's units back.",
+    "mine": "Your projects' requests, newest first.",
+    "idle": "Your allocations' GPUs that are doing nothing.",
+    "help": "This help, or one command's.",
+}
+
+
+def help_reply(topic: str | None = None) -> Message:
+    verbs = [topic] if topic else list(VERBS)
+    lines = [f"`{USAGE[verb]}`\n{_HELP[verb]}" for verb in verbs]
+    return message("help", "\n".join(USAGE[v] for v in verbs),
+                   [_header(f"/gpu {topic}" if topic else "/gpu commands"),
+                    _section("\n\n".join(lines))])
+
+
+def unparsed_reply(unparsed: Unparsed) -> Message:
+    text = f":warning: {escape(unparsed.problem)}\nUsage: `{unparsed.usage}`"
+    return message(EPHEMERAL, f"{unparsed.problem}. Usage: {unparsed.usage}", [_section(text)])
+
+
+def error_reply(problem: str) -> Message:
+    """What the server refused, in its own words (only the caller sees it)."""
+    return message(EPHEMERAL, problem, [_section(f":warning: {escape(problem)}")])
+
+
+def _about(request: dict[str, Any]) -> dict[str, str]:
+    about = {"State": f"{_STATE_EMOJI.get(request['state'], '')} {request['state']}".strip(),
+             "Project": escape(request["project"]), "Asks for": escape(flavour(request)),
+             "For": _duration(request),
+             "Requested by": escape(request["requested_by"]),
+             "Created": when(request["created_at"])}
+    if request.get("decided_by"):
+        about["Decided by"] = f"{escape(request['decided_by'])}, {when(request['decided_at'])}"
+    if request.get("wait_code") and request["state"] in ("pending", "approved"):
+        about["Waiting on"] = escape(f"{request['wait_code']}: {request['wait_message']}")
+    return about
+
+
+def _reason(request: dict[str, Any]) -> list[Block]:
+    reason = request.get("justification")
+    return [_context(f"Reason: {escape(reason)}")] if reason else []
+
+
+def status_reply(request: dict[str, Any], verb: str = "status") -> Message:
+    """A request's state (`status`, and the answer to `request` and `release`)."""
+    blocks = [_header(f"{request['code']} · {request['state']}"), _fields(_about(request)),
+              *_reason(request)]
+    if request.get("exports"):
+        lines = "\n".join(f"export {name}={value}" for name, value in request["exports"].items())
+        blocks.append(_section(f"```{escape(lines)}```"))
+    return message(verb, f"{request['code']} {request['state']}: {flavour(request)} for "
+                         f"{request['project']}", blocks)
+
+
+def mine_reply(requests: list[dict[str, Any]], total: int | None = None) -> Message:
+    """A page of the caller's requests (the listing's `items`, newest first)."""
+    if not requests:
+        return message("mine", "No requests yet.", [_section(
+            "No requests in your projects yet. Ask with "
+            "`/gpu request 1 H100-80GB --project NAME --reason \"…\"`.")])
+    shown = requests[:MINE_SHOWN]
+    blocks = [_header("Your requests")] + [
+        _section(f"{_STATE_EMOJI.get(r['state'], '')} *{r['code']}* {r['state']} · "
+                 f"{escape(flavour(r))} · {escape(r['project'])} · {when(r['created_at'])}")
+        for r in shown]
+    more = (total if total is not None else len(requests)) - len(shown)
+    if more > 0:
+        blocks.append(_context(f"and {more} more: `gpufleet request ls --all`"))
+    return message("mine", f"{len(shown)} of your requests", blocks)
+
+
+_OUTCOME_EMOJI = {"accept": ":white_check_mark:", "reject": ":x:", "wait": ":hourglass:"}
+
+
+def why_reply(why: dict[str, Any]) -> Message:
+    """`GET /api/v1/requests/{code}/why`: the summary, then each rule's verdict."""
+    verdicts = [f"{_OUTCOME_EMOJI.get(v['outcome'], '•')} *{escape(v['rule'])}* "
+                f"{escape(v['message'])}" for v in why["verdicts"]]
+    blocks = [_header(f"Why {why['code']} is {why['state']}"), _section(escape(why["summary"]))]
+    if verdicts:
+        blocks.append(_section("\n".join(verdicts)))
+    if why.get("queue_position"):
+        blocks.append(_context(f"Queue position {why['queue_position']} of "
+                               f"{why['queue_length']} {why['state']}"))
+    return message("why", f"{why['code']}: {why['summary']}", blocks)
+
+
+def _button(text: str, action: ApprovalAction, style: str) -> Block:
+    return {"type": "button", "text": {"type": "plain_text", "text": text[:MAX_BUTTON_CHARS]},
+            "action_id": action.action_id, "value": action.code, "style": style}
+
+
+def approval_message(request: dict[str, Any]) -> Message:
+    """Posted in the approvals channel for a request that needs an operator."""
+    code = request["code"]
+    buttons = {"type": "actions", "block_id": f"decide:{code}", "elements": [
+        _button("Approve", ApprovalAction(APPROVE, code), "primary"),
+        _button("Reject", ApprovalAction(REJECT, code), "danger")]}
+    return message(IN_CHANNEL, f"{code} needs an operator: {flavour(request)} for "
+                               f"{request['project']}",
+                   [_header(f"{code} needs an operator"), _fields(_about(request)),
+                    *_reason(request), buttons])
+
+
+def decided_message(request: dict[str, Any], decided_by: str) -> Message:
+    """The approval message once decided: the buttons give way to who decided."""
+    code, state = request["code"], request["state"]
+    return message(IN_CHANNEL, f"{code} {state} by {decided_by}",
+                   [_header(f"{code} · {state}"), _fields(_about(request)), *_reason(request),
+                    _context(f"{_STATE_EMOJI.get(state, '')} {escape(state)} by "
+                             f"{escape(decided_by)}")])
