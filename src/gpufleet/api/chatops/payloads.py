@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
 from gpufleet.api.chatops.signature import VerifiedBody
+from gpufleet.domain.chatops.commands import RequestCommand
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.requests import request_code, request_id_from_code
+from gpufleet.wire.requests import RequestCreate
 
 MAX_FIELDS = 50
 APPROVE = "approve"
@@ -145,3 +147,12 @@ def parse_action_id(action_id: str) -> ApprovalAction | None:
     decision, _, code = action_id.partition(":")
     request_id = request_id_from_code(code) if decision in DECISIONS else None
     return None if request_id is None else ApprovalAction(decision, request_code(request_id))
+
+
+def request_create(command: RequestCommand) -> RequestCreate:
+    """`/gpu request …` as the API's request body (what `gpufleet request create` sends)."""
+    return RequestCreate(
+        project=command.project, count=command.count, models=list(command.models) or None,
+        mig_profile=command.mig_profile, fraction=command.fraction,
+        same_node=command.same_node, nvlink=command.nvlink, environment=command.environment,
+        duration_hours=command.duration_hours, reason=command.reason)

@@ -25,6 +25,7 @@ MAX_REASON_CHARS = 1000
 _QUOTES = str.maketrans({"“": '"', "”": '"', "„": '"', "‘": "'", "’": "'"})
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # tab and newline are ordinary spaces
 MIG_PROFILE = re.compile(r"\d+c\.\d+g\.\d+gb|\d+g\.\d+gb(\+me)?", re.IGNORECASE)
+_LONGEST_CODE = 21  # `GR-` and a number a 64-bit id holds
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+-]*")
 
 USAGE = {
@@ -138,7 +139,7 @@ def _code_command(verb: str, rest: list[str]) -> CodeCommand | Unparsed:
     if len(rest) != 1:
         problem = "which request? give its code" if not rest else "give one request code"
         return Unparsed(problem, USAGE[verb])
-    request_id = request_id_from_code(rest[0])
+    request_id = request_id_from_code(rest[0]) if len(rest[0]) <= _LONGEST_CODE else None
     if request_id is None:
         return Unparsed(f"'{_shown(rest[0])}' is not a request code like GR-1042", USAGE[verb])
     return CodeCommand(verb, request_code(request_id))
