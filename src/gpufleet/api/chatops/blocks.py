@@ -98,9 +98,11 @@ def _context(text: str) -> Block:
 
 
 def message(verb_or_type: str, fallback: str, blocks: list[Block]) -> Message:
-    """A whole reply; `verb_or_type` is a command's verb or EPHEMERAL / IN_CHANNEL."""
+    """A whole reply; `verb_or_type` is a command's verb or EPHEMERAL / IN_CHANNEL. The
+    fallback is plain words, escaped too: Slack reads a message's `text` as mrkdwn."""
     response_type = RESPONSE_TYPE.get(verb_or_type, verb_or_type)
-    return {"response_type": response_type, "text": clip(fallback, MAX_FALLBACK_CHARS),
+    return {"response_type": response_type,
+            "text": clip(escape(fallback), MAX_FALLBACK_CHARS),
             "blocks": blocks[:MAX_BLOCKS]}
 
 
