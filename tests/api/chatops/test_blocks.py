@@ -12,6 +12,7 @@ from gpufleet.api.chatops.payloads import ApprovalAction, parse_action_id, reque
 from gpufleet.domain.chatops.commands import USAGE, RequestCommand, Unparsed, parse
 from tests.api.chatops.block_kit import check_message
 from tests.lifecycle_world import act, create
+from tests.services.telemetry.test_queries import fleet  # noqa: F401 (a fixture)
 
 HOSTILE = "<!channel> <https://evil.example|click> &amp; *bold*"
 
@@ -119,6 +120,20 @@ def test_approval_buttons_carry_the_code_and_the_decision_replaces_them(h100s, a
     check_message(decided)
     assert not [b for b in decided["blocks"] if b["type"] == "actions"]
     assert decided["text"] == f"{code} rejected by olga"
+
+
+def test_idle_shows_the_apis_idle_units_and_only_the_callers(api, fleet):  # noqa: F811
+    everyone = api.get("/api/v1/telemetry/idle").json()
+    assert [i["allocation"] for i in everyone["items"]] == [fleet["speech"]]
+    reply = blocks.idle_reply(everyone)
+    check_message(reply)
+    shown = texts(reply)
+    assert reply["response_type"] == "ephemeral"
+    assert fleet["speech"] in shown and "speech" in shown and "2.0 GiB held" in shown
+    assert "idle-held since" in shown
+    mine = fleet["member"].get("/api/v1/telemetry/idle").json()
+    assert mine["items"] == []
+    assert "None of your allocated GPUs" in texts(blocks.idle_reply(mine))
 
 
 # --- no database ---------------------------------------------------------------------------

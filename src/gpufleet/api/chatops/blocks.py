@@ -182,6 +182,29 @@ def mine_reply(requests: list[dict[str, Any]], total: int | None = None) -> Mess
     return message("mine", f"{len(shown)} of your requests", blocks)
 
 
+def _gib(memory_bytes: float | None) -> str:
+    return "memory unknown" if memory_bytes is None else f"{memory_bytes / 2**30:.1f} GiB held"
+
+
+def idle_reply(view: dict[str, Any]) -> Message:
+    """`GET /api/v1/telemetry/idle` for the caller's projects: each idle unit, since when."""
+    window = f"{view['window_hours']:g} h"
+    if not view["items"]:
+        text = f"None of your allocated GPUs has been idle for the last {window}."
+        return message("idle", text, [_section(f":sparkles: {text}")])
+    shown = view["items"][:MINE_SHOWN]
+    blocks = [_header(f"Idle for {window} or more")] + [
+        _section(f"*{escape(i['allocation'])}* · {escape(i['project'])} · "
+                 f"{escape(i['model'])}{' ' + escape(i['mig_profile']) if i['mig_profile'] else ''}"
+                 f" on {escape(i['node'])} · {i['state'].replace('_', '-')} since "
+                 f"{when(i['idle_since'])} · {_gib(i['memory_held_bytes'])}")
+        for i in shown]
+    more = len(view["items"]) - len(shown) + (1 if view.get("next_cursor") else 0)
+    footer = (f"activity below {view['activity_threshold_percent']:g} % for the whole window"
+              + ("; more: `gpufleet idle`" if more > 0 else ""))
+    return message("idle", f"{len(shown)} idle allocations", [*blocks, _context(footer)])
+
+
 _OUTCOME_EMOJI = {"accept": ":white_check_mark:", "reject": ":x:", "wait": ":hourglass:"}
 
 
