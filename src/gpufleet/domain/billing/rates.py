@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.gpu_models import model as catalogue_model
+from gpufleet.domain.requests import parse_flavour
 
 # ISO 4217 minor units where they are not 2.
 _MINOR_UNITS = {"JPY": 0, "KRW": 0, "ISK": 0, "CLP": 0, "VND": 0,
@@ -79,6 +80,10 @@ class Rate:
     environment: str | None = None
 
     def __post_init__(self) -> None:
+        canonical = parse_flavour(self.key).key
+        if canonical != self.key:
+            raise InvalidInput(f"rate for '{self.key}': write the flavour as '{canonical}'",
+                               code="invalid_rate", details={"flavour": self.key})
         if not isinstance(self.price_per_unit_hour, Decimal):
             raise InvalidInput(f"rate for '{self.key}': price must be a Decimal",
                                code="invalid_rate")
@@ -124,8 +129,9 @@ class RateCard:
         if not _CURRENCY.match(self.currency):
             raise InvalidInput(f"currency '{self.currency}' is not an ISO 4217 code",
                                code="invalid_currency")
-        if self.idle_adjustment < -1:
-            raise InvalidInput("an idle discount cannot exceed 100 %", code="invalid_rate")
+        if not isinstance(self.idle_adjustment, Decimal) or self.idle_adjustment < -1:
+            raise InvalidInput("the idle adjustment must be a Decimal ≥ -1 (a discount of at "
+                               "most 100 %)", code="invalid_rate")
         seen: dict[tuple[str, str | None], list[Rate]] = {}
         for rate in self.rates:
             same = seen.setdefault((rate.key, rate.environment), [])
