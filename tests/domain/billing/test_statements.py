@@ -86,6 +86,18 @@ def test_activity_beyond_the_bindings_time_is_refused():
     assert refused.value.code == "invalid_activity"
 
 
+def test_activity_for_a_binding_that_was_not_given_is_refused():
+    with pytest.raises(InvalidInput, match="binding 9"):
+        statements([binding(1, "vision", JAN, JAN + H)], [], CARD, DAY, PROJECTS,
+                   {9: Activity(Fraction(1))})
+
+
+def test_activity_outside_the_window_is_refused_not_dropped():
+    with pytest.raises(InvalidInput, match="binding 1"):
+        statements([binding(1, "vision", JAN - 2 * H, JAN - H)], [], CARD, DAY, PROJECTS,
+                   {1: Activity(idle_gpu_hours=Fraction(1))})
+
+
 def test_a_project_that_held_nothing_gets_an_empty_statement():
     result = statements([binding(1, "vision", JAN, JAN + H)], [], CARD, DAY, PROJECTS)
     assert result["ops"].lines == () and result["ops"].totals.cost == 0

@@ -23,6 +23,7 @@ from gpufleet.domain.billing.rates import Quote, RateCard, flavour_parts
 from gpufleet.domain.errors import InvalidInput
 
 SECONDS_PER_HOUR = 3600
+MICROS_PER_HOUR = SECONDS_PER_HOUR * 10**6
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,18 @@ class ChargeLine:
     quote: Quote | None
 
     @property
-    def seconds(self) -> Fraction:
-        """Exact, microseconds included (timedelta.total_seconds() is a float)."""
+    def micros(self) -> int:
+        """Exact, as an integer (timedelta.total_seconds() is a float)."""
         held = self.end - self.start
-        return held.days * 86400 + held.seconds + Fraction(held.microseconds, 10**6)
+        return (held.days * 86400 + held.seconds) * 10**6 + held.microseconds
+
+    @property
+    def seconds(self) -> Fraction:
+        return Fraction(self.micros, 10**6)
 
     @property
     def unit_hours(self) -> Fraction:
-        return Fraction(self.units * self.seconds, SECONDS_PER_HOUR)
+        return Fraction(self.units * self.micros, MICROS_PER_HOUR)
 
     @property
     def gpu_hours(self) -> Fraction:
