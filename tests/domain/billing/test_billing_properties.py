@@ -25,7 +25,14 @@ from gpufleet.domain.billing.charges import (
     charge_lines,
 )
 from gpufleet.domain.billing.rates import Rate, RateCard
-from gpufleet.domain.billing.statements import ProjectInfo, statements
+from gpufleet.domain.billing.statements import (
+    ROLL_UP_KEYS,
+    Activity,
+    ProjectInfo,
+    roll_up,
+    statements,
+    sum_totals,
+)
 
 T0 = datetime(2026, 1, 20, tzinfo=UTC)
 SPAN_S = 60 * 86400  # crosses two month starts
@@ -187,3 +194,22 @@ def test_splitting_a_rate_at_any_moment_changes_no_cost(history, split, price):
                            Rate("H100-80GB", price, at(split))))
     assert sums(charge_lines(bindings, pools, one, WINDOW)) \
         == sums(charge_lines(bindings, pools, two, WINDOW))
+
+
+@PROPERTY_SETTINGS
+@given(histories(), rate_cards(), st.data())
+def test_active_idle_and_unknown_add_up_and_roll_ups_lose_nothing(history, card, data):
+    bindings, pools = history
+    activity = {}
+    for b in bindings:
+        held = b.weight * overlap_hours(b.start, b.end, WINDOW)
+        active = held * Fraction(data.draw(st.integers(0, 4)), 4)
+        idle = (held - active) * Fraction(data.draw(st.integers(0, 4)), 4)
+        activity[b.binding_id] = Activity(active, idle)
+    result = statements(bindings, pools, card, WINDOW, PROJECTS, activity)
+    totals = sum_totals(statement.totals for statement in result.values())
+    assert totals.active_gpu_hours + totals.idle_gpu_hours + totals.unknown_gpu_hours \
+        == totals.allocated_gpu_hours
+    assert totals.unknown_gpu_hours >= 0
+    for by in ROLL_UP_KEYS:
+        assert sum_totals(roll_up(result.values(), by).values()) == totals
