@@ -93,3 +93,4 @@ def test_money_rounds_half_even_to_the_currencys_minor_unit_once():
     assert round_money(Fraction(1, 3), "USD") == Decimal("0.33")
     assert round_money(Fraction("2.5"), "JPY") == Decimal("2")
     assert round_money(Fraction("1.0005"), "KWD") == Decimal("1.000")
+    assert str(round_money(Fraction(0), "EUR")) == "0.00"
