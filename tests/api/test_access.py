@@ -25,6 +25,7 @@ from gpufleet.services.app import Gpufleet
 from gpufleet.services.operations.alerts import AlertEvaluation
 from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.alerts import SilenceCreate
+from gpufleet.wire.billing import RateSet
 from gpufleet.wire.events import EventSubscriptionCreate
 from gpufleet.wire.inventory import GpuHealthChange, UserCreate
 from gpufleet.wire.receivers import ReceiverCreate
@@ -174,6 +175,10 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("PUT", "/api/v1/alert-rules/{name}"): OPERATORS,
     ("DELETE", "/api/v1/alert-rules/{name}"): OPERATORS,
     ("POST", "/api/v1/alert-rules/test"): READERS,
+    # Rate cards: prices are no secret (statements are scoped); administrators set them.
+    ("GET", "/api/v1/billing/rates"): READERS,
+    ("POST", "/api/v1/billing/rates"): ADMIN,
+    ("POST", "/api/v1/billing/rates/{rate_id}/end"): ADMIN,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -354,6 +359,18 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         world.gf.put_alert_rule(SYSTEM, name, ALERT_RULE)
         return name
 
+    def rate_body(flavour: str) -> dict:
+        """A price from a later day each time: it ends the open rate before it."""
+        start = world.clock.now() + timedelta(days=1 + next(world.serial))
+        return {"flavour": flavour, "price_per_unit_hour": "2.45", "currency": "EUR",
+                "effective_from": start.isoformat()}
+
+    def open_rate() -> Request:
+        """An open rate from a later day each time, ended an hour after its start."""
+        rate = world.gf.set_billing_rate(SYSTEM, RateSet.model_validate(rate_body("A100-80GB")))
+        return (template.format(rate_id=rate.id),
+                {"at": (rate.effective_from + timedelta(hours=1)).isoformat()})
+
     def registration_body() -> dict:
         node = NODE_NEW if caller == "join" else NODE_SELF
         return registration(node, gpus=2 if node == NODE_SELF else 1)
@@ -491,6 +508,8 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             template.format(name=stored_rule()), None),
         ("POST", "/api/v1/alert-rules/test"): lambda: (
             template, {"rules": [{"name": "hot", **ALERT_RULE}]}),
+        ("POST", "/api/v1/billing/rates"): lambda: (template, rate_body("H100-80GB")),
+        ("POST", "/api/v1/billing/rates/{rate_id}/end"): open_rate,
     }
     return builders.get(route, lambda: (template, None))()
 

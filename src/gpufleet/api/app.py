@@ -20,6 +20,7 @@ from gpufleet.api.routes import (
     agent,
     alert_rules,
     alerts,
+    billing,
     events,
     health,
     identity,
@@ -194,6 +195,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(receivers.router)
     app.include_router(health.router)
     app.include_router(alert_rules.router)
+    app.include_router(billing.router)
     web.install(app)
 
     @app.get("/healthz", tags=["health"])

@@ -49,6 +49,8 @@ class Action(StrEnum):
     READ_NOTIFICATIONS = "notifications:read"
     READ_ALERT_RULES = "alert_rules:read"
     MANAGE_ALERT_RULES = "alert_rules:manage"
+    READ_BILLING_RATES = "billing_rates:read"
+    MANAGE_BILLING_RATES = "billing_rates:manage"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -82,6 +84,8 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.READ_NOTIFICATIONS: "read its notifications",
     Action.READ_ALERT_RULES: "read alert rules",
     Action.MANAGE_ALERT_RULES: "manage alert rules",
+    Action.READ_BILLING_RATES: "read rate cards",
+    Action.MANAGE_BILLING_RATES: "manage rate cards",
 }
 
 
@@ -110,6 +114,7 @@ class AuditSubject(StrEnum):
     RECLAIM_POLICY = "reclaim_policy"
     RECEIVER = "receiver"
     ALERT_RULE = "alert_rule"
+    BILLING_RATE = "billing_rate"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -159,6 +164,10 @@ GRANTS: dict[Action, frozenset[Role]] = {
     # Alert rules (docs/operations.md, "Alert rules"): everyone reads, operators write.
     Action.READ_ALERT_RULES: frozenset(_READERS),
     Action.MANAGE_ALERT_RULES: frozenset(_OPERATORS),
+    # Rate cards (docs/billing.md): prices are no secret, so every reader sees them (what a
+    # project spent is: statements are scoped); only administrators set or end a price.
+    Action.READ_BILLING_RATES: frozenset(_READERS),
+    Action.MANAGE_BILLING_RATES: frozenset({Role.ADMIN}),
 }
 
 

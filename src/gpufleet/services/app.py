@@ -24,6 +24,7 @@ from gpufleet.domain.operations.rules import Rule
 from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
+from gpufleet.services.billing import rates as billing_rates
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import binding_history, lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
@@ -59,6 +60,7 @@ from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, Reg
 from gpufleet.wire.alert_rules import AlertRuleView, ObservationView, RuleTestReply
 from gpufleet.wire.alerts import AlertAck, AlertHistoryView, AlertView, SilenceCreate, SilenceView
 from gpufleet.wire.base import Page
+from gpufleet.wire.billing import RateEnd, RateSet, RateView
 from gpufleet.wire.events import EventPage, EventSubscriptionCreate, EventSubscriptionView
 from gpufleet.wire.health import GpuClear, GpuHealthClear, GpuHealthView
 from gpufleet.wire.requests import GpuBindingView
@@ -628,6 +630,22 @@ class Gpufleet:
                            limit: int) -> Page[wr.NotificationView]:
         with self.store.read() as session:
             return receiver_admin.list_inbox(session, principal, cursor, limit)
+    # --- rate cards (docs/billing.md, "Rate cards, stored") -----------------------------
+    def list_billing_rates(self, principal: Principal, *, flavour: str | None = None,
+                           environment: str | None = None,
+                           at: datetime | None = None) -> list[RateView]:
+        with self.store.read() as session:
+            return billing_rates.list_rates(session, principal, flavour=flavour,
+                                            environment=environment, at=at)
+
+    def set_billing_rate(self, principal: Principal, body: RateSet) -> RateView:
+        with self.store.write() as session:
+            return billing_rates.set_rate(session, principal, body, self.clock.now())
+
+    def end_billing_rate(self, principal: Principal, rate_id: int, body: RateEnd) -> RateView:
+        with self.store.write() as session:
+            return billing_rates.end_rate(session, principal, rate_id, body, self.clock.now())
+
     # --- alert rules (docs/operations.md, "Alert rules") ---------------------------------
     def list_alert_rules(self, principal: Principal) -> list[AlertRuleView]:
         with self.store.read() as session:

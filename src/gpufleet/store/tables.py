@@ -8,6 +8,7 @@ services recompute them through `gpufleet.domain.inventory` whenever an input ch
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import (
@@ -26,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from gpufleet.store.types import Id, UtcDateTime
+from gpufleet.store.types import Id, Money, UtcDateTime
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -731,3 +732,27 @@ class AlertRule(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_by: Mapped[str] = mapped_column(String(127))
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class BillingRate(Base):
+    """A rate card's rate (docs/billing.md, "Rate cards, stored"): the price of one
+    unit-hour of a flavour in an environment (`None`: any), in force from `effective_from`
+    to `effective_to` (`None`: open). A price is never edited: a change ends the rate in
+    force (`ended_at`/`ended_by` say who did, when) and adds a new one."""
+
+    __tablename__ = "billing_rates"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    flavour: Mapped[str] = mapped_column(String(80))
+    environment: Mapped[str | None] = mapped_column(String(63))
+    price_per_unit_hour: Mapped[Decimal] = mapped_column(Money)
+    currency: Mapped[str] = mapped_column(String(3))
+    effective_from: Mapped[datetime] = mapped_column(UtcDateTime)
+    effective_to: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    created_by: Mapped[str] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    ended_by: Mapped[str | None] = mapped_column(String(127))
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    __table_args__ = (Index("ix_billing_rates_flavour_effective_from", "flavour",
+                            "effective_from"),)
