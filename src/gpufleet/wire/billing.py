@@ -6,13 +6,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, PlainSerializer, StringConstraints
 
 from gpufleet.wire.base import Name, StrictModel, Time, View
 
 # Money as the store keeps it exactly (store/types.py `Money`): send it as a string
 # ("2.45") to be sure no float rounds it on the way.
 Price = Annotated[Decimal, Field(max_digits=24, decimal_places=9, allow_inf_nan=False)]
+# Out as plain decimal text, never an exponent: "0.000000001", not "1E-9".
+PriceOut = Annotated[Decimal, PlainSerializer(lambda d: format(d, "f"), return_type=str,
+                                              when_used="json")]
 FlavourKey = Annotated[str, StringConstraints(min_length=1, max_length=80)]
 Currency = Annotated[str, StringConstraints(min_length=1, max_length=8)]
 
@@ -38,7 +41,7 @@ class RateView(View):
     id: int
     flavour: str
     environment: str | None
-    price_per_unit_hour: Decimal
+    price_per_unit_hour: PriceOut
     currency: str
     effective_from: datetime
     effective_to: datetime | None
