@@ -81,7 +81,7 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session",
+@pytest.fixture(scope="package",
                 params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def server(request, chromium_path, tmp_path_factory) -> Iterator[Server]:
     """`gpufleet serve` on the seeded world, its state in SQLite or in a private schema of
@@ -99,7 +99,9 @@ def server(request, chromium_path, tmp_path_factory) -> Iterator[Server]:
         yield Server(url, world)
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API runs an event loop in this thread while
+# it is open, and asyncio.run() in the tests after tests/e2e/ refuses to start under it.
+@pytest.fixture(scope="package")
 def browser(chromium_path):
     from playwright.sync_api import sync_playwright
 
