@@ -208,7 +208,8 @@ def main() -> None:
             for round_ in ("first", "next"):
                 t, c = time.perf_counter(), time.process_time()
                 gf.queries.warm_recent_funnels()
-                print(f"upkeep, {round_} round: the dashboard's fleet-wide funnels warmed in "
+                gf.queries.warm_recent_idle()
+                print(f"upkeep, {round_} round: the dashboard's fleet-wide funnels and idle list warmed in "
                       f"{time.perf_counter() - t:.1f} s ({time.process_time() - c:.1f} s "
                       f"CPU), in the background")
             for name, path in PAGES:

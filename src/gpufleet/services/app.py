@@ -119,6 +119,7 @@ class Gpufleet:
         with contextlib.suppress(Unavailable):  # a store the masks cannot read
             self.queries.masks.refresh()
             self.queries.warm_recent_funnels()
+            self.queries.warm_recent_idle()
 
     def close_telemetry(self) -> None:
         """Close the telemetry store, if one was opened (the state store stays open)."""

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from operator import attrgetter
 
@@ -102,6 +102,7 @@ class TelemetryQueries:
         self._gauges: dict[frozenset[str] | None, tuple[float, wt.FunnelView]] = {}
         self._recent: dict[tuple, wt.FunnelView] = {}  # recent_funnel's answers, by question
         self._recent_lock = threading.Lock()
+        self._recent_idle: dict[frozenset[str] | None, IdleVerdicts] = {}  # by scope
         self._recent_asked = time.monotonic()  # a page's last recent_funnel (start: now)
 
     @property
@@ -383,8 +384,51 @@ class TelemetryQueries:
         `window_minutes`: another idle window than the setting's (a reclamation policy's);
         `project`, `environment`: only allocations of that project, units in that environment."""
         principal.require(Action.READ_INVENTORY)
-        masks = self.masks  # a store without them: 503 before any work
         after = idle_cursor(cursor) if cursor is not None else None
+        verdicts = self._idle_verdicts(principal, project=project, environment=environment,
+                                       window_minutes=window_minutes)
+        return verdicts.listed(held_only=held_only, after=after, limit=limit)
+
+    def recent_idle(self, principal: Principal, *, project: str | None = None,
+                    environment: str | None = None, limit: int | None = None,
+                    fresh: bool = False) -> wt.IdleList:
+        """`idle` (the setting's window, the first `limit` items) for one project or
+        environment, picked from the verdicts of every binding the principal sees, kept
+        while they were judged at most RECENT_FUNNEL_S ago: its `at` says as of when. For
+        the dashboard's pages; the API's /telemetry/idle always counts afresh. `fresh`:
+        judge afresh and keep the verdicts (the upkeep loop's warming)."""
+        principal.require(Action.READ_INVENTORY)
+        key = principal.visible_projects  # the scope: an admin's are never a member's
+        now = self.clock.now()
+        kept = None
+        if not fresh:
+            self._recent_asked = time.monotonic()
+            with self._recent_lock:
+                kept = self._recent_idle.get(key)
+        if kept is None or (now - kept.at).total_seconds() > RECENT_FUNNEL_S:
+            kept = self._idle_verdicts(principal)
+            with self._recent_lock:
+                self._recent_idle = {k: v for k, v in self._recent_idle.items()
+                                     if (now - v.at).total_seconds() <= RECENT_FUNNEL_S}
+                if len(self._recent_idle) >= RECENT_FUNNELS_KEPT:
+                    self._recent_idle.pop(next(iter(self._recent_idle)))
+                self._recent_idle[key] = kept
+        return kept.listed(project=project, environment=environment, limit=limit)
+
+    def warm_recent_idle(self) -> None:
+        """Judge the fleet's idle list afresh as the admin sees it, so the Environment and
+        Project pages pick their rows from it in `recent_idle`: the upkeep loop's work, once
+        a round, while the dashboard is in use (as `warm_recent_funnels`)."""
+        if time.monotonic() - self._recent_asked > WARM_WHILE_USED_S:
+            return
+        self.recent_idle(SYSTEM, fresh=True)
+
+    def _idle_verdicts(self, principal: Principal, *, project: str | None = None,
+                       environment: str | None = None,
+                       window_minutes: int | None = None) -> IdleVerdicts:
+        """Every open binding's idle verdict (idle, idle-held, unknown, too new, or active),
+        of `project` / `environment` or every one the principal sees."""
+        masks = self.masks  # a store without them: 503 before any work
         now = self.clock.now()
         t = self.thresholds if window_minutes is None else \
             replace(self.thresholds, idle_window_minutes=window_minutes)
@@ -398,9 +442,13 @@ class TelemetryQueries:
         done = min(masks.refresh(), to_ms(now))
         lo = done - int(window.total_seconds() * 1000)
         spans = SpanColumns()  # columns, no object per binding (see SpanColumns)
+        # per (project, environment): [too new, unknown, best known minutes of an unknown]
+        others: dict[tuple[str, str], list] = defaultdict(lambda: [0, 0, None])
         for n, s in enumerate(slots):
             if s.start_ms <= lo:  # held all window (and open after now): [lo, done) whole
                 spans.append(s.unit, lo, done, n, s.weight)
+            else:
+                others[s.project, s.environment][0] += 1
         counts = masks.tallies(spans, lo, done, done) if spans else {}
         candidates = [n for n in spans.groups if not ((c := counts.get(n)) and c.active)]
         look_lo = done - int(IDLE_LOOKBACK.total_seconds() * 1000)
@@ -410,46 +458,24 @@ class TelemetryQueries:
         last = masks.tallies(looked, look_lo, done, done, last_active=True) \
             if candidates else {}
         memory = live.latest_memory(self.telemetry, [slots[n].unit for n in candidates],
-                                              now)
-        found, unknown, best_unknown_known = [], 0, None
+                                    now)
+        found = []
         for n in candidates:
             slot, count = slots[n], counts.get(n)
             known = (count.known / slot.weight) if count and slot.weight else 0.0
-            state = live.idle_state(t, known_minutes=known,
-                                              memory=memory.get(slot.unit))
+            state = live.idle_state(t, known_minutes=known, memory=memory.get(slot.unit))
             if state is None:
-                unknown += 1
-                best_unknown_known = max(known, best_unknown_known or 0.0)
-                continue
-            if held_only and state != "idle_held":
+                other = others[slot.project, slot.environment]
+                other[1] += 1
+                other[2] = max(known, other[2] or 0.0)
                 continue
             last_ms = last[n].last_active_ms if n in last else None
             since = max(slot.start, now - IDLE_LOOKBACK) if last_ms is None else \
                 from_ms(last_ms + MINUTE_MS)
-            found.append(((since, slot.allocation, slot.unit[0], slot.unit[1] or ""), n,
-                          state))
-        found.sort(key=lambda f: f[0])
-        if after is not None:
-            found = [f for f in found if f[0] > after]
-        page, next_cursor = (found, None) if limit is None else split_page(
-            found, limit, lambda f: [f[0][0].isoformat(), *f[0][1:]])
-        items = []
-        for (since, *_), n, state in page:
-            slot = slots[n]
-            items.append(wt.IdleAllocation(
-                allocation=slot.allocation, project=slot.project, gpu_uuid=slot.unit[0],
-                mig_uuid=slot.unit[1], mig_profile=slot.mig_profile, node=slot.node,
-                environment=slot.environment, model=slot.model, weight=slot.weight,
-                state=state, idle_since=since, memory_held_bytes=memory.get(slot.unit)))
-        return wt.IdleList(at=now, window_hours=window.total_seconds() / 3600,
-                           activity_threshold_percent=t.activity_percent,
-                           idle_held_memory_bytes=t.idle_held_memory_bytes, items=items,
-                           unknown=unknown, next_cursor=next_cursor,
-                           known_minutes_needed=math.ceil(
-                               IDLE_MIN_KNOWN_SHARE * t.idle_window_minutes - 1e-9),
-                           unknown_best_known_minutes=None if best_unknown_known is None
-                           else round(best_unknown_known, 1),
-                           too_new=len(slots) - len(spans.groups))
+            found.append(IdleVerdict((since, slot.allocation, slot.unit[0], slot.unit[1] or ""),
+                                     slot, state, memory.get(slot.unit)))
+        found.sort(key=lambda f: f.key)
+        return IdleVerdicts(now, t, found, dict(others))
 
     # --- live views (latest values, processes) ---------------------------------------------
 
@@ -487,6 +513,59 @@ class TelemetryQueries:
         view = self.funnel(principal, ["environment"])
         self._gauges[scope] = (time.monotonic(), view)
         return view
+
+
+@dataclass(frozen=True)
+class IdleVerdict:
+    """An idle (or idle-held) binding, with its place in the idle list's order."""
+
+    key: tuple[datetime, str, str, str]  # (idle since, allocation, GPU, MIG instance or "")
+    slot: Slot
+    state: str
+    memory: int | None
+
+
+@dataclass(frozen=True)
+class IdleVerdicts:
+    """The idle verdicts of some bindings as of `at`: their idle list, or any project's or
+    environment's among them, is picked without judging again (`recent_idle`)."""
+
+    at: datetime
+    thresholds: Thresholds
+    found: list[IdleVerdict]  # in the list's order
+    others: dict[tuple[str, str], list]  # (project, environment) → [too new, unknown, best]
+
+    def listed(self, *, project: str | None = None, environment: str | None = None,
+               held_only: bool = False, after: tuple | None = None,
+               limit: int | None = None) -> wt.IdleList:
+        found = [f for f in self.found
+                 if (project is None or f.slot.project == project)
+                 and (environment is None or f.slot.environment == environment)
+                 and (not held_only or f.state == "idle_held")
+                 and (after is None or f.key > after)]
+        page, next_cursor = (found, None) if limit is None else split_page(
+            found, limit, lambda f: [f.key[0].isoformat(), *f.key[1:]])
+        others = [v for (p, e), v in self.others.items()
+                  if (project is None or p == project)
+                  and (environment is None or e == environment)]
+        best = [v[2] for v in others if v[2] is not None]
+        t = self.thresholds
+        return wt.IdleList(
+            at=self.at, window_hours=t.idle_window_minutes / MINUTES_PER_HOUR,
+            activity_threshold_percent=t.activity_percent,
+            idle_held_memory_bytes=t.idle_held_memory_bytes,
+            items=[wt.IdleAllocation(
+                allocation=f.slot.allocation, project=f.slot.project,
+                gpu_uuid=f.slot.unit[0], mig_uuid=f.slot.unit[1],
+                mig_profile=f.slot.mig_profile, node=f.slot.node,
+                environment=f.slot.environment, model=f.slot.model, weight=f.slot.weight,
+                state=f.state, idle_since=f.key[0], memory_held_bytes=f.memory)
+                for f in page],
+            unknown=sum(v[1] for v in others), next_cursor=next_cursor,
+            known_minutes_needed=math.ceil(IDLE_MIN_KNOWN_SHARE * t.idle_window_minutes
+                                           - 1e-9),
+            unknown_best_known_minutes=round(max(best), 1) if best else None,
+            too_new=sum(v[0] for v in others))
 
 
 def idle_cursor(cursor: str) -> tuple[datetime, str, str, str]:

@@ -69,7 +69,8 @@ def environment_page(gf: Gpufleet, p: Principal, name: str,
         "projects": section(api_url("telemetry/funnel", by=pair, window=window), projects),
         "capacity": section(api_url("fleet/summary"), capacity),
         "idle": section(api_url("telemetry/idle", environment=name, limit=IDLE_SHOWN),
-                        lambda: gf.queries.idle(p, environment=name, limit=IDLE_SHOWN)),
+                        lambda: gf.queries.recent_idle(p, environment=name,
+                                                       limit=IDLE_SHOWN)),
     }
 
 

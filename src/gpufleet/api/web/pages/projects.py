@@ -76,7 +76,7 @@ def project_page(gf: Gpufleet, p: Principal, name: str, window: str) -> dict[str
                             lambda: lc.list_requests(p, state=None, project=name, cursor=None,
                                                      limit=SHOWN)),
         "idle": section(api_url("telemetry/idle", project=name, limit=IDLE_SHOWN),
-                        lambda: gf.queries.idle(p, project=name, limit=IDLE_SHOWN)),
+                        lambda: gf.queries.recent_idle(p, project=name, limit=IDLE_SHOWN)),
     }
 
 
