@@ -209,7 +209,8 @@ def main() -> None:
                 t, c = time.perf_counter(), time.process_time()
                 gf.queries.warm_recent_funnels()
                 gf.queries.warm_recent_idle()
-                print(f"upkeep, {round_} round: the dashboard's fleet-wide funnels and idle list warmed in "
+                print(f"upkeep, {round_} round: the dashboard's fleet-wide funnels and idle "
+                      f"list warmed in "
                       f"{time.perf_counter() - t:.1f} s ({time.process_time() - c:.1f} s "
                       f"CPU), in the background")
             for name, path in PAGES:

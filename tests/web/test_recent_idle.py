@@ -77,7 +77,7 @@ def test_a_kept_idle_list_expires(gf, fleet, clock, monkeypatch):  # noqa: F811
     assert again == gf.queries.idle(SYSTEM, environment=ENV)
 
 
-def test_upkeep_warms_the_idle_list_only_while_the_dashboard_is_used(  # noqa: F811
+def test_upkeep_warms_the_idle_list_only_while_the_dashboard_is_used(
         client, admin_token, gf, fleet, monkeypatch):
     counted = judged(gf, monkeypatch)
     gf.telemetry_upkeep()  # just started: warmed
