@@ -78,7 +78,7 @@ def test_a_kept_idle_list_expires(gf, fleet, clock, monkeypatch):  # noqa: F811
 
 
 def test_upkeep_warms_the_idle_list_only_while_the_dashboard_is_used(
-        client, admin_token, gf, fleet, monkeypatch):
+        client, admin_token, gf, fleet, monkeypatch):  # noqa: F811
     counted = judged(gf, monkeypatch)
     gf.telemetry_upkeep()  # just started: warmed
     assert len(counted) == 1
