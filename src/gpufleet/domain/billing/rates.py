@@ -45,7 +45,8 @@ def flavour_parts(key: str) -> tuple[str, str | None]:
 
 
 def unit_weight(key: str, milli: int = 1000) -> Fraction:
-    """What a unit of the flavour holds of its GPU (docs/design.md, "Weights"), exactly.
+    """What a unit of the flavour holds of its GPU (docs/design.md, "Funnel and activity":
+    Weights), exactly.
 
     Whole: 1. MIG: max(compute share, memory share) from the catalogue's geometry. Shared:
     milli ÷ 1000.
