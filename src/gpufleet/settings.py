@@ -306,6 +306,22 @@ class Settings(BaseSettings):
         "A GPU a health rule marked suspect returns to healthy by itself once no rule "
         "finds anything against it, and not before it has been suspect this long. "
         "Quarantine is only ever cleared by an operator."))
+    # --- chat-ops (docs/chatops.md) ------------------------------------------------------
+    slack_signing_secret: SecretStr | None = Field(default=None, description=(
+        "The Slack app's signing secret: every request to the Slack endpoints is verified "
+        "with it before anything is read. Empty: the Slack endpoints answer 404."))
+    slack_bot_token: SecretStr | None = Field(default=None, description=(
+        "The Slack app's bot token (`xoxb-…`), for posting approval requests and thread "
+        "updates and reading a user's e-mail to link them. Empty: nothing is posted."))
+    slack_api_url: str = Field(default="https://slack.com/api/", description=(
+        "Base URL of Slack's Web API (a test or an air-gapped proxy points it elsewhere)."))
+    slack_approvals_channel: str | None = Field(default=None, max_length=80, description=(
+        "Slack channel ID where requests that need an operator are posted with Approve / "
+        "Reject buttons. Empty: approvals are not posted."))
+    mattermost_command_token: SecretStr | None = Field(default=None, description=(
+        "The token Mattermost sends with its `/gpu` slash command (Mattermost signs "
+        "nothing; the token is compared in constant time). Empty: the Mattermost endpoint "
+        "answers 404."))
 
     @field_validator("health_xid_quarantine", "health_xid_suspect")
     @classmethod

@@ -756,3 +756,57 @@ class BillingRate(Base):
 
     __table_args__ = (Index("ix_billing_rates_flavour_effective_from", "flavour",
                             "effective_from"),)
+
+
+class ChatIdentity(Base):
+    """A chat user (Slack or Mattermost, in one workspace) linked to a gpufleet user
+    (docs/chatops.md, "Identity"). A chat user acts with the linked user's role and
+    projects; an unlinked one can only be told how to link."""
+
+    __tablename__ = "chat_identities"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    platform: Mapped[str] = mapped_column(String(16))
+    team_id: Mapped[str] = mapped_column(String(63))
+    chat_user_id: Mapped[str] = mapped_column(String(63))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"),
+                                         index=True)
+    linked_by: Mapped[str] = mapped_column(String(127))  # how: e-mail, a link code, an admin
+    linked_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (UniqueConstraint("platform", "team_id", "chat_user_id",
+                                       name="uq_chat_identities_chat_user"),)
+
+
+class ChatLinkCode(Base):
+    """A one-time code a chat user was given to prove, with a gpufleet token, who they are
+    (`gpufleet chatops link CODE`). Only its hash is kept."""
+
+    __tablename__ = "chat_link_codes"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    code_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    platform: Mapped[str] = mapped_column(String(16))
+    team_id: Mapped[str] = mapped_column(String(63))
+    chat_user_id: Mapped[str] = mapped_column(String(63))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class ChatThread(Base):
+    """Where a request lives in chat: the channel and thread its requester is told in as it
+    moves, and the approvals channel's message with its buttons (updated with who decided)."""
+
+    __tablename__ = "chat_threads"
+
+    request_id: Mapped[int] = mapped_column(
+        ForeignKey("gpu_requests.id", ondelete="CASCADE"), primary_key=True)
+    platform: Mapped[str] = mapped_column(String(16))
+    team_id: Mapped[str | None] = mapped_column(String(63))
+    requester_chat_user_id: Mapped[str | None] = mapped_column(String(63))
+    channel_id: Mapped[str | None] = mapped_column(String(80))
+    thread_ts: Mapped[str | None] = mapped_column(String(32))
+    approval_channel_id: Mapped[str | None] = mapped_column(String(80))
+    approval_ts: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)

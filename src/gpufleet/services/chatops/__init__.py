@@ -1,0 +1,1 @@
+"""Chat-ops: Slack and Mattermost users driving the lifecycle (docs/chatops.md)."""
