@@ -84,3 +84,15 @@ def test_lengths_and_times_out_of_range_are_refused_naming_the_field(h100s, api)
     response = member.post(f"/api/v1/requests/{code}/extend",
                            json={"ends_at": "0001-01-01T00:00:00Z"})
     assert response.status_code == 422, response.text
+
+
+def test_a_code_naming_no_storable_id_is_not_found(api):
+    """A number beyond the store's 64-bit ids, or digits `int` refuses ('²'), names no
+    request or pool: a 404, not a 400 from the database driver or a 500."""
+    for code in ("GR-99999999999999999999999", "GR-1²", "GR-1000"):
+        response = api.get(f"/api/v1/requests/{code}")
+        assert response.status_code == 404, (code, response.text)
+        assert response.json()["error"]["code"] == "request_not_found"
+    for code in ("POOL-99999999999999999999999", "POOL-²"):
+        response = api.get(f"/api/v1/pools/{code}")
+        assert response.status_code == 404, (code, response.text)

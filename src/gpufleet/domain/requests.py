@@ -80,10 +80,7 @@ def request_id_from_code(code: str) -> int | None:
     text = code.strip().upper()
     if not text.startswith(REQUEST_CODE_PREFIX):
         return None
-    digits = text[len(REQUEST_CODE_PREFIX):]
-    if not digits.isdigit() or int(digits) <= REQUEST_CODE_OFFSET:
-        return None
-    return int(digits) - REQUEST_CODE_OFFSET
+    return _stored_id(text[len(REQUEST_CODE_PREFIX):], offset=REQUEST_CODE_OFFSET)
 
 
 def pool_code(pool_id: int) -> str:
@@ -91,10 +88,23 @@ def pool_code(pool_id: int) -> str:
 
 
 def pool_id_from_code(code: str) -> int | None:
+    """`POOL-7` → 7; None for anything that is not a pool code."""
     text = code.strip().upper()
-    if not text.startswith(POOL_CODE_PREFIX) or not text[len(POOL_CODE_PREFIX):].isdigit():
+    if not text.startswith(POOL_CODE_PREFIX):
         return None
-    return int(text[len(POOL_CODE_PREFIX):])
+    return _stored_id(text[len(POOL_CODE_PREFIX):], offset=0)
+
+
+_MAX_STORED_ID = 2**63 - 1  # ids are 64-bit: a larger number names nothing (a 404, not a 400)
+
+
+def _stored_id(digits: str, *, offset: int) -> int | None:
+    """The id a code's number names, or None: ASCII digits only (`str.isdigit` also takes
+    '²', which `int` refuses), within the ids the store can hold."""
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    found = int(digits) - offset
+    return found if 0 < found <= _MAX_STORED_ID else None
 
 
 class FlavourKind(StrEnum):
