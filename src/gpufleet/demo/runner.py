@@ -38,6 +38,7 @@ from gpufleet.demo.lifecycle_seed import (
     seed_lifecycle,
     seeding_todo,
 )
+from gpufleet.demo.rate_card import seed_rate_card
 from gpufleet.demo.seed import seed_people
 from gpufleet.demo.seed_journal import FILE_NAME as SEED_JOURNAL
 from gpufleet.demo.seed_journal import JournalMismatch
@@ -189,6 +190,7 @@ async def _demo(settings: Settings, seed: int | None) -> None:
         await server_task
         fleet_task.result()
         raise DemoError("the simulated fleet stopped before it registered")
+    seed_rate_card(gf)  # after registration: its rates name the fleet's environments
     journal = settings.data_dir / SEED_JOURNAL
     todo = seeding_todo(gf, journal)
     _banner(url, token, settings, progress_bar.last, time.monotonic() - started_s, seeded,
