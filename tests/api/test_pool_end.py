@@ -51,6 +51,8 @@ def test_a_member_ends_their_projects_pool_and_it_is_audited(h100s, api, clock):
     assert api.get(f"/api/v1/pools/{code}").json() == ended
     (event,) = _ended_events(api, code)
     assert (event["actor"], event["reason"]) == ("user:mia", "training finished")
+    (streamed,) = member.get("/api/v1/events", params={"type": "pool.ended"}).json()["items"]
+    assert (streamed["subject"]["id"], streamed["labels"]["project"]) == (code, "vision")
     listed = member.get("/api/v1/pools", params={"state": "ended"}).json()["items"]
     assert [p["code"] for p in listed] == [code]
     assert member.get("/api/v1/pools", params={"state": "active"}).json()["items"] == []
