@@ -115,6 +115,7 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/pools/{code}"): READERS,
     ("POST", "/api/v1/pools/{code}/approve"): OPERATORS,
     ("POST", "/api/v1/pools/{code}/reject"): OPERATORS,
+    ("POST", "/api/v1/pools/{code}/end"): REQUESTERS,
     ("GET", "/api/v1/projects/{name}/quotas"): READERS,
     ("GET", "/api/v1/placement/fleet-state"): READERS,
     ("PUT", "/api/v1/projects/{name}/quotas"): OPERATORS,
@@ -334,6 +335,13 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         return world.gf.lifecycle.request_pool(SYSTEM, PoolCreate(
             project="vision", flavour="H100-80GB", count=1)).code
 
+    def active_pool() -> str:
+        if caller not in MATRIX[route]:
+            return world.vision_pool  # refused before lookup: reserve nothing for it
+        code = new_pool()
+        assert world.gf.lifecycle.approve_pool(SYSTEM, code, None).state == "active"
+        return code
+
     def reservation() -> str:
         """Approved for a day from now: it waits for its start and holds nothing."""
         start = world.clock.now() + timedelta(days=1)
@@ -463,6 +471,8 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             template.format(code=new_pool()), None),
         ("POST", "/api/v1/pools/{code}/reject"): lambda: (
             template.format(code=new_pool()), {"reason": "no"}),
+        ("POST", "/api/v1/pools/{code}/end"): lambda: (
+            template.format(code=active_pool()), {"reason": "done"}),
         ("GET", "/api/v1/projects/{name}/quotas"): lambda: (
             template.format(name="vision"), None),
         ("PUT", "/api/v1/projects/{name}/quotas"): lambda: (

@@ -197,6 +197,20 @@ def test_pools_request_approve_list(fleet):
         ["H100-80GB", "-", "4", "4", "-"]]
 
 
+
+def test_pool_end_frees_the_reservation_and_lists_as_ended(fleet):
+    pool = ok("pool", "request", "-p", "vision", "--flavour", "H100-80GB", "--count", 4,
+              "--reason", "steady training").stdout.split()[0]
+    ok("pool", "approve", pool)
+    assert ok("pool", "end", pool, "--reason", "finished").stdout.strip() == \
+        f"{pool} ended: 4 × H100-80GB no longer reserved for project vision"
+    assert [p["code"] for p in json_of("pool", "ls", "--state", "ended")["items"]] == [pool]
+    shown = json_of("pool", "show", pool)
+    assert (shown["state"], shown["end_reason"]) == ("ended", "finished") and shown["ended_at"]
+    assert "ended by" in ok("pool", "show", pool).stdout
+    assert_one_error_line(invoke("pool", "end", pool), "only an active pool can be ended")
+
+
 def test_json_output_is_the_api_reply(fleet):
     created_reply = json.loads(ok("request", "create", "-p", "vision", "--gpus", 1, "--days", 1,
                                   "--reason", "r", "--json").stdout)

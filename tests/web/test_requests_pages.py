@@ -256,3 +256,26 @@ def test_pools_and_quotas_equal_the_api_and_operators_decide(client, api, world)
     assert done.status_code == 303 and "done=approved" in done.headers["location"]
     assert api.get(f"/api/v1/pools/{pool}").json()["state"] == "active"
     assert "state &#39;open&#39; is not a pool state" in page(client, "/ui/pools?state=open", 400)
+
+
+def test_a_pools_project_ends_it_with_the_end_button_and_its_csrf_token(client, api, world):
+    member, operator, viewer = world["member"], world["operator"], world["viewer"]
+    pool = member.post("/api/v1/pools", json={"project": "vision", "flavour": "H100-80GB",
+                                              "count": 2}).json()["code"]
+    operator.post(f"/api/v1/pools/{pool}/approve")
+    as_viewer(client, viewer)  # sees the pool, may not end it
+    assert f"/ui/pools/{pool}/end" not in page(client, "/ui/pools")
+    as_viewer(client, member)
+    assert f"/ui/pools/{pool}/end" in page(client, "/ui/pools?state=active")
+    forged = post_form(client, f"/ui/pools/{pool}/end", {"reason": "done"})
+    assert forged.status_code == 403
+    assert api.get(f"/api/v1/pools/{pool}").json()["state"] == "active"
+    done = post_form(client, f"/ui/pools/{pool}/end", {"reason": "done"}, "/ui/pools")
+    assert done.status_code == 303 and "done=ended" in done.headers["location"]
+    ended = api.get(f"/api/v1/pools/{pool}").json()
+    assert (ended["state"], ended["ended_by"], ended["end_reason"]) == \
+        ("ended", "user:mia", "done")
+    html = page(client, "/ui/pools?state=ended")
+    assert ROW_CODE.findall(html) == [pool] and f"/ui/pools/{pool}/end" not in html
+    again = post_form(client, f"/ui/pools/{pool}/end", {}, "/ui/pools")
+    assert again.status_code == 409 and "only an active pool can be ended" in again.text

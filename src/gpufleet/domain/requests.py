@@ -19,11 +19,13 @@ POOL_CODE_PREFIX = "POOL-"
 
 
 class PoolState(StrEnum):
-    """A pool is asked for (`pending`), then approved (`active`) or `rejected`."""
+    """A pool is asked for (`pending`), then approved (`active`) or `rejected`; an active
+    pool is `ended` by its project or an operator, which stops its charge (docs/billing.md)."""
 
     PENDING = "pending"
     ACTIVE = "active"
     REJECTED = "rejected"
+    ENDED = "ended"
 
 
 class RequestState(StrEnum):

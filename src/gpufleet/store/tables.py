@@ -358,6 +358,9 @@ class Pool(Base):
     decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     decision_reason: Mapped[str | None] = mapped_column(Text)
     approved_at: Mapped[datetime | None] = mapped_column(UtcDateTime)  # billing starts here
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)  # ... and stops here
+    ended_by: Mapped[str | None] = mapped_column(String(127))
+    end_reason: Mapped[str | None] = mapped_column(Text)
 
     project: Mapped[Project] = relationship(lazy="joined")
 

@@ -253,6 +253,12 @@ class PoolCreate(StrictModel):
     reason: Text | None = None
 
 
+class PoolEnd(StrictModel):
+    """End an active pool now (a time of its own is not taken: the end is when it is asked)."""
+
+    reason: Text | None = None
+
+
 class PoolView(View):
     code: str
     project: str
@@ -267,4 +273,8 @@ class PoolView(View):
     decided_at: datetime | None
     decision_reason: str | None
     approved_at: datetime | None
+    ended_at: datetime | None = Field(default=None, description=(
+        "When the pool ended: its reservation and its charge stop here."))
+    ended_by: str | None = None
+    end_reason: str | None = None
     used: float = Field(default=0, description="Units of the pool held by allocations now.")

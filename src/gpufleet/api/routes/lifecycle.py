@@ -17,6 +17,7 @@ from gpufleet.wire.requests import (
     Decide,
     Extend,
     PoolCreate,
+    PoolEnd,
     PoolView,
     ProjectQuotas,
     QuotaSet,
@@ -161,6 +162,15 @@ def approve_pool(code: str, body: Decide | None = None, p: Principal = Depends(p
 def reject_pool(code: str, body: Decide | None = None, p: Principal = Depends(principal),
                 gf: Gpufleet = Depends(services)):
     return gf.lifecycle.reject_pool(p, code, _reason(body))
+
+
+@router.post("/pools/{code}/end", response_model=PoolView, tags=POOLS)
+def end_pool(code: str, body: PoolEnd | None = None, p: Principal = Depends(principal),
+             gf: Gpufleet = Depends(services)):
+    """End an active pool now: its reservation and quota are freed and its charge stops.
+    A member of its project or an operator may; 409 while requests hold its units (named),
+    or when the pool is not active."""
+    return gf.lifecycle.end_pool(p, code, body.reason if body else None)
 
 
 @router.get("/projects/{name}/quotas", response_model=ProjectQuotas, tags=QUOTAS)

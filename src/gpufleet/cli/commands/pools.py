@@ -2,7 +2,8 @@
 
 A pool is flavour × count (`H100-80GB × 16`, `H100-80GB/1g.10gb × 28`,
 `L40S-48GB/shared × 8 --fraction 0.5`); approving it reserves that much free capacity, which
-other projects' requests may then not take. Billing starts at approval.
+other projects' requests may then not take. Billing starts at approval and stops when the
+pool is ended (`gpufleet pools end`).
 """
 
 from typing import Annotated, Any
@@ -46,10 +47,10 @@ def _unit(pool: dict[str, Any]) -> str:
 
 def pools_table(pools: list[dict[str, Any]]) -> RenderableType:
     return table(["code", "project", "flavour", "count", "unit", "used", "state", "by",
-                  "requested", "approved"],
+                  "requested", "approved", "ended"],
                  [[p["code"], p["project"], p["flavour"], p["count"], _unit(p),
                    f"{p['used']:g}", p["state"], p["requested_by"], when(p["requested_at"]),
-                   when(p["approved_at"])] for p in pools])
+                   when(p["approved_at"]), when(p.get("ended_at"))] for p in pools])
 
 
 def pool_detail(pool: dict[str, Any]) -> RenderableType:
@@ -60,6 +61,8 @@ def pool_detail(pool: dict[str, Any]) -> RenderableType:
         "requested by": pool["requested_by"], "requested": when(pool["requested_at"]),
         "decided by": pool["decided_by"], "decided": when(pool["decided_at"]),
         "decision reason": pool["decision_reason"], "approved": when(pool["approved_at"]),
+        "ended": when(pool.get("ended_at")), "ended by": pool.get("ended_by"),
+        "end reason": pool.get("end_reason"),
     }, title=f"pool {pool['code']}")
 
 
@@ -132,3 +135,13 @@ def approve(code: Code, reason: Reason = None, as_json: JsonFlag = False) -> Non
 def reject(code: Code, reason: RequiredReason, as_json: JsonFlag = False) -> None:
     """Reject a pending pool."""
     _decide(code, "reject", reason, as_json)
+
+
+@app.command("end")
+def end(code: Code, reason: Reason = None, as_json: JsonFlag = False) -> None:
+    """End an active pool now: frees its reservation and quota and stops its charge.
+    Refused while requests hold its units (release them first)."""
+    with connect() as api:
+        pool = api.post(api_path("pools", code, "end"), body(reason=reason))
+    emit_done(pool, as_json, f"{pool['code']} ended: {pool['count']} × {pool['flavour']} "
+                             f"no longer reserved for project {pool['project']}")

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.admission import CapacityFact, QuotaFact
 from gpufleet.domain.gpu_models import model as catalogue_model
 from gpufleet.domain.inventory import OUT_OF_SERVICE, GpuStatus, NodeStatus
-from gpufleet.domain.placement import Decision, Demand, Placer, Refusal, UnitKind
+from gpufleet.domain.placement import Decision, Demand, Placer, Refusal, StaleDecision, UnitKind
 from gpufleet.domain.requests import Flavour, FlavourKind, parse_flavour
 from gpufleet.services.lifecycle import placement_state
 from gpufleet.services.lifecycle.placement_state import MODE_OF_KIND
@@ -151,6 +151,20 @@ class PoolLedger:
     def add(self, pool_id: int, decision: Decision) -> None:
         units, milli = self.use.get(pool_id, (0, 0))
         self.use[pool_id] = (units + len(decision.units), milli + decision.milli)
+
+
+def lock_pools_drawn_on(session: Session, pool_ids: set[int]) -> None:
+    """Share-lock the pools a batch of grants draws on, and refuse the batch (a stale
+    decision: the granter tries again without them) if one was ended since the ledger was
+    read. Ending a pool takes its row's exclusive lock (`pools.end_pool`), so a grant and an
+    end never both believe the pool is theirs."""
+    if not pool_ids:
+        return
+    still_active = set(session.scalars(
+        select(Pool.id).where(Pool.id.in_(pool_ids), Pool.state == "active")
+        .with_for_update(read=True)))
+    if still_active != pool_ids:
+        raise StaleDecision(f"pools {sorted(pool_ids - still_active)} ended meanwhile")
 
 
 def free_capacity(session: Session, kind: FlavourKind, model: str) -> int:

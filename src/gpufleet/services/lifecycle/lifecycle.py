@@ -32,7 +32,7 @@ from gpufleet.services.lifecycle.placement_cache import PlacementCache
 from gpufleet.services.lookup import not_found
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
-from gpufleet.store.tables import GpuRequest
+from gpufleet.store.tables import GpuRequest, Pool
 from gpufleet.wire import requests as wr
 from gpufleet.wire.base import Page
 from gpufleet.wire.inventory import AuditEventView
@@ -259,3 +259,10 @@ class Lifecycle:
         with self._write() as session:
             return pools.pool_view(session, pools.reject_pool(session, principal, code,
                                                               self.clock.now(), reason))
+
+    def end_pool(self, principal: Principal, code: str, reason: str | None) -> wr.PoolView:
+        with self._write() as session:
+            pool_id = pools.end_pool(session, principal, code, self.clock.now(), reason).id
+        self.grant_waiting()  # its reservation is free: the queue may be waiting for it
+        with self.store.read() as session:
+            return pools.pool_view(session, session.get(Pool, pool_id))

@@ -3,7 +3,12 @@ request.
 
 A pool is logical — flavour × count — not a set of pinned GPUs: approving it reserves that
 much of the fleet's free capacity of its flavour, which other projects' requests may then
-not take (`granting.PoolLedger.unused_reservations`). Billing starts at approval (`approved_at`).
+not take (`granting.PoolLedger.unused_reservations`). Billing starts at approval (`approved_at`)
+and stops at the end (`ended_at`): an active pool is ended by a member of its project (it is
+their money) or an operator, only once no request holds its units — a binding of a pool's
+own request is charged as the pool's usage, at no cost of its own (docs/billing.md), so a
+pool that ended under it would hand out GPUs for free. Waiting requests are untouched: with
+the pool gone from the ledger they are granted, if at all, as ordinary requests.
 """
 
 from __future__ import annotations
@@ -18,20 +23,22 @@ from gpufleet.domain.errors import Conflict, Forbidden, InvalidInput
 from gpufleet.domain.requests import (
     FlavourKind,
     PoolState,
+    RequestState,
     parse_flavour,
     pool_code,
     pool_id_from_code,
+    request_code,
 )
 from gpufleet.services.access import audit, people
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.lifecycle import granting, quotas
 from gpufleet.services.lookup import not_found
 from gpufleet.services.paging import SortSpec, keyset_page
-from gpufleet.store.tables import Pool, Project
+from gpufleet.store.tables import Binding, GpuRequest, Pool, Project
 from gpufleet.wire.requests import PoolCreate, PoolView
 
-PENDING, ACTIVE, REJECTED = (PoolState.PENDING.value, PoolState.ACTIVE.value,
-                             PoolState.REJECTED.value)
+PENDING, ACTIVE, REJECTED, ENDED = (PoolState.PENDING.value, PoolState.ACTIVE.value,
+                                    PoolState.REJECTED.value, PoolState.ENDED.value)
 _BY_ID = SortSpec((Pool.id,))
 
 
@@ -42,7 +49,8 @@ def pool_view(session: Session, pool: Pool) -> PoolView:
         justification=pool.justification, requested_by=pool.requested_by,
         requested_at=pool.requested_at, decided_by=pool.decided_by,
         decided_at=pool.decided_at, decision_reason=pool.decision_reason,
-        approved_at=pool.approved_at,
+        approved_at=pool.approved_at, ended_at=pool.ended_at, ended_by=pool.ended_by,
+        end_reason=pool.end_reason,
         used=granting.pool_units_used(session, pool) if pool.state == ACTIVE else 0)
 
 
@@ -148,3 +156,47 @@ def _decide(session: Session, principal: Principal, pool: Pool, state: str, now:
                  action="pool.approved" if state == ACTIVE else "pool.rejected",
                  subject_kind="pool", subject=pool_code(pool.id), reason=reason,
                  project=pool.project.name, flavour=pool.flavour, count=pool.count)
+
+
+def end_pool(session: Session, principal: Principal, code: str, now: datetime,
+             reason: str | None) -> Pool:
+    """End an active pool now: its reservation and quota are freed and its charge stops.
+
+    The pool's row is locked first, so of two ends at once one ends it and the other finds
+    it ended (409), with one audit event; the granter locks the pools it draws on
+    (`requests.activate`), so no grant slips into a pool between the check and the end.
+    """
+    principal.require(Action.REQUEST_GPUS)
+    pool = get_pool(session, principal, code)
+    people.require_member(principal, pool.project)
+    session.scalar(select(Pool.id).where(Pool.id == pool.id).with_for_update())
+    session.refresh(pool)
+    if pool.state != ACTIVE:
+        hint = (" (a pending pool is not yet reserved: an operator rejects it)"
+                if pool.state == PENDING else "")
+        raise Conflict(f"{code} is {pool.state}; only an active pool can be ended{hint}",
+                       code="invalid_transition",
+                       details={"pool": code, "state": pool.state, "target": ENDED})
+    holding = _requests_holding(session, pool.id)
+    if holding:
+        raise Conflict(f"{code} still has units held by {', '.join(holding)}; release them "
+                       f"before ending the pool", code="pool_in_use",
+                       details={"pool": code, "requests": holding})
+    pool.state, pool.ended_at, pool.ended_by, pool.end_reason = (ENDED, now, principal.actor,
+                                                                 reason)
+    audit.record(session, at=now, actor=principal.actor, action="pool.ended",
+                 subject_kind="pool", subject=pool_code(pool.id), reason=reason,
+                 project=pool.project.name, flavour=pool.flavour, count=pool.count,
+                 approved_at=pool.approved_at.isoformat() if pool.approved_at else None)
+    return pool
+
+
+def _requests_holding(session: Session, pool_id: int) -> list[str]:
+    """Codes of the requests that hold units of the pool now (open bindings), oldest first."""
+    ids = session.scalars(
+        select(GpuRequest.id).where(GpuRequest.pool_id == pool_id,
+                                    GpuRequest.state == RequestState.ACTIVE.value)
+        .where(select(Binding.id).where(Binding.request_id == GpuRequest.id,
+                                        Binding.ended_at.is_(None)).exists())
+        .order_by(GpuRequest.id))
+    return [request_code(i) for i in ids]

@@ -437,6 +437,7 @@ def activate(session: Session, batch: Sequence[GpuRequest], now: datetime,
                 quota.add(request.project_id, key, milli)
         openings.append(bindings.Opening(request, outcome.decision, request.project.name))
         pool_of[request.id] = outcome.pool_id
+    granting.lock_pools_drawn_on(session, {p for p in pool_of.values() if p is not None})
     opened = bindings.open_bindings(session, openings, fleet.live.gpu_ids,
                                     fleet.live.node_ids, now)
     for opening in openings:

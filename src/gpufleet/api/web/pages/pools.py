@@ -1,5 +1,6 @@
-"""Pools and quotas: the pools asked for and held (approve / reject for operators), and one
-project's quotas and their use (docs/dashboard.md, "Pools and quotas")."""
+"""Pools and quotas: the pools asked for and held (approve / reject for operators; end for
+operators and the pool's project), and one project's quotas and their use (docs/dashboard.md,
+"Pools and quotas")."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 
 POOL_STATES = [s.value for s in PoolState]
-DONE = {"approve": "approved", "reject": "rejected"}
+DONE = {"approve": "approved", "reject": "rejected", "end": "ended"}
 POOL_ACTIONS = tuple(DONE)
 
 
@@ -74,6 +75,8 @@ async def pools(request: Request, state: str | None = None, project: str | None 
                   state=state or "", project=project or "", states=POOL_STATES,
                   next_url=next_url, done=done if done in DONE.values() else None,
                   may_decide=is_allowed(who.principal.role, Action.APPROVE_REQUESTS),
+                  # a member lists only their own projects' pools, so any listed is theirs
+                  may_end=is_allowed(who.principal.role, Action.REQUEST_GPUS),
                   current_page="requests")
 
 
@@ -82,10 +85,11 @@ async def pool_action(request: Request, code: str, action: str,
                       who: Viewer = Depends(viewer)) -> Response:
     if action not in POOL_ACTIONS:
         return render(request, "error.html", who, 404, heading="No such action",
-                      message=f"'{action}' is not an action on a pool; approve or reject",
+                      message=f"'{action}' is not an action on a pool; approve, reject or end",
                       current_page="requests")
     lifecycle = services(request).lifecycle
-    decide = lifecycle.approve_pool if action == "approve" else lifecycle.reject_pool
+    decide = {"approve": lifecycle.approve_pool, "reject": lifecycle.reject_pool,
+              "end": lifecycle.end_pool}[action]
     try:
         (reason,) = await checked_form(request, who, "reason")
         pool = await run_in_threadpool(decide, who.principal, code, reason.strip() or None)
