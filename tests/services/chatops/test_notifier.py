@@ -5,6 +5,9 @@ failures (5xx, 429 Retry-After) and a restart neither losing nor doubling a mess
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import pytest
 from sqlalchemy import select
 
@@ -60,7 +63,9 @@ def thread_of(gf: Gpufleet, code: str) -> ChatThread:
 
 def test_a_request_awaiting_an_operator_is_posted_once_with_two_buttons(h100s, gf, slack):
     member, _ = h100s
-    notifier = notifier_of(gf)
+    notifier = gf.chat_notifier  # the server's own, which its chat-ops loop runs
+    assert notifier.enabled
+    notifier.run_once()
     code = create(member, count=2, models=["H100-80GB"], reason="<!channel> fine-tune")["code"]
     assert notifier.run_once().told == 1
     assert notifier.run_once().calls == 0  # a second round has nothing new
@@ -130,12 +135,14 @@ def test_a_chat_request_is_told_in_its_thread_in_order_with_its_exports(h100s, g
     assert len(slack.posts(APPROVALS)) == 1
 
 
-def test_slack_answering_500_then_200_delivers_once_later(h100s, gf, slack, clock):
+def test_slack_answering_500_then_200_delivers_once_later(h100s, gf, slack, clock, caplog):
     member, _ = h100s
     notifier = notifier_of(gf)
     slack.script = [Reply(500, b"upstream broke")]
     code = create(member, count=2, models=["H100-80GB"], reason="eval")["code"]
-    failed = notifier.run_once()
+    with caplog.at_level(logging.DEBUG):
+        failed = notifier.run_once()
+    assert "chat.postMessage" in caplog.text and "xoxb-test-token" not in caplog.text
     assert failed.retrying and failed.told == 0 and slack.posts() == []
     tried = len(slack.server.received)
     assert notifier.run_once().calls == 0 and len(slack.server.received) == tried  # waits
@@ -250,3 +257,60 @@ def test_the_thread_is_warned_of_the_end_then_told_it_expired(h100s, gf, slack, 
     assert warned.startswith(f"{code} is about to end: {code}: 1 × H100-80GB ends at ")
     assert f"gpufleet request extend {code}" in warned
     assert expired == f"{code} expired: its end time passed"
+
+
+def test_an_error_no_retry_mends_passes_the_event_and_goes_on(h100s, gf, slack, caplog):
+    member, _ = h100s
+    notifier = notifier_of(gf)
+    slack.script = [Reply(200, b'{"ok": false, "error": "channel_not_found"}', JSON)]
+    first = create(member, count=1, models=["H100-80GB"], reason="lost")["code"]
+    second = create(member, count=1, models=["H100-80GB"], reason="told")["code"]
+    done = notifier.run_once()
+    assert (done.told, done.passed, done.retrying) == (1, 1, False)
+    assert [p["text"].split(" ")[0] for p in slack.posts()] == [second]
+    assert "passing event" in caplog.text and first in caplog.text
+
+
+def test_a_revoked_token_is_retried_not_passed(h100s, gf, slack):
+    member, _ = h100s
+    notifier = notifier_of(gf)
+    slack.script = [Reply(200, b'{"ok": false, "error": "invalid_auth"}', JSON)]
+    create(member, count=1, models=["H100-80GB"], reason="kept")
+    done = notifier.run_once()
+    assert (done.passed, done.retrying) == (0, True)
+
+
+def test_an_event_older_than_the_give_up_age_is_passed(h100s, gf, slack, clock, settings):
+    member, _ = h100s
+    notifier = notifier_of(gf)
+    slack.script = [Reply(503, b"down")] * 2
+    create(member, count=1, models=["H100-80GB"], reason="old")
+    assert notifier.run_once().retrying
+    clock.advance(settings.outbox_give_up_after_s + 1)
+    done = notifier.run_once()
+    assert (done.passed, done.retrying) == (1, False)
+    assert slack.posts() == []
+
+
+def test_a_second_replica_waits_while_the_first_holds_the_cursor(h100s, gf, slack, store,
+                                                                  settings, clock):
+    member, _ = h100s
+    first = notifier_of(gf)
+    second = ChatNotifier(store, settings, clock, jitter=lambda: 0.0)
+    create(member, count=1, models=["H100-80GB"], reason="once")
+    slack.server.hold = threading.Event()  # Slack takes its time answering the first
+    running = threading.Thread(target=first.run_once)
+    running.start()
+    try:
+        for _ in range(500):
+            if slack.server.received:
+                break
+            threading.Event().wait(0.01)
+        assert len(slack.server.received) == 1
+        assert second.run_once().calls == 0  # the first's lease keeps it off
+        assert len(slack.server.received) == 1
+    finally:
+        slack.server.hold.set()
+        running.join(30)
+    assert len(slack.posts()) == 1
+    assert second.run_once().calls == 0  # and after it, nothing is left to tell

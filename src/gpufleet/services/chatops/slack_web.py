@@ -1,8 +1,9 @@
 """The two Slack Web API calls the chat-ops notifier makes, through slack-sdk:
 `chat.postMessage` (a new message, or a reply in a thread) and `chat.update` (the approval
 message once decided). A refusal, a timeout or an unreachable Slack raises `SlackCallFailed`
-carrying the attempt, judged as the Slack receiver judges its own (a 429's Retry-After, a
-permanent error), so the notifier retries as the outbox does (docs/operations.md, "The
+carrying the attempt, judged as the Slack receiver judges its own (a 429's Retry-After),
+and permanent only for an error about the message itself (`MESSAGE_ERRORS`), so the
+notifier retries as the outbox does (docs/operations.md, "The
 outbox"). The bot token goes in the Authorization header only; slack-sdk redacts it from
 its debug log, and nothing here logs it.
 """
@@ -10,7 +11,7 @@ its debug log, and nothing here logs it.
 from __future__ import annotations
 
 import urllib.error
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from slack_sdk import WebClient
@@ -18,6 +19,14 @@ from slack_sdk.errors import SlackApiError
 
 from gpufleet.domain.operations.delivery import Attempt
 from gpufleet.services.operations.receivers.slack import api_error_attempt
+
+# Errors about this one message or channel, which no retry mends: the event is passed.
+# A bad or revoked token is not among them: every call fails alike until an operator fixes
+# the setting, and then what waited is told (within `outbox_give_up_after_s`).
+MESSAGE_ERRORS = frozenset({
+    "channel_not_found", "not_in_channel", "is_archived", "message_not_found",
+    "cant_update_message", "edit_window_closed", "msg_too_long", "no_text", "invalid_blocks",
+    "invalid_arguments", "restricted_action", "thread_not_found"})
 
 
 class SlackCallFailed(Exception):
@@ -64,7 +73,10 @@ class SlackWeb:
         try:
             return call()
         except SlackApiError as exc:
-            raise SlackCallFailed(method, api_error_attempt(exc)) from None
+            attempt = api_error_attempt(exc)
+            error = attempt.outcome.removeprefix("slack_")
+            raise SlackCallFailed(method, replace(
+                attempt, permanent=error in MESSAGE_ERRORS)) from None
         except TimeoutError as exc:
             raise SlackCallFailed(method, Attempt(
                 ok=False, outcome="timeout", detail=str(exc) or "timed out")) from None
