@@ -107,6 +107,16 @@ def test_rejected_the_message_says_so(h100s, gf, slack):
     assert ":no_entry: rejected by olga" in seen_text(update)
 
 
+def test_cancelled_by_its_requester_the_message_says_who(h100s, gf, slack):
+    member, _ = h100s
+    notifier = notifier_of(gf)
+    code = create(member, count=2, models=["H100-80GB"], reason="eval")["code"]
+    notifier.run_once()
+    act(member, code, "cancel")
+    notifier.run_once()
+    assert [u["text"] for u in slack.updates()] == [f"{code} cancelled by mia"]
+
+
 def test_a_chat_request_is_told_in_its_thread_in_order_with_its_exports(h100s, gf, slack):
     member, operator = h100s
     notifier = notifier_of(gf)

@@ -8,6 +8,9 @@ Everything a user typed (a reason, a project) is escaped, so `<!channel>` or a l
 smuggled into a message; every text is clipped to Slack's limits and a list to the blocks a
 message may hold. Times use Slack's `<!date^…>` so each reader sees their own zone, with UTC
 as the fallback text.
+
+Pure, in the domain (docs/design.md, "Layers"): the API answers slash commands with these
+messages and the notifier in services posts the approval message and the thread's.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ the approval message's and the thread's `ts` in the request's `ChatThread` row (
 event skips a post whose `ts` is recorded), the thread reply — always an event's last call —
 by moving the cursor past the event. `chat.update` sets the same content again if
 repeated. A process killed between a post and its record posts that one message again:
-at least once, never lost.
+at least once, never lost (docs/design.md, "Reliability": what was acknowledged survives).
 
 **One replica.** A round starts in a transaction holding the leader lock, and takes a lease
 on the cursor (renewed with each event told), so another replica starts only after the
