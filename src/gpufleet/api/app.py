@@ -130,6 +130,22 @@ async def _outbox_loop(gf: Gpufleet) -> None:
             log.warning("outbox round skipped: %s", exc.message)
         except Exception:  # the loop must outlive a bug in one round
             log.exception("outbox round failed")
+async def _chatops_loop(gf: Gpufleet) -> None:
+    """Post approvals and requesters' thread updates to Slack (docs/chatops.md); one
+    replica tells (leader lock and a lease on the cursor), and without a bot token a round
+    does nothing."""
+    while True:
+        await asyncio.sleep(gf.settings.outbox_send_interval_s)
+        if not gf.chat_notifier.enabled:
+            continue
+        try:
+            await run_in_threadpool(gf.chat_notifier.run_once)
+        except GpufleetError as exc:
+            log.warning("chat-ops round skipped: %s", exc.message)
+        except Exception:  # the loop must outlive a bug in one round
+            log.exception("chat-ops round failed")
+
+
 async def _gpu_health_loop(gf: Gpufleet) -> None:
     """Apply the GPU health rules every `health_interval_s` (docs/operations.md, "GPU
     health and quarantine"); one replica applies, and a round is idempotent."""
@@ -152,7 +168,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         loops = (_silent_node_loop, _lifecycle_loop, _telemetry_upkeep_loop, _gpu_health_loop,
-                 _alert_loop, _reclaim_loop, _outbox_loop)
+                 _alert_loop, _reclaim_loop, _outbox_loop, _chatops_loop)
         tasks = [asyncio.create_task(loop(gf)) for loop in loops] if background_loops else []
         yield
         for task in tasks:

@@ -25,6 +25,7 @@ from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.billing import rates as billing_rates
+from gpufleet.services.chatops.notifier import ChatNotifier
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import binding_history, lost_units
 from gpufleet.services.lifecycle.lifecycle import Lifecycle
@@ -93,6 +94,8 @@ class Gpufleet:
         self.alert_evaluator: Callable[[datetime], alerts.AlertEvaluation] | None = None
         self.reclaim = ReclamationDesk(store, self.queries, self.lifecycle, settings, self.clock)
         self.outbox_sender = OutboxSender(store, settings, self.clock)
+        # Approvals and requesters' threads in Slack (docs/chatops.md); idle without a token.
+        self.chat_notifier = ChatNotifier(store, settings, self.clock)
         self._health_pack = default_pack(health.thresholds(settings))
         self._mig_rule = health.mig_rule(settings)
 

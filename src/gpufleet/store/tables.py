@@ -813,3 +813,21 @@ class ChatThread(Base):
     approval_channel_id: Mapped[str | None] = mapped_column(String(80))
     approval_ts: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class ChatCursor(Base):
+    """How far the chat-ops notifier has read the event log (docs/chatops.md, "Approvals in
+    a channel, and the requester's thread"): every event up to `after_seq` is told. Its
+    retry state (`attempts`, `next_attempt_at`) and the lease that keeps a second replica
+    off while one is mid-round (`lease_owner`, `lease_until`) live here too."""
+
+    __tablename__ = "chat_cursors"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    after_seq: Mapped[int] = mapped_column(BigInteger)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    lease_owner: Mapped[str | None] = mapped_column(String(63))
+    lease_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)

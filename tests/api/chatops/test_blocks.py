@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet.api.chatops import blocks
 from gpufleet.api.chatops.payloads import ApprovalAction, parse_action_id, request_create
+from gpufleet.domain.chatops import blocks
 from gpufleet.domain.chatops.commands import USAGE, RequestCommand, Unparsed, parse
 from tests.api.chatops.block_kit import check_message
 from tests.lifecycle_world import act, create

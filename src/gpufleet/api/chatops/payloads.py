@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
 from gpufleet.api.chatops.signature import VerifiedBody
+from gpufleet.domain.chatops.approvals import APPROVE as APPROVE  # read with the payloads
+from gpufleet.domain.chatops.approvals import DECISIONS, ApprovalAction
+from gpufleet.domain.chatops.approvals import REJECT as REJECT
 from gpufleet.domain.chatops.commands import RequestCommand
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.requests import request_code, request_id_from_code
 from gpufleet.wire.requests import RequestCreate
 
 MAX_FIELDS = 50
-APPROVE = "approve"
-REJECT = "reject"
-DECISIONS = (APPROVE, REJECT)
 
 
 class PayloadError(InvalidInput):
@@ -38,18 +38,6 @@ class SlashCommand:
     channel_id: str
     response_url: str
     trigger_id: str
-
-
-@dataclass(frozen=True)
-class ApprovalAction:
-    """An Approve or Reject button: its action id is `approve:GR-1042` or `reject:GR-1042`."""
-
-    decision: str
-    code: str
-
-    @property
-    def action_id(self) -> str:
-        return f"{self.decision}:{self.code}"
 
 
 @dataclass(frozen=True)

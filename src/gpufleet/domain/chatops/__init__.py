@@ -1,1 +1,2 @@
-"""Chat-ops grammar: the `/gpu` slash command's text read into typed commands (pure)."""
+"""Chat-ops, pure: the `/gpu` grammar (`commands`), the approval buttons' action ids
+(`approvals`) and the Block Kit messages (`blocks`) that the API and the notifier send."""

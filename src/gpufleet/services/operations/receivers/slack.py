@@ -35,7 +35,7 @@ def deliver(message: Outgoing, transport: Transport) -> Attempt:
             channel = client.users_lookupByEmail(email=message.recipient_email)["user"]["id"]
         client.chat_postMessage(channel=channel, **slack_message(message.payload))
     except SlackApiError as exc:
-        return _api_error(exc)
+        return api_error_attempt(exc)
     except TimeoutError as exc:
         return Attempt(ok=False, outcome="timeout", detail=str(exc) or "timed out")
     except (urllib.error.URLError, OSError) as exc:
@@ -43,7 +43,9 @@ def deliver(message: Outgoing, transport: Transport) -> Attempt:
     return DELIVERED
 
 
-def _api_error(exc: SlackApiError) -> Attempt:
+def api_error_attempt(exc: SlackApiError) -> Attempt:
+    """A Slack Web API refusal as a delivery attempt (the chat-ops notifier judges its
+    calls the same way): 429 with its Retry-After, an error no retry mends permanent."""
     response = exc.response
     status = response.status_code
     headers = {str(k).lower(): v for k, v in (response.headers or {}).items()}

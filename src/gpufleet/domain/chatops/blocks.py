@@ -8,6 +8,9 @@ Everything a user typed (a reason, a project) is escaped, so `<!channel>` or a l
 smuggled into a message; every text is clipped to Slack's limits and a list to the blocks a
 message may hold. Times use Slack's `<!date^…>` so each reader sees their own zone, with UTC
 as the fallback text.
+
+Pure, in the domain (docs/design.md, "Layers"): the API answers slash commands with these
+messages and the notifier in services posts the approval message and the thread's.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from gpufleet.api.chatops.payloads import APPROVE, REJECT, ApprovalAction
+from gpufleet.domain.chatops.approvals import APPROVE, REJECT, ApprovalAction
 from gpufleet.domain.chatops.commands import USAGE, VERBS, Unparsed
 from gpufleet.text_limits import clip
 
@@ -245,3 +248,66 @@ def decided_message(request: dict[str, Any], decided_by: str) -> Message:
                    [_header(f"{code} · {state}"), _fields(_about(request)), *_reason(request),
                     _context(f"{_STATE_EMOJI.get(state, '')} {escape(state)} by "
                              f"{escape(decided_by)}")])
+
+
+# --- the requester's thread (services/chatops/notifier.py) -------------------------------------
+def mention(chat_user_id: str | None) -> str:
+    """`<@U0123>` for a Slack user id, or nothing: an id that is not one (letters and digits
+    only) is never written into a message, where it could be markup."""
+    if chat_user_id and chat_user_id.isascii() and chat_user_id.isalnum():
+        return f"<@{chat_user_id}> "
+    return ""
+
+
+def actor_name(actor: str) -> str:
+    """Who an event's actor is, in words: `user:olga` → olga, `system:lifecycle` → gpufleet."""
+    kind, _, name = actor.partition(":")
+    if kind == "user" and name:
+        return name
+    if kind == "system" or actor == "system":
+        return "gpufleet"
+    if kind == "policy":
+        return f"the project's {name} policy" if name else "a policy"
+    return actor
+
+
+def thread_opener(request: dict[str, Any], requester: str | None) -> Message:
+    """The first message in the requester's channel; what happens next is told in its
+    thread."""
+    code = request["code"]
+    text = (f"{mention(requester)}*{code}*: {escape(flavour(request))} for "
+            f"{escape(request['project'])} is *{request['state']}*. "
+            "What happens to it is told in this thread.")
+    return message(IN_CHANNEL, f"{code} {request['state']}: {flavour(request)} for "
+                               f"{request['project']}",
+                   [_section(text), _fields(_about(request)), *_reason(request)])
+
+
+_THREAD_SAYS = {
+    "request.approved": (":white_check_mark:", "was approved by {who}"),
+    "request.rejected": (":no_entry:", "was rejected by {who}"),
+    "request.cancelled": (":white_circle:", "was cancelled by {who}"),
+    "request.activated": (":large_green_circle:", "is active"),
+    "request.shrunk": (":scissors:", "was shrunk by {who}"),
+    "request.released": (":white_circle:", "was released by {who}"),
+    "request.expired": (":white_circle:", "expired"),
+    "request.ending_warned": (":hourglass:", "is about to end"),
+    "reclaim.warned": (":warning:", "is idle"),
+}
+THREAD_EVENTS = frozenset(_THREAD_SAYS)
+
+
+def thread_reply(event_type: str, actor: str, reason: str | None, request: dict[str, Any],
+                 requester: str | None) -> Message:
+    """A reply in the requester's thread for one event: what happened, by whom, why (an
+    idle or ending warning's reason says what will happen and how to keep it); an active
+    request's exports (what a job sets to use its units)."""
+    code = request["code"]
+    emoji, said = _THREAD_SAYS[event_type]
+    said = said.format(who=actor_name(actor))
+    blocks = [_section(f"{emoji} {mention(requester)}*{code}* {escape(said)}"
+                       + (f": {escape(reason)}" if reason else "."))]
+    if event_type == "request.activated" and request.get("exports"):
+        lines = "\n".join(f"export {name}={value}" for name, value in request["exports"].items())
+        blocks.append(_section(f"Use it with:\n```{escape(lines)}```"))
+    return message(IN_CHANNEL, f"{code} {said}" + (f": {reason}" if reason else ""), blocks)
