@@ -74,7 +74,8 @@ def test_adjacent_periods_and_other_environments_do_not_overlap():
 
 @pytest.mark.parametrize(("make", "problem"), [
     (lambda: RateCard("euro"), "ISO 4217"),
-    (lambda: RateCard("EUR", idle_adjustment=Decimal("-1.5")), "at most 100 %"),
+    (lambda: Rate("H100-80GB", Decimal("1"), JAN, idle_adjustment=Decimal("-1.5")),
+     "at most 100 %"),
     (lambda: Rate("H200-141GB/9g.99gb", Decimal("1"), JAN), "no MIG profile"),
     (lambda: Rate("NoSuchGPU", Decimal("1"), JAN), "unknown GPU model"),
     (lambda: Rate("H100-80GB", Decimal("-1"), JAN), "≥ 0"),

@@ -1,5 +1,6 @@
 """Statements by hand: allocated vs charged, activity and idle cost, roll-ups."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -71,12 +72,28 @@ def test_idle_time_inside_a_pool_costs_the_pools_price():
     assert totals.cost == 40 and totals.idle_cost == 12
 
 
-def test_the_cards_idle_surcharge_adds_to_the_total():
-    surcharged = RateCard("EUR", CARD.rates, idle_adjustment=Decimal("0.5"))
+def test_a_rates_idle_surcharge_adds_to_the_total():
+    surcharged = RateCard("EUR", tuple(replace(rate, idle_adjustment=Decimal("0.5"))
+                                       for rate in CARD.rates))
     totals = statements([binding(1, "vision", JAN, JAN + 10 * H)], [], surcharged, DAY,
                         PROJECTS, {1: Activity(idle_gpu_hours=Fraction(2))})["vision"].totals
     assert (totals.cost, totals.idle_cost, totals.idle_adjustment, totals.total_cost) \
         == (40, 8, 4, 44)
+
+
+def test_idle_across_a_rate_change_pays_each_rates_own_adjustment():
+    """10 h held: 5 h at 4.00 with a 50 % surcharge, 5 h at 6.00 with a 10 % discount. Idle
+    is known for the whole window, not per hour, so it is priced at the binding's average:
+    (4 + 6) / 2 = 5.00 per idle GPU-hour, and (4 × 0.5 + 6 × -0.1) / 2 = 0.70 added."""
+    mid = JAN + 5 * H
+    card = RateCard("EUR", (Rate("H100-80GB", Decimal("4.00"), JAN, mid,
+                                 idle_adjustment=Decimal("0.5")),
+                            Rate("H100-80GB", Decimal("6.00"), mid,
+                                 idle_adjustment=Decimal("-0.1"))))
+    totals = statements([binding(1, "vision", JAN, JAN + 10 * H)], [], card, DAY, PROJECTS,
+                        {1: Activity(idle_gpu_hours=Fraction(4))})["vision"].totals
+    assert (totals.cost, totals.idle_cost, totals.idle_adjustment) \
+        == (50, 20, Fraction(28, 10))
 
 
 def test_activity_beyond_the_bindings_time_is_refused():

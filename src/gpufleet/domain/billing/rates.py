@@ -10,7 +10,7 @@ environment (pools, which belong to no environment, use it too).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -79,6 +79,9 @@ class Rate:
     effective_from: datetime
     effective_to: datetime | None = None
     environment: str | None = None
+    # A surcharge (> 0) or discount (< 0, at least -1) on the cost of the idle-allocated
+    # GPU-hours this rate priced, as a fraction of it: what an idle GPU-hour costs on top.
+    idle_adjustment: Decimal = Decimal(0)
 
     def __post_init__(self) -> None:
         canonical = parse_flavour(self.key).key
@@ -98,6 +101,11 @@ class Rate:
         if self.effective_to is not None and self.effective_to <= self.effective_from:
             raise InvalidInput(f"rate for '{self.key}': effective_to must be after "
                                "effective_from", code="invalid_rate")
+        if not isinstance(self.idle_adjustment, Decimal) or not self.idle_adjustment.is_finite() \
+                or self.idle_adjustment < -1:
+            raise InvalidInput(f"rate for '{self.key}': the idle adjustment must be a "
+                               "fraction ≥ -1 (a discount of at most 100 %)",
+                               code="invalid_rate")
 
     def in_force(self, at: datetime) -> bool:
         return self.effective_from <= at and (self.effective_to is None or at < self.effective_to)
@@ -119,20 +127,16 @@ class Quote:
 
 @dataclass(frozen=True)
 class RateCard:
-    """Every rate of one currency; `idle_adjustment` is a surcharge (> 0) or discount (< 0)
-    applied to the cost of idle-allocated GPU-hours, as a fraction of it."""
+    """Every rate of one currency. Each rate carries its own idle adjustment, so a change
+    to it is a new rate from then on and a past month keeps the adjustment it had."""
 
     currency: str
     rates: tuple[Rate, ...] = ()
-    idle_adjustment: Decimal = field(default=Decimal(0))
 
     def __post_init__(self) -> None:
         if not _CURRENCY.match(self.currency):
             raise InvalidInput(f"currency '{self.currency}' is not an ISO 4217 code",
                                code="invalid_currency")
-        if not isinstance(self.idle_adjustment, Decimal) or self.idle_adjustment < -1:
-            raise InvalidInput("the idle adjustment must be a Decimal ≥ -1 (a discount of at "
-                               "most 100 %)", code="invalid_rate")
         seen: dict[tuple[str, str | None], list[Rate]] = {}
         for rate in self.rates:
             same = seen.setdefault((rate.key, rate.environment), [])

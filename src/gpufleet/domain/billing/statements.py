@@ -4,7 +4,8 @@ Allocated GPU-hours are the funnel's (weight × time held by bindings, pool usag
 charged GPU-hours are what is paid for (pools' reserved capacity + bindings outside pools).
 Activity comes in per binding for the window (the service feeds the funnel's minute masks):
 active and idle GPU-hours; the rest of the binding's time is unknown — never idle, never
-billed as idle. Idle cost is idle GPU-hours × the price per GPU-hour the time was paid at.
+billed as idle. Idle cost is idle GPU-hours × the price per GPU-hour the time was paid at; the idle
+adjustment adds each paying rate's own surcharge (or discount) on it.
 All figures are exact `Fraction`s; `rounded` gives money half-even to the minor unit, once.
 """
 
@@ -155,23 +156,33 @@ def _bucket_totals(kind: LineKind, weight: Fraction, price: Fraction | None, pri
     return found
 
 
-def _price_per_gpu_hour(lines: list[ChargeLine]) -> Fraction:
+def _idle_prices(lines: list[ChargeLine]) -> tuple[Fraction, Fraction]:
+    """What one idle GPU-hour of these lines costs, and what their rates' idle adjustments
+    add to it: averages over the lines' GPU-hours (a binding may span a rate change)."""
     hours = sum((line.gpu_hours for line in lines), ZERO)
-    cost = sum((line.cost or ZERO for line in lines), ZERO)
-    return cost / hours if hours else ZERO
+    if not hours:
+        return ZERO, ZERO
+    cost = adjustment = ZERO
+    for line in lines:
+        if line.quote is None:
+            continue
+        line_cost = line.cost or ZERO
+        cost += line_cost
+        adjustment += line_cost * Fraction(line.quote.rate.idle_adjustment)
+    return cost / hours, adjustment / hours
 
 
 def _activity_fields(binding: BindingInterval, own: list[ChargeLine], paid: list[ChargeLine],
-                     known: Activity, idle_adjustment: Fraction) -> dict[str, Fraction]:
+                     known: Activity) -> dict[str, Fraction]:
     allocated = binding.weight * Fraction(sum(line.micros for line in own), MICROS_PER_HOUR)
     active, idle = Fraction(known.active_gpu_hours), Fraction(known.idle_gpu_hours)
     if active < 0 or idle < 0 or active + idle > allocated:
         raise InvalidInput(f"binding {binding.binding_id}: active + idle GPU-hours "
                            f"({float(active + idle):.3f}) exceed its allocated "
                            f"{float(allocated):.3f} in the window", code="invalid_activity")
-    idle_cost = idle * _price_per_gpu_hour(paid) if idle else ZERO
-    return {"active_gpu_hours": active, "idle_gpu_hours": idle, "idle_cost": idle_cost,
-            "idle_adjustment": idle_cost * idle_adjustment}
+    price, adjustment = _idle_prices(paid) if idle else (ZERO, ZERO)
+    return {"active_gpu_hours": active, "idle_gpu_hours": idle, "idle_cost": idle * price,
+            "idle_adjustment": idle * adjustment}
 
 
 def _add(into: dict[str, Fraction], found: dict[str, Fraction]) -> None:
@@ -205,8 +216,7 @@ def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval
     for (project, group, kind, weight, price, priced), micros in buckets.items():
         _add(fields_by_group[project][group],
              _bucket_totals(kind, weight, price, priced, micros))
-    _add_activity(fields_by_group, bindings, by_source, activity or {},
-                  Fraction(card.idle_adjustment))
+    _add_activity(fields_by_group, bindings, by_source, activity or {})
     return {name: Statement(info, window, card.currency,
                             {group: _totals(found)
                              for group, found in fields_by_group.get(name, {}).items()},
@@ -217,7 +227,7 @@ def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval
 def _add_activity(fields_by_group: dict[str, dict[Group, dict[str, Fraction]]],
                   bindings: list[BindingInterval],
                   by_source: dict[tuple[LineKind, int], list[ChargeLine]],
-                  activity: Mapping[int, Activity], idle_adjustment: Fraction) -> None:
+                  activity: Mapping[int, Activity]) -> None:
     by_id = {binding.binding_id: binding for binding in bindings}
     for binding_id, known in activity.items():
         binding = by_id.get(binding_id)
@@ -230,7 +240,7 @@ def _add_activity(fields_by_group: dict[str, dict[Group, dict[str, Fraction]]],
                                                                   binding.pool_id), [])
         if not known.active_gpu_hours and not known.idle_gpu_hours:
             continue  # all unknown: nothing to add
-        found = _activity_fields(binding, own, paid, known, idle_adjustment)
+        found = _activity_fields(binding, own, paid, known)
         if own:
             _add(fields_by_group[binding.project][Group(binding.flavour, binding.environment)],
                  found)

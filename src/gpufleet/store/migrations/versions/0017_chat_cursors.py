@@ -1,7 +1,7 @@
 """Chat-ops outbound: the notifier's cursor over the event log (docs/chatops.md).
 
-Revision ID: 0016_chat_cursors
-Revises: 0015_chatops
+Revision ID: 0017_chat_cursors
+Revises: 0016_pool_end
 Create Date: 2026-11-26
 """
 
@@ -10,8 +10,8 @@ from alembic import op
 
 from gpufleet.store.types import UtcDateTime
 
-revision = "0016_chat_cursors"
-down_revision = "0015_chatops"
+revision = "0017_chat_cursors"
+down_revision = "0016_pool_end"
 branch_labels = None
 depends_on = None
 
