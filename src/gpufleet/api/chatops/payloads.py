@@ -75,6 +75,8 @@ def _form(body: VerifiedBody) -> dict[str, str]:
         raise PayloadError(f"the body is not a form: {error}") from None
     form: dict[str, str] = {}
     for name, value in pairs:
+        if "\x00" in name or "\x00" in value:  # PostgreSQL cannot store one (wire/nul_text.py)
+            raise PayloadError(f"the form's '{name[:40]}' holds a NUL character")
         if name in form:
             raise PayloadError(f"the form gives '{name[:40]}' twice")
         form[name] = value
