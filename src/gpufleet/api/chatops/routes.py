@@ -39,6 +39,28 @@ from gpufleet.wire.chatops import (
 router = APIRouter(tags=["chatops"])
 
 
+def _form_body(fields: list[str], required: list[str], about: str) -> dict:
+    """The OpenAPI request body of a chat platform's form post (read raw, not by FastAPI)."""
+    return {"requestBody": {"required": True, "description": about, "content": {
+        "application/x-www-form-urlencoded": {"schema": {
+            "type": "object", "required": required,
+            "properties": {name: {"type": "string"} for name in fields}}}}}}
+
+
+_SLASH_FIELDS = ["command", "text", "user_id", "user_name", "team_id", "channel_id",
+                 "response_url", "trigger_id"]
+_SLASH_REQUIRED = ["command", "text", "user_id", "team_id", "channel_id"]
+SLACK_COMMAND_BODY = _form_body(
+    _SLASH_FIELDS, _SLASH_REQUIRED, "Slack's slash command form, signed with the app's "
+    "signing secret (`X-Slack-Signature`, `X-Slack-Request-Timestamp`).")
+SLACK_INTERACTION_BODY = _form_body(
+    ["payload"], ["payload"], "Slack's interactivity form: `payload` is the JSON of the "
+    "button press; signed as slash commands are.")
+MATTERMOST_COMMAND_BODY = _form_body(
+    [*_SLASH_FIELDS, "token"], [*_SLASH_REQUIRED, "token"],
+    "Mattermost's slash command form; `token` is the command's token.")
+
+
 def _not_configured(platform: str) -> NotFound:
     return NotFound(f"chat-ops for {platform} is not configured on this server",
                     code="chatops_not_configured", details={"platform": platform})
@@ -56,7 +78,7 @@ async def _slack_body(request: Request, gf: Gpufleet) -> VerifiedBody | JSONResp
     return check.body
 
 
-@router.post(SLACK_COMMANDS_PATH, include_in_schema=True)
+@router.post(SLACK_COMMANDS_PATH, openapi_extra=SLACK_COMMAND_BODY)
 async def slack_command(request: Request, gf: Gpufleet = Depends(services)):
     """Slack's slash command request URL (`/gpu …`): signature first, then the command as
     the chat user's linked user; the reply is the Block Kit message itself."""
@@ -68,7 +90,7 @@ async def slack_command(request: Request, gf: Gpufleet = Depends(services)):
         dispatch.run_slash_command, gf, ChatPlatform.SLACK.value, slash))
 
 
-@router.post(SLACK_INTERACTIONS_PATH)
+@router.post(SLACK_INTERACTIONS_PATH, openapi_extra=SLACK_INTERACTION_BODY)
 async def slack_interaction(request: Request, gf: Gpufleet = Depends(services)):
     """Slack's interactivity request URL (Approve / Reject): signature first; the answer
     goes to the payload's `response_url` once this request is acknowledged."""
@@ -83,7 +105,7 @@ async def slack_interaction(request: Request, gf: Gpufleet = Depends(services)):
         response_url.send, interaction.response_url, reply, replace_original=replaces))
 
 
-@router.post(MATTERMOST_COMMANDS_PATH)
+@router.post(MATTERMOST_COMMANDS_PATH, openapi_extra=MATTERMOST_COMMAND_BODY)
 async def mattermost_command(request: Request, gf: Gpufleet = Depends(services)):
     """Mattermost's slash command URL: its token first, then the same commands; the reply
     is `{response_type, text}` (Mattermost shows the text)."""
