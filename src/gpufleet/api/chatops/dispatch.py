@@ -13,6 +13,7 @@ creation grants an auto-approved one on the in-memory placement cache), well ins
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pydantic import ValidationError
@@ -33,6 +34,7 @@ from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.chatops.identity import LINK_CODE_TTL, ChatUser
 
+log = logging.getLogger(__name__)
 MINE_LIMIT = 100  # `mine` reads the newest this many; the reply shows 20 and counts the rest
 
 
@@ -67,9 +69,8 @@ def _run(gf: Gpufleet, principal: Principal, who: ChatUser, command: Command,
     lifecycle = gf.lifecycle
     if isinstance(command, RequestCommand):
         created = lifecycle.create_request(principal, request_create(command))
-        gf.chatops.record_command(principal, who, "request", created.code,
-                                  request_id=request_id_from_code(created.code),
-                                  channel_id=channel_id)
+        _record(gf, principal, who, "request", created.code,
+                request_id=request_id_from_code(created.code), channel_id=channel_id)
         return blocks.status_reply(_json(created), "request")
     if isinstance(command, CodeCommand):
         if command.verb == "status":
@@ -77,7 +78,7 @@ def _run(gf: Gpufleet, principal: Principal, who: ChatUser, command: Command,
         if command.verb == "why":
             return blocks.why_reply(_json(lifecycle.why(principal, command.code)))
         released = lifecycle.release(principal, command.code, None)
-        gf.chatops.record_command(principal, who, "release", released.code)
+        _record(gf, principal, who, "release", released.code)
         return blocks.status_reply(_json(released), "release")
     if command.verb == "mine":
         page = lifecycle.list_requests(principal, state=None, project=None, cursor=None,
@@ -86,6 +87,16 @@ def _run(gf: Gpufleet, principal: Principal, who: ChatUser, command: Command,
     if command.verb == "idle":
         return blocks.idle_reply(_json(gf.queries.idle(principal, limit=blocks.MINE_SHOWN)))
     raise AssertionError(f"no dispatch for verb {command.verb!r}")  # the grammar's verbs
+
+
+def _record(gf: Gpufleet, principal: Principal, who: ChatUser, verb: str, code: str,
+            **origin: Any) -> None:
+    """`ChatOps.record_command` after the change committed: if this second write fails,
+    the change stands and the reply still tells it truly; only the chat record is lost."""
+    try:
+        gf.chatops.record_command(principal, who, verb, code, **origin)
+    except Exception:
+        log.exception("could not record chat command %s on %s", verb, code)
 
 
 def _validation_problem(exc: ValidationError) -> str:
@@ -112,5 +123,5 @@ def run_approval(gf: Gpufleet, interaction: Interaction) -> tuple[blocks.Message
             decided = gf.lifecycle.reject(principal, action.code, None)
     except GpufleetError as exc:
         return blocks.error_reply(f"{action.code}: {exc.message}"), False
-    gf.chatops.record_command(principal, who, action.decision, decided.code)
+    _record(gf, principal, who, action.decision, decided.code)
     return blocks.decided_message(_json(decided), decided.decided_by or principal.actor), True

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock
+from gpufleet.domain.errors import Conflict
 from gpufleet.services.access import audit
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.chatops import identity
@@ -39,8 +40,12 @@ class ChatOps:
         email = self.directory.email_of(who.chat_user_id)  # outside any transaction
         if email is None:
             return None
-        with self.store.write() as session:
-            return identity.link_by_email(session, who, email, self.clock.now())
+        try:
+            with self.store.write() as session:
+                return identity.link_by_email(session, who, email, self.clock.now())
+        except Conflict:  # linked meanwhile by another command of theirs: read that link
+            with self.store.read() as session:
+                return identity.principal_of(session, who)
 
     def issue_link_code(self, who: ChatUser) -> str:
         with self.store.write() as session:
