@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from gpufleet.domain.requests import request_id_from_code
-from gpufleet.store.tables import AuditEvent, ChatThread, GpuRequest
+from gpufleet.store.tables import AuditEvent, ChatLinkCode, ChatThread, GpuRequest
 from tests.api.chatops.slack_world import (
     BOT_TOKEN,
     CHANNEL,
@@ -192,6 +192,13 @@ def test_a_malformed_form_is_400_naming_it(chat):
     assert response.status_code == 400 and "user_id" in response.json()["error"]["message"]
     nul = command_body("mine", user="U0%00".replace("%00", "\x00"))
     assert chat.post(COMMANDS, nul).status_code == 400
+    for user in ("U" * 64, "<!channel>", "U 1"):
+        refused = chat.post(COMMANDS, command_body("link", user=user))
+        assert refused.status_code == 400 and "user_id" in refused.json()["error"]["message"]
+        refused = chat.post(INTERACTIONS, interaction_body("approve:GR-1", user, "http://x/"))
+        assert refused.status_code == 400 and "user.id" in refused.json()["error"]["message"]
+    with chat.store.read() as session:
+        assert session.scalar(select(func.count()).select_from(ChatLinkCode)) == 0
 
 
 def test_operator_presses_approve(chat, slack):

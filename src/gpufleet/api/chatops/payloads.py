@@ -9,6 +9,7 @@ field given twice, JSON that is not an object — is a `PayloadError` (400) nami
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
@@ -19,6 +20,7 @@ from gpufleet.domain.requests import request_code, request_id_from_code
 from gpufleet.wire.requests import RequestCreate
 
 MAX_FIELDS = 50
+_CHAT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # wire/chatops.py ChatId
 APPROVE = "approve"
 REJECT = "reject"
 DECISIONS = (APPROVE, REJECT)
@@ -94,8 +96,10 @@ def parse_slash_command(body: VerifiedBody) -> SlashCommand:
     form = _form(body)
     return SlashCommand(
         command=_required(form, "command"), text=_required(form, "text", blank=True),
-        user_id=_required(form, "user_id"), user_name=form.get("user_name", ""),
-        team_id=_required(form, "team_id"), channel_id=_required(form, "channel_id"),
+        user_id=_chat_id(_required(form, "user_id"), "user_id"),
+        user_name=form.get("user_name", ""),
+        team_id=_chat_id(_required(form, "team_id"), "team_id"),
+        channel_id=_chat_id(_required(form, "channel_id"), "channel_id"),
         response_url=form.get("response_url", ""), trigger_id=form.get("trigger_id", ""))
 
 
@@ -116,7 +120,8 @@ def parse_interaction(body: VerifiedBody) -> Interaction:
             isinstance(a, dict) and isinstance(a.get("action_id"), str) for a in actions):
         raise PayloadError("the interactivity payload's 'actions' are not a list of actions")
     return Interaction(
-        type=_text(payload, "type"), user_id=_text(user, "id"), team_id=_text(team, "id"),
+        type=_text(payload, "type"), user_id=_chat_id(_text(user, "id"), "user.id"),
+        team_id=_chat_id(_text(team, "id"), "team.id"),
         channel_id=_optional_text(channel, "id"),
         message_ts=_optional_text(container, "message_ts"),
         response_url=_optional_text(payload, "response_url"),
@@ -127,6 +132,15 @@ def _object(payload: dict, name: str) -> dict:
     value = payload.get(name)
     if not isinstance(value, dict):
         raise PayloadError(f"the interactivity payload has no '{name}' object")
+    return value
+
+
+def _chat_id(value: str, name: str) -> str:
+    """A workspace, user or channel id as Slack and Mattermost write them (`T0123ABC`, 26
+    lowercase letters and digits), short enough for the columns that keep them."""
+    if not _CHAT_ID.fullmatch(value):
+        raise PayloadError(f"'{name}' is not a chat id (letters, digits, '.', '_', '-'; at "
+                           "most 63 characters)")
     return value
 
 
