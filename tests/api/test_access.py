@@ -22,10 +22,12 @@ from gpufleet.domain.operations.observations import Observation
 from gpufleet.domain.operations.reclaim_policy import Scope
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
+from gpufleet.services.chatops.identity import ChatUser
 from gpufleet.services.operations.alerts import AlertEvaluation
 from gpufleet.store.tables import Gpu, GpuLabel, Node
 from gpufleet.wire.alerts import SilenceCreate
 from gpufleet.wire.billing import RateSet
+from gpufleet.wire.chatops import ChatIdentityLink
 from gpufleet.wire.events import EventSubscriptionCreate
 from gpufleet.wire.inventory import GpuHealthChange, UserCreate
 from gpufleet.wire.receivers import ReceiverCreate
@@ -180,12 +182,24 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/billing/rates"): READERS,
     ("POST", "/api/v1/billing/rates"): ADMIN,
     ("POST", "/api/v1/billing/rates/{rate_id}/end"): ADMIN,
+    # Chat-ops (docs/chatops.md, "Identity"): a person links their own chat user; operators
+    # see who is who; administrators link and unlink others.
+    ("POST", "/api/v1/chatops/links"): READERS,
+    ("GET", "/api/v1/chatops/identities"): OPERATORS,
+    ("POST", "/api/v1/chatops/identities"): ADMIN,
+    ("DELETE", "/api/v1/chatops/identities/{platform}/{team_id}/{chat_user_id}"): ADMIN,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
 PUBLIC = {
     ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/docs"), ("GET", "/openapi.json"),
     ("GET", "/docs/oauth2-redirect"), ("GET", "/redoc"),
+}
+# The chat platforms' request URLs: Slack signs each request, Mattermost sends a command
+# token; neither carries a bearer token (tests/api/chatops/ covers who gets through).
+CHAT_PLATFORMS = {
+    ("POST", "/api/v1/chatops/slack/commands"), ("POST", "/api/v1/chatops/slack/interactions"),
+    ("POST", "/api/v1/chatops/mattermost/commands"),
 }
 # Static files of /docs and /redoc: public like the pages (tests/api/test_offline_pages.py).
 PUBLIC_MOUNTS = {("*", "/docs-assets")}
@@ -379,6 +393,16 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
         return (template.format(rate_id=rate.id),
                 {"at": (rate.effective_from + timedelta(hours=1)).isoformat()})
 
+    def chat_user() -> ChatUser:
+        return ChatUser("slack", "T1", world.unique("U"))
+
+    def linked_chat_user() -> Request:
+        who = chat_user()
+        world.gf.chatops.link(SYSTEM, ChatIdentityLink(
+            platform="slack", team_id=who.team_id, chat_user_id=who.chat_user_id, user="mia"))
+        return template.format(platform=who.platform, team_id=who.team_id,
+                               chat_user_id=who.chat_user_id), None
+
     def registration_body() -> dict:
         node = NODE_NEW if caller == "join" else NODE_SELF
         return registration(node, gpus=2 if node == NODE_SELF else 1)
@@ -520,6 +544,13 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             template, {"rules": [{"name": "hot", **ALERT_RULE}]}),
         ("POST", "/api/v1/billing/rates"): lambda: (template, rate_body("H100-80GB")),
         ("POST", "/api/v1/billing/rates/{rate_id}/end"): open_rate,
+        ("POST", "/api/v1/chatops/links"): lambda: (template, {
+            "code": world.gf.chatops.issue_link_code(chat_user())}),
+        ("POST", "/api/v1/chatops/identities"): lambda: (template, {
+            "platform": "slack", "team_id": "T1", "chat_user_id": chat_user().chat_user_id,
+            "user": "mia"}),
+        ("DELETE", "/api/v1/chatops/identities/{platform}/{team_id}/{chat_user_id}"):
+            linked_chat_user,
     }
     return builders.get(route, lambda: (template, None))()
 
@@ -576,9 +607,9 @@ def _app_routes(routes, prefix: str = "") -> set[tuple[str, str]]:
 def test_every_route_is_in_the_matrix(world):
     routes = _app_routes(world.client.app.routes)
     pages = {route for route in routes if route[1].startswith("/ui/")}
-    missing = routes - set(MATRIX) - PUBLIC - PUBLIC_MOUNTS - DASHBOARD - pages
+    missing = routes - set(MATRIX) - PUBLIC - PUBLIC_MOUNTS - DASHBOARD - CHAT_PLATFORMS - pages
     assert not missing, f"routes without an access-matrix row: {sorted(missing)}"
-    stale = (set(MATRIX) | PUBLIC | PUBLIC_MOUNTS | DASHBOARD) - routes
+    stale = (set(MATRIX) | PUBLIC | PUBLIC_MOUNTS | DASHBOARD | CHAT_PLATFORMS) - routes
     assert not stale, f"matrix rows for routes that do not exist: {sorted(stale)}"
 
 

@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from gpufleet import __version__
 from gpufleet.api import errors, openapi_doc
 from gpufleet.api.auth_gate import BearerRequired
+from gpufleet.api.chatops import routes as chatops_routes
 from gpufleet.api.deps import refuse_nul_characters
 from gpufleet.api.limits import BodySizeLimit
 from gpufleet.api.routes import (
@@ -212,6 +213,7 @@ def create_app(gf: Gpufleet, *, background_loops: bool = True) -> FastAPI:
     app.include_router(health.router)
     app.include_router(alert_rules.router)
     app.include_router(billing.router)
+    app.include_router(chatops_routes.router)
     web.install(app)
 
     @app.get("/healthz", tags=["health"])

@@ -8,12 +8,17 @@ dashboard session cookie and no Authorization header is sent on with the session
 its bearer token. Reads only: a write always needs the header, so a page on another site
 cannot make a signed-in browser change anything (the cookie is SameSite=Strict as well;
 docs/dashboard.md, "Sessions").
+
+The chat platforms' request URLs carry no bearer token: Slack signs its requests and
+Mattermost sends a command token, and each of those routes verifies that before reading
+anything else (docs/chatops.md).
 """
 
 from __future__ import annotations
 
 from http.cookies import CookieError, SimpleCookie
 
+from gpufleet.api.chatops.paths import CHAT_PLATFORM_PATHS
 from gpufleet.api.errors import error_response
 from gpufleet.api.web.sessions import COOKIE_NAME
 
@@ -26,7 +31,8 @@ class BearerRequired:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
+        if (scope["type"] == "http" and scope["path"].startswith(API_PREFIX)
+                and scope["path"] not in CHAT_PLATFORM_PATHS):  # each verifies its caller
             headers = dict(scope.get("headers") or [])
             authorization = headers.get(b"authorization", b"")
             if not authorization and scope["method"] in READS:

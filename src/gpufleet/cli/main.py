@@ -104,6 +104,8 @@ COMMANDS: dict[str, LazyCommand] = {
     "billing": LazyCommand("billing", "app", "Chargeback: rate cards."),
     "rules": LazyCommand("rules", "app", "Alert rules: list, check and test rule files, "
                          "export for Prometheus."),
+    "chatops": LazyCommand("chatops", "app", "Chat-ops: link Slack and Mattermost users to "
+                           "gpufleet users."),
 }
 
 

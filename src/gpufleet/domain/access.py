@@ -51,6 +51,9 @@ class Action(StrEnum):
     MANAGE_ALERT_RULES = "alert_rules:manage"
     READ_BILLING_RATES = "billing_rates:read"
     MANAGE_BILLING_RATES = "billing_rates:manage"
+    LINK_CHAT_IDENTITY = "chat_identity:link"
+    READ_CHAT_IDENTITIES = "chat_identities:read"
+    MANAGE_CHAT_IDENTITIES = "chat_identities:manage"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -86,6 +89,9 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.MANAGE_ALERT_RULES: "manage alert rules",
     Action.READ_BILLING_RATES: "read rate cards",
     Action.MANAGE_BILLING_RATES: "manage rate cards",
+    Action.LINK_CHAT_IDENTITY: "link a chat user to itself",
+    Action.READ_CHAT_IDENTITIES: "read chat identities",
+    Action.MANAGE_CHAT_IDENTITIES: "link or unlink other people's chat users",
 }
 
 
@@ -115,6 +121,7 @@ class AuditSubject(StrEnum):
     RECEIVER = "receiver"
     ALERT_RULE = "alert_rule"
     BILLING_RATE = "billing_rate"
+    CHAT_IDENTITY = "chat_identity"
 
 
 _READERS = {Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER}
@@ -168,6 +175,11 @@ GRANTS: dict[Action, frozenset[Role]] = {
     # project spent is: statements are scoped); only administrators set or end a price.
     Action.READ_BILLING_RATES: frozenset(_READERS),
     Action.MANAGE_BILLING_RATES: frozenset({Role.ADMIN}),
+    # Chat-ops (docs/chatops.md, "Identity"): a person links their own chat user (the
+    # service refuses a token without a user); operators see who is who; admins link others.
+    Action.LINK_CHAT_IDENTITY: frozenset(_READERS),
+    Action.READ_CHAT_IDENTITIES: frozenset(_OPERATORS),
+    Action.MANAGE_CHAT_IDENTITIES: frozenset({Role.ADMIN}),
 }
 
 

@@ -25,6 +25,7 @@ from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.billing import rates as billing_rates
+from gpufleet.services.chatops.desk import ChatOps
 from gpufleet.services.chatops.notifier import ChatNotifier
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
 from gpufleet.services.lifecycle import binding_history, lost_units
@@ -98,6 +99,7 @@ class Gpufleet:
         self.chat_notifier = ChatNotifier(store, settings, self.clock)
         self._health_pack = default_pack(health.thresholds(settings))
         self._mig_rule = health.mig_rule(settings)
+        self.chatops = ChatOps(store, settings, self.clock)  # docs/chatops.md
 
     @property
     def telemetry(self) -> TelemetryStore:

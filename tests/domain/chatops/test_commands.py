@@ -149,7 +149,9 @@ def test_any_arrangement_of_real_words_never_raises(words):
 
 @settings(max_examples=200, deadline=None)
 @given(count=st.integers(1, 4096), project=st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
-       reason=st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1,
+       # Typographic quotes are read as plain ones (the grammar's rule), so not read back.
+       reason=st.text(st.characters(blacklist_categories=("Cc", "Cs"),
+                                    blacklist_characters="“”„‘’"), min_size=1,
                       max_size=200).filter(str.strip),
        days=st.none() | st.integers(1, 365))
 def test_a_written_request_reads_back_as_itself(count, project, reason, days):

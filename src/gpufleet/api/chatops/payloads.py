@@ -9,6 +9,7 @@ field given twice, JSON that is not an object — is a `PayloadError` (400) nami
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
@@ -22,6 +23,7 @@ from gpufleet.domain.requests import request_code, request_id_from_code
 from gpufleet.wire.requests import RequestCreate
 
 MAX_FIELDS = 50
+_CHAT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # wire/chatops.py ChatId
 
 
 class PayloadError(InvalidInput):
@@ -63,6 +65,8 @@ def _form(body: VerifiedBody) -> dict[str, str]:
         raise PayloadError(f"the body is not a form: {error}") from None
     form: dict[str, str] = {}
     for name, value in pairs:
+        if "\x00" in name or "\x00" in value:  # PostgreSQL cannot store one (wire/nul_text.py)
+            raise PayloadError(f"the form's '{name[:40]}' holds a NUL character")
         if name in form:
             raise PayloadError(f"the form gives '{name[:40]}' twice")
         form[name] = value
@@ -80,8 +84,10 @@ def parse_slash_command(body: VerifiedBody) -> SlashCommand:
     form = _form(body)
     return SlashCommand(
         command=_required(form, "command"), text=_required(form, "text", blank=True),
-        user_id=_required(form, "user_id"), user_name=form.get("user_name", ""),
-        team_id=_required(form, "team_id"), channel_id=_required(form, "channel_id"),
+        user_id=_chat_id(_required(form, "user_id"), "user_id"),
+        user_name=form.get("user_name", ""),
+        team_id=_chat_id(_required(form, "team_id"), "team_id"),
+        channel_id=_chat_id(_required(form, "channel_id"), "channel_id"),
         response_url=form.get("response_url", ""), trigger_id=form.get("trigger_id", ""))
 
 
@@ -102,7 +108,8 @@ def parse_interaction(body: VerifiedBody) -> Interaction:
             isinstance(a, dict) and isinstance(a.get("action_id"), str) for a in actions):
         raise PayloadError("the interactivity payload's 'actions' are not a list of actions")
     return Interaction(
-        type=_text(payload, "type"), user_id=_text(user, "id"), team_id=_text(team, "id"),
+        type=_text(payload, "type"), user_id=_chat_id(_text(user, "id"), "user.id"),
+        team_id=_chat_id(_text(team, "id"), "team.id"),
         channel_id=_optional_text(channel, "id"),
         message_ts=_optional_text(container, "message_ts"),
         response_url=_optional_text(payload, "response_url"),
@@ -113,6 +120,15 @@ def _object(payload: dict, name: str) -> dict:
     value = payload.get(name)
     if not isinstance(value, dict):
         raise PayloadError(f"the interactivity payload has no '{name}' object")
+    return value
+
+
+def _chat_id(value: str, name: str) -> str:
+    """A workspace, user or channel id as Slack and Mattermost write them (`T0123ABC`, 26
+    lowercase letters and digits), short enough for the columns that keep them."""
+    if not _CHAT_ID.fullmatch(value):
+        raise PayloadError(f"'{name}' is not a chat id (letters, digits, '.', '_', '-'; at "
+                           "most 63 characters)")
     return value
 
 

@@ -36,7 +36,7 @@ IN_CHANNEL = "in_channel"
 # Only the caller sees answers about their own requests; a new request and a release are
 # news for the channel the command was typed in.
 RESPONSE_TYPE = {"help": EPHEMERAL, "status": EPHEMERAL, "why": EPHEMERAL, "mine": EPHEMERAL,
-                 "idle": EPHEMERAL, "request": IN_CHANNEL, "release": IN_CHANNEL}
+                 "idle": EPHEMERAL, "link": EPHEMERAL, "request": IN_CHANNEL, "release": IN_CHANNEL}
 Message = dict[str, Any]
 Block = dict[str, Any]
 
@@ -117,6 +117,7 @@ _HELP = {
     "release": "Give a request's units back.",
     "mine": "Your projects' requests, newest first.",
     "idle": "Your allocations' GPUs that are doing nothing.",
+    "link": "Link your chat user to your gpufleet user (a one-time code).",
     "help": "This help, or one command's.",
 }
 
@@ -311,3 +312,21 @@ def thread_reply(event_type: str, actor: str, reason: str | None, request: dict[
         lines = "\n".join(f"export {name}={value}" for name, value in request["exports"].items())
         blocks.append(_section(f"Use it with:\n```{escape(lines)}```"))
     return message(IN_CHANNEL, f"{code} {said}" + (f": {reason}" if reason else ""), blocks)
+
+
+# --- identity (docs/chatops.md, "Identity") --------------------------------------------------
+def link_code_reply(code: str, minutes: int) -> Message:
+    """`/gpu link`: a one-time code only the caller sees, and the command that uses it."""
+    command = f"gpufleet chatops link {code}"
+    text = (f"Your one-time link code is `{escape(code)}` (good for {minutes} minutes, once). "
+            f"In a terminal where `gpufleet` is signed in as you, run:\n`{escape(command)}`")
+    return message("link", f"Run: {command} (the code is good for {minutes} minutes, once)",
+                   [_section(f":link: {text}")])
+
+
+def not_linked_reply() -> Message:
+    """What an unlinked chat user is told, whatever they typed (help and link aside)."""
+    text = ("Your chat user is not linked to a gpufleet user yet, so no command can run for "
+            "you. Type `/gpu link` for a one-time code and run the command it shows, or ask "
+            "an administrator to link you (`gpufleet chatops identities link`).")
+    return message(EPHEMERAL, text, [_section(f":lock: {text}")])

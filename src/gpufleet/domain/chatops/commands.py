@@ -37,7 +37,8 @@ USAGE = {
     "release": "/gpu release GR-1042",
     "mine": "/gpu mine",
     "idle": "/gpu idle",
-    "help": "/gpu help [request|status|why|release|mine|idle]",
+    "link": "/gpu link",
+    "help": "/gpu help [request|status|why|release|mine|idle|link]",
 }
 VERBS = tuple(USAGE)
 
@@ -69,7 +70,7 @@ class CodeCommand:
 
 @dataclass(frozen=True)
 class PlainCommand:
-    """`mine` or `idle`: nothing more to say."""
+    """`mine`, `idle` or `link`: nothing more to say."""
 
     verb: str
 
