@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpufleet.api.chatops import blocks
 from gpufleet.api.chatops.payloads import APPROVE, Interaction, SlashCommand, request_create
+from gpufleet.domain.chatops import blocks
 from gpufleet.domain.chatops.commands import (
     CodeCommand,
     Command,
@@ -29,7 +29,6 @@ from gpufleet.domain.chatops.commands import (
     parse,
 )
 from gpufleet.domain.errors import GpufleetError
-from gpufleet.domain.requests import request_id_from_code
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.chatops.identity import LINK_CODE_TTL, ChatUser
@@ -68,9 +67,9 @@ def _run(gf: Gpufleet, principal: Principal, who: ChatUser, command: Command,
          channel_id: str) -> blocks.Message:
     lifecycle = gf.lifecycle
     if isinstance(command, RequestCommand):
-        created = lifecycle.create_request(principal, request_create(command))
-        _record(gf, principal, who, "request", created.code,
-                request_id=request_id_from_code(created.code), channel_id=channel_id)
+        created = lifecycle.create_request(
+            principal, request_create(command),
+            also=gf.chatops.origin_writer(principal, who, channel_id))
         return blocks.status_reply(_json(created), "request")
     if isinstance(command, CodeCommand):
         if command.verb == "status":
@@ -89,12 +88,11 @@ def _run(gf: Gpufleet, principal: Principal, who: ChatUser, command: Command,
     raise AssertionError(f"no dispatch for verb {command.verb!r}")  # the grammar's verbs
 
 
-def _record(gf: Gpufleet, principal: Principal, who: ChatUser, verb: str, code: str,
-            **origin: Any) -> None:
+def _record(gf: Gpufleet, principal: Principal, who: ChatUser, verb: str, code: str) -> None:
     """`ChatOps.record_command` after the change committed: if this second write fails,
     the change stands and the reply still tells it truly; only the chat record is lost."""
     try:
-        gf.chatops.record_command(principal, who, verb, code, **origin)
+        gf.chatops.record_command(principal, who, verb, code)
     except Exception:
         log.exception("could not record chat command %s on %s", verb, code)
 

@@ -4,10 +4,13 @@ record of what a chat user did (docs/chatops.md). One transaction per method, as
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock
 from gpufleet.domain.errors import Conflict
+from gpufleet.domain.requests import request_code
 from gpufleet.services.access import audit
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.chatops import identity
@@ -68,16 +71,24 @@ class ChatOps:
         with self.store.write() as session:
             return identity.unlink(session, principal, who, self.clock.now())
 
-    def record_command(self, principal: Principal, who: ChatUser, verb: str, code: str, *,
-                       request_id: int | None = None, channel_id: str | None = None) -> None:
+    def record_command(self, principal: Principal, who: ChatUser, verb: str,
+                       code: str) -> None:
         """After a chat command changed a request: audit that it came through chat (the
-        lifecycle's own event names the user, `user:alice`, as any door would) and, for a
-        new request, remember where it came from (`threads.remember_origin`)."""
-        now = self.clock.now()
+        lifecycle's own event names the user, `user:alice`, as any door would)."""
         with self.store.write() as session:
-            if request_id is not None:
-                remember_origin(session, request_id, who, channel_id, now)
-            _note(session, principal, who, verb, code, now)
+            _note(session, principal, who, verb, code, self.clock.now())
+
+    def origin_writer(self, principal: Principal, who: ChatUser,
+                      channel_id: str | None) -> Callable[[Session, int], None]:
+        """For `Lifecycle.create_request(also=…)`: a new request's chat origin
+        (`threads.remember_origin`) and its `chat.command` event, in the request's own
+        transaction — the outbound side reads `request.created` and must find where to tell
+        the requester (an auto-approved request is active before any later write)."""
+        def write(session: Session, request_id: int) -> None:
+            now = self.clock.now()
+            remember_origin(session, request_id, who, channel_id, now)
+            _note(session, principal, who, "request", request_code(request_id), now)
+        return write
 
 
 def _note(session: Session, principal: Principal, who: ChatUser, verb: str, code: str,

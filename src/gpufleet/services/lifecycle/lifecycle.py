@@ -13,7 +13,7 @@ whatever frees units or changes the fleet tells it which nodes to re-read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy.orm import Session
@@ -51,12 +51,18 @@ class Lifecycle:
         self.shape = FleetShape(settings.placement_cache_max_age_s)
 
     # --- requests ------------------------------------------------------------------------
-    def create_request(self, principal: Principal, body: wr.RequestCreate) -> wr.RequestView:
+    def create_request(self, principal: Principal, body: wr.RequestCreate, *,
+                       also: Callable[[Session, int], None] | None = None) -> wr.RequestView:
+        """`also(session, request_id)` writes in the request's own transaction: what the
+        request's events must find when they are read (a chat request's origin), commits
+        with it or not at all."""
         with self._write() as session:
             request = requests.create(session, principal, body, self.clock.now(),
                                       self.settings.max_request_days, self.shape,
                                       self.settings.default_request_days)
             request_id, approved = request.id, request.state == RequestState.APPROVED.value
+            if also is not None:
+                also(session, request_id)
         return self._grant(request_id) if approved else self._view(request_id)
 
     def preview_request(self, principal: Principal, body: wr.RequestCreate
