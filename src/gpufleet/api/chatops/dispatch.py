@@ -122,4 +122,5 @@ def run_approval(gf: Gpufleet, interaction: Interaction) -> tuple[blocks.Message
     except GpufleetError as exc:
         return blocks.error_reply(f"{action.code}: {exc.message}"), False
     _record(gf, principal, who, action.decision, decided.code)
-    return blocks.decided_message(_json(decided), decided.decided_by or principal.actor), True
+    return blocks.decided_message(
+        _json(decided), blocks.actor_name(decided.decided_by or principal.actor)), True
