@@ -756,6 +756,9 @@ class BillingRate(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     ended_by: Mapped[str | None] = mapped_column(String(127))
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # A fraction (exact, as money is): + surcharges, - discounts idle GPU-hours' cost.
+    idle_adjustment: Mapped[Decimal] = mapped_column(Money, default=Decimal(0),
+                                                     server_default="0")
 
     __table_args__ = (Index("ix_billing_rates_flavour_effective_from", "flavour",
                             "effective_from"),)

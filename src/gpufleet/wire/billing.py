@@ -16,6 +16,8 @@ Price = Annotated[Decimal, Field(max_digits=24, decimal_places=9, allow_inf_nan=
 # Out as plain decimal text, never an exponent: "0.000000001", not "1E-9".
 PriceOut = Annotated[Decimal, PlainSerializer(lambda d: format(d, "f"), return_type=str,
                                               when_used="json")]
+IdleAdjustment = Annotated[Decimal, Field(ge=-1, le=1000, max_digits=24, decimal_places=9,
+                                          allow_inf_nan=False)]
 FlavourKey = Annotated[str, StringConstraints(min_length=1, max_length=80)]
 Currency = Annotated[str, StringConstraints(min_length=1, max_length=8)]
 
@@ -31,6 +33,9 @@ class RateSet(StrictModel):
     currency: Currency = Field(description="ISO 4217, e.g. EUR; one currency per fleet.")
     effective_from: Time | None = Field(default=None, description="Default: now.")
     effective_to: Time | None = Field(default=None, description="Default: open.")
+    idle_adjustment: IdleAdjustment = Field(default=Decimal(0), description=(
+        "A surcharge (> 0) or discount (< 0, at least -1) on the cost of the idle GPU-hours "
+        "this rate prices, as a fraction: 0.5 makes an idle GPU-hour cost 1.5 times."))
 
 
 class RateEnd(StrictModel):
@@ -49,3 +54,4 @@ class RateView(View):
     created_at: datetime
     ended_by: str | None
     ended_at: datetime | None
+    idle_adjustment: PriceOut

@@ -60,7 +60,8 @@ def set_rate(session: Session, principal: Principal, body: RateSet, now: datetim
     start = body.effective_from or now
     new = Rate(key=body.flavour, price_per_unit_hour=plain_decimal(body.price_per_unit_hour),
                effective_from=start, effective_to=body.effective_to,
-               environment=body.environment)
+               environment=body.environment,
+               idle_adjustment=plain_decimal(body.idle_adjustment))
     if body.environment is not None and session.scalars(
             select(Environment.id).where(Environment.name == body.environment)).first() is None:
         raise NotFound(f"no environment {body.environment!r}: `gpufleet env ls` lists them, "
@@ -81,6 +82,7 @@ def set_rate(session: Session, principal: Principal, body: RateSet, now: datetim
     row = BillingRate(flavour=new.key, environment=new.environment,
                       price_per_unit_hour=new.price_per_unit_hour, currency=body.currency,
                       effective_from=new.effective_from, effective_to=new.effective_to,
+                      idle_adjustment=new.idle_adjustment,
                       created_by=principal.actor, created_at=now)
     session.add(row)
     session.flush()
@@ -90,6 +92,7 @@ def set_rate(session: Session, principal: Principal, body: RateSet, now: datetim
                  price_per_unit_hour=str(row.price_per_unit_hour), currency=row.currency,
                  effective_from=row.effective_from.isoformat(),
                  effective_to=row.effective_to.isoformat() if row.effective_to else None,
+                 idle_adjustment=str(row.idle_adjustment),
                  replaces=replaced.id if replaced is not None else None)
     return _view(row)
 
@@ -155,7 +158,7 @@ def _rate(row: BillingRate, effective_to: datetime | object | None = _KEEP) -> R
     end = row.effective_to if effective_to is _KEEP else effective_to
     return Rate(key=row.flavour, price_per_unit_hour=row.price_per_unit_hour,
                 effective_from=row.effective_from, effective_to=end,  # type: ignore[arg-type]
-                environment=row.environment)
+                environment=row.environment, idle_adjustment=row.idle_adjustment)
 
 
 def _view(row: BillingRate) -> RateView:
