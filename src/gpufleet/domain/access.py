@@ -51,6 +51,7 @@ class Action(StrEnum):
     MANAGE_ALERT_RULES = "alert_rules:manage"
     READ_BILLING_RATES = "billing_rates:read"
     MANAGE_BILLING_RATES = "billing_rates:manage"
+    READ_BILLING_STATEMENTS = "billing_statements:read"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -86,6 +87,7 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.MANAGE_ALERT_RULES: "manage alert rules",
     Action.READ_BILLING_RATES: "read rate cards",
     Action.MANAGE_BILLING_RATES: "manage rate cards",
+    Action.READ_BILLING_STATEMENTS: "read billing statements",
 }
 
 
@@ -168,6 +170,8 @@ GRANTS: dict[Action, frozenset[Role]] = {
     # project spent is: statements are scoped); only administrators set or end a price.
     Action.READ_BILLING_RATES: frozenset(_READERS),
     Action.MANAGE_BILLING_RATES: frozenset({Role.ADMIN}),
+    # Statements: every reader, a member scoped to their own projects (services/billing).
+    Action.READ_BILLING_STATEMENTS: frozenset(_READERS),
 }
 
 

@@ -1,0 +1,247 @@
+"""Statements from the store (docs/billing.md, "Statements from the store"): bindings, pools,
+projects and the rate card read into the domain's `statements`, with each binding's
+activity from the funnel's own minute masks, then scoped to what the caller may see,
+rolled up and grouped for the wire.
+
+Computing a month at 100,000 bindings costs seconds (exact `Fraction`s), so every
+project's statements for a window are kept, keyed by the window, the inputs' change marker
+(sources.change_marker) and how far the masks have rolled up inside the window: a second
+call for the same window — any caller, any roll-up or grouping — reuses them until a
+binding, pool, rate or project changes or more telemetry lands in the window.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+
+from gpufleet.clock import Clock
+from gpufleet.domain.access import Action
+from gpufleet.domain.billing.charges import MICROS_PER_HOUR, BindingInterval, Window
+from gpufleet.domain.billing.rates import RateCard
+from gpufleet.domain.billing.statements import (
+    Activity,
+    Group,
+    Statement,
+    Totals,
+    roll_up,
+    statements,
+    sum_totals,
+)
+from gpufleet.domain.errors import InvalidInput, Unavailable
+from gpufleet.services.access.principal import SYSTEM, Principal
+from gpufleet.services.billing import sources
+from gpufleet.services.billing.rates import rate_card
+from gpufleet.services.lookup import not_found
+from gpufleet.services.telemetry.ownership import read_slots
+from gpufleet.services.telemetry.queries import TelemetryQueries
+from gpufleet.store.database import StateStore
+from gpufleet.tsdb.protocol import to_ms
+from gpufleet.wire.billing import (
+    STATEMENT_BY,
+    STATEMENT_GROUPS,
+    StatementGroup,
+    StatementRow,
+    StatementsView,
+    StatementTotals,
+)
+
+MAX_WINDOW = timedelta(days=366)
+KEPT_WINDOWS = 16
+# Stands for "no rate card": the domain's card needs a currency; with no rates every
+# charged hour is unpriced, and the wire says currency null.
+_NO_CARD = RateCard("XXX")
+_GROUP_READERS: dict[str, Callable[[Group], str | None]] = {
+    "model": lambda g: g.model, "profile": lambda g: g.profile,
+    "environment": lambda g: g.environment, "flavour": lambda g: g.flavour}
+
+
+def month_window(month: str) -> Window:
+    """`2026-11` → [2026-11-01, 2026-12-01) UTC; anything else a 400 naming it."""
+    try:
+        start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
+    except ValueError:
+        raise InvalidInput(f"month '{month}' is not a month: write it as YYYY-MM (2026-11)",
+                           code="invalid_month", details={"month": month}) from None
+    end = start.replace(year=start.year + (start.month == 12), month=start.month % 12 + 1)
+    return Window(start, end)
+
+
+def asked_window(month: str | None, start: datetime | None, end: datetime | None) -> Window:
+    """A month, or a start and an end: exactly one of the two; 400 naming what is wrong."""
+    if month is not None:
+        if start is not None or end is not None:
+            raise InvalidInput("give either month or start and end, not both",
+                               code="invalid_window")
+        return month_window(month)
+    if start is None or end is None:
+        raise InvalidInput("a statement needs a window: month=YYYY-MM, or start and end",
+                           code="invalid_window")
+    if end <= start:
+        raise InvalidInput(f"the window ends ({end.isoformat()}) before it starts "
+                           f"({start.isoformat()})", code="invalid_window")
+    if end - start > MAX_WINDOW:
+        raise InvalidInput(f"a statement's window may span at most {MAX_WINDOW.days} days",
+                           code="window_too_long")
+    return Window(start, end)
+
+
+@dataclass(frozen=True)
+class Computed:
+    """Every project's statement for one window, and the card's currency (None: none)."""
+
+    window: Window
+    currency: str | None
+    statements: dict[str, Statement]
+
+
+class BillingStatements:
+    """Statements for any window, kept per window until their inputs change."""
+
+    def __init__(self, store: StateStore, queries: TelemetryQueries, clock: Clock):
+        self.store = store
+        self.queries = queries
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple, Computed] = OrderedDict()
+
+    def computed(self, window: Window) -> Computed:
+        """Every project's statement for `window`, its end cut at now (a window wholly
+        after now is a 400 `window_in_future`): from the cache when nothing changed."""
+        now = self.clock.now()
+        if window.start >= now:
+            raise InvalidInput(f"the window starts at {window.start.isoformat()}, after now: "
+                               "nothing has been held in it yet", code="window_in_future",
+                               details={"window_start": window.start.isoformat()})
+        window = Window(window.start, min(window.end, now))
+        done = self._masks_done()
+        with self.store.read() as session:
+            key = (window, sources.change_marker(session),
+                   None if done is None else min(done, to_ms(window.end)))
+            with self._lock:
+                kept = self._kept.get(key)
+                if kept is not None:
+                    self._kept.move_to_end(key)
+                    return kept
+            bindings = sources.binding_intervals(session, window.start, window.end)
+            pools = sources.pool_intervals(session)
+            projects = sources.project_infos(session)
+            card = rate_card(session)
+            activity = {} if done is None else \
+                self._activity(session, bindings, window)
+        computed = Computed(window, None if card is None else card.currency,
+                            statements(bindings, pools, card or _NO_CARD, window, projects,
+                                       activity))
+        with self._lock:
+            self._kept[key] = computed
+            while len(self._kept) > KEPT_WINDOWS:
+                self._kept.popitem(last=False)
+        return computed
+
+    def _masks_done(self) -> int | None:
+        """How far the funnel's masks have rolled up (ms); None for a telemetry store
+        without masks: every binding's activity is then unknown, never idle."""
+        try:
+            return self.queries.masks.refresh()
+        except Unavailable:
+            return None
+
+    def _activity(self, session, bindings: list[BindingInterval],
+                  window: Window) -> dict[int, Activity]:
+        slots = read_slots(session, SYSTEM, window.start, window.end,
+                           cache=self.queries.slot_cache)
+        minutes = self.queries.binding_activity(slots, window.start, window.end)
+        return {b.binding_id: exact_activity(b, window, *minutes[b.binding_id])
+                for b in bindings if b.binding_id in minutes}
+
+    def view(self, principal: Principal, window: Window, *, project: str | None = None,
+             by: str = "project", group: str | None = None) -> StatementsView:
+        """The caller's statements: a member's own projects only, and roll-ups over those
+        only; `project` keeps one (404 for one that does not exist or the caller may not
+        see); `by` rolls up, `group` breaks each row down."""
+        principal.require(Action.READ_BILLING_STATEMENTS)
+        if by not in STATEMENT_BY:
+            raise InvalidInput(f"cannot roll statements up by '{by}' (choose: "
+                               f"{', '.join(STATEMENT_BY)})", code="invalid_roll_up",
+                               details={"by": by})
+        if group is not None and group not in STATEMENT_GROUPS:
+            raise InvalidInput(f"cannot group statements by '{group}' (choose: "
+                               f"{', '.join(STATEMENT_GROUPS)})", code="invalid_group",
+                               details={"group": group})
+        computed = self.computed(window)
+        if project is not None and (project not in computed.statements
+                                    or not principal.sees_project(project)):
+            raise not_found("project", project)
+        seen = [s for name, s in sorted(computed.statements.items())
+                if principal.sees_project(name) and project in (None, name)]
+        currency = computed.currency
+        reader = _GROUP_READERS.get(group) if group else None
+        if by == "project":
+            rows = [StatementRow(key=s.project.name, organisation=s.project.organisation,
+                                 department=s.project.department,
+                                 cost_centre=s.project.cost_centre,
+                                 totals=totals_view(s.totals, currency),
+                                 groups=_groups([s], reader, currency))
+                    for s in seen]
+        else:
+            rolled = roll_up(seen, by)
+            rows = [StatementRow(key=key, totals=totals_view(totals, currency),
+                                 groups=_groups([s for s in seen
+                                                 if getattr(s.project, by) == key],
+                                                reader, currency))
+                    for key, totals in sorted(rolled.items(), key=lambda kv: kv[0] or "")]
+        return StatementsView(window_start=computed.window.start,
+                              window_end=computed.window.end, currency=currency, by=by,
+                              group=group, rows=rows,
+                              total=totals_view(sum_totals(s.totals for s in seen), currency))
+
+
+def exact_activity(binding: BindingInterval, window: Window, active_minutes: int,
+                   known_minutes: int) -> Activity:
+    """The masks' whole minutes as exact GPU-hours at the binding's exact weight.
+
+    The masks count the minutes whose start lies in the binding (docs/billing.md, Known
+    gaps); billing counts its time to the microsecond. At a binding's edges that can make
+    the known minutes exceed the exact time held in the window by under a minute each; the
+    excess comes off idle first, then active — never turning unknown into idle."""
+    lo = max(binding.start, window.start)
+    hi = window.end if binding.end is None else min(binding.end, window.end)
+    held = hi - lo
+    micros = (held.days * 86400 + held.seconds) * 10**6 + held.microseconds
+    allocated = binding.weight * Fraction(max(micros, 0), MICROS_PER_HOUR)
+    active = min(binding.weight * Fraction(active_minutes, 60), allocated)
+    idle = binding.weight * Fraction(known_minutes - active_minutes, 60)
+    return Activity(active, max(min(idle, allocated - active), Fraction(0)))
+
+
+def _groups(project_statements: list[Statement], reader: Callable[[Group], str | None] | None,
+            currency: str | None) -> list[StatementGroup] | None:
+    if reader is None:
+        return None
+    found: dict[str | None, Totals] = {}
+    for statement in project_statements:
+        for key, totals in statement.by(reader).items():
+            found[key] = found.get(key, Totals()) + totals
+    return [StatementGroup(group=key, totals=totals_view(totals, currency))
+            for key, totals in sorted(found.items(), key=lambda kv: kv[0] or "")]
+
+
+def totals_view(totals: Totals, currency: str | None) -> StatementTotals:
+    """Hours as floats; money rounded once (`Totals.rounded`), or null without a card."""
+    money = totals.rounded(currency) if currency is not None else \
+        dict.fromkeys(("cost", "idle_cost", "idle_adjustment", "total_cost"))
+    efficiency = totals.efficiency
+    return StatementTotals(
+        allocated_gpu_hours=float(totals.allocated_gpu_hours),
+        reserved_gpu_hours=float(totals.reserved_gpu_hours),
+        charged_gpu_hours=float(totals.charged_gpu_hours),
+        unpriced_gpu_hours=float(totals.unpriced_gpu_hours),
+        active_gpu_hours=float(totals.active_gpu_hours),
+        idle_gpu_hours=float(totals.idle_gpu_hours),
+        unknown_gpu_hours=float(totals.unknown_gpu_hours),
+        efficiency_percent=None if efficiency is None else float(efficiency * 100),
+        **money)
