@@ -179,6 +179,7 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/billing/rates"): READERS,
     ("POST", "/api/v1/billing/rates"): ADMIN,
     ("POST", "/api/v1/billing/rates/{rate_id}/end"): ADMIN,
+    ("GET", "/api/v1/billing/statements"): READERS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -510,6 +511,7 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             template, {"rules": [{"name": "hot", **ALERT_RULE}]}),
         ("POST", "/api/v1/billing/rates"): lambda: (template, rate_body("H100-80GB")),
         ("POST", "/api/v1/billing/rates/{rate_id}/end"): open_rate,
+        ("GET", "/api/v1/billing/statements"): lambda: (f"{template}?month=2026-11", None),
     }
     return builders.get(route, lambda: (template, None))()
 
