@@ -171,3 +171,22 @@ def test_bad_input_names_the_field(api, world):
     assert "start" in str(body)
     assert get(api, 404, month="2026-11", project="nope")["error"]["code"] == \
         "project_not_found"
+
+
+def test_this_months_statement_is_reused_briefly_then_warmed(api, gf, world, clock):
+    """An open window is cut at the last whole minute and its answer reused for 90 s; the
+    upkeep loop recomputes it while it is asked for."""
+    month = Window(world["t0"].replace(day=1, hour=0), world["t0"].replace(month=12, day=1,
+                                                                          hour=0))
+    first = gf.billing.computed(month)
+    assert first.window.end == clock.now()
+    clock.advance(60)
+    assert gf.billing.computed(month) is first  # 60 s old: reused
+    gf.telemetry_upkeep()
+    warmed = gf.billing.computed(month)
+    assert warmed is not first and warmed.window.end == clock.now()
+    clock.advance(150)  # cut at the last whole minute
+    later = gf.billing.computed(month)
+    assert later.window.end == clock.now() - timedelta(seconds=30) and later is not warmed
+    totals = later.statements["vision"].totals
+    assert totals.allocated_gpu_hours > first.statements["vision"].totals.allocated_gpu_hours

@@ -4,14 +4,17 @@ activity from the funnel's own minute masks, then scoped to what the caller may 
 rolled up and grouped for the wire.
 
 Computing a month at 100,000 bindings costs seconds (exact `Fraction`s), so every
-project's statements for a window are kept, keyed by the window, the inputs' change marker
-(sources.change_marker) and how far the masks have rolled up inside the window: a second
-call for the same window — any caller, any roll-up or grouping — reuses them until a
-binding, pool, rate or project changes or more telemetry lands in the window.
+project's statements for a window are kept. A closed window's are keyed by the window, the
+inputs' change marker (sources.change_marker) and how far the masks have rolled up inside
+it: a second call for the same window — any caller, any roll-up or grouping — reuses them
+until a binding, pool, rate or project changes or more telemetry lands in the window. An
+open window's (this month's) are reused for RECENT_S and recomputed by the upkeep loop
+while someone asks for them (`BillingStatements.computed`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,7 +35,7 @@ from gpufleet.domain.billing.statements import (
     statements,
     sum_totals,
 )
-from gpufleet.domain.errors import InvalidInput, Unavailable
+from gpufleet.domain.errors import GpufleetError, InvalidInput, Unavailable
 from gpufleet.services.access.principal import SYSTEM, Principal
 from gpufleet.services.billing import sources
 from gpufleet.services.billing.rates import rate_card
@@ -50,8 +53,14 @@ from gpufleet.wire.billing import (
     StatementTotals,
 )
 
+log = logging.getLogger(__name__)
+
 MAX_WINDOW = timedelta(days=366)
 KEPT_WINDOWS = 16
+# An open window's answer is reused while its cut is at most this old (a little over an
+# upkeep round, as the dashboard's recent funnels: services/telemetry/queries.py).
+RECENT_S = 90.0
+WARM_WHILE_ASKED = timedelta(minutes=15)
 # Stands for "no rate card": the domain's card needs a currency; with no rates every
 # charged hour is unpriced, and the wire says currency null.
 _NO_CARD = RateCard("XXX")
@@ -107,40 +116,82 @@ class BillingStatements:
         self.queries = queries
         self.clock = clock
         self._lock = threading.Lock()
-        self._kept: OrderedDict[tuple, Computed] = OrderedDict()
+        self._kept: OrderedDict[tuple, Computed] = OrderedDict()  # closed windows
+        self._open: dict[Window, Computed] = {}  # open windows, by the window asked
+        self._asked: dict[Window, datetime] = {}  # open windows: when last asked
 
-    def computed(self, window: Window) -> Computed:
+    def computed(self, window: Window, *, fresh: bool = False) -> Computed:
         """Every project's statement for `window`, its end cut at now (a window wholly
-        after now is a 400 `window_in_future`): from the cache when nothing changed."""
+        after now is a 400 `window_in_future`).
+
+        A closed window (ended before now) is kept until its inputs change. An open one
+        (this month) is cut at the last whole minute and its answer reused while that cut
+        is at most RECENT_S old — its `window_end` says as of when — as the dashboard's
+        recent funnels are; the upkeep loop recomputes the open windows asked lately
+        (`warm_open_windows`), so a caller rarely waits. `fresh`: compute afresh."""
         now = self.clock.now()
         if window.start >= now:
             raise InvalidInput(f"the window starts at {window.start.isoformat()}, after now: "
                                "nothing has been held in it yet", code="window_in_future",
                                details={"window_start": window.start.isoformat()})
-        window = Window(window.start, min(window.end, now))
+        if window.end <= now:
+            return self._closed(window)
+        minute = now.replace(second=0, microsecond=0)
+        with self._lock:
+            self._asked[window] = now
+            kept = None if fresh else self._open.get(window)
+        if kept is not None and (now - kept.window.end).total_seconds() <= RECENT_S:
+            return kept
+        computed = self._compute(Window(window.start, minute if minute > window.start
+                                        else now), self._masks_done())
+        with self._lock:
+            self._open[window] = computed
+        return computed
+
+    def warm_open_windows(self) -> None:
+        """Recompute the open windows asked in the last WARM_WHILE_ASKED (the upkeep
+        loop's work, once a round); forget the others."""
+        now = self.clock.now()
+        with self._lock:
+            asked = {w: at for w, at in self._asked.items()
+                     if now - at <= WARM_WHILE_ASKED and w.end > now}
+            self._asked = dict(asked)
+            self._open = {w: c for w, c in self._open.items() if w in asked}
+        for window in asked:
+            try:
+                self.computed(window, fresh=True)
+            except GpufleetError as exc:  # the caller asking next is told; the loop goes on
+                log.warning("billing: warming the statement of %s to %s failed: %s",
+                            window.start.isoformat(), window.end.isoformat(), exc)
+
+    def _closed(self, window: Window) -> Computed:
         done = self._masks_done()
         with self.store.read() as session:
             key = (window, sources.change_marker(session),
                    None if done is None else min(done, to_ms(window.end)))
-            with self._lock:
-                kept = self._kept.get(key)
-                if kept is not None:
-                    self._kept.move_to_end(key)
-                    return kept
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None:
+                self._kept.move_to_end(key)
+                return kept
+        computed = self._compute(window, done)
+        with self._lock:
+            self._kept[key] = computed
+            while len(self._kept) > KEPT_WINDOWS:
+                self._kept.popitem(last=False)
+        return computed
+
+    def _compute(self, window: Window, done: int | None) -> Computed:
+        with self.store.read() as session:
             bindings = sources.binding_intervals(session, window.start, window.end)
             pools = sources.pool_intervals(session)
             projects = sources.project_infos(session)
             card = rate_card(session)
             activity = {} if done is None else \
                 self._activity(session, bindings, window)
-        computed = Computed(window, None if card is None else card.currency,
-                            statements(bindings, pools, card or _NO_CARD, window, projects,
-                                       activity))
-        with self._lock:
-            self._kept[key] = computed
-            while len(self._kept) > KEPT_WINDOWS:
-                self._kept.popitem(last=False)
-        return computed
+        return Computed(window, None if card is None else card.currency,
+                        statements(bindings, pools, card or _NO_CARD, window, projects,
+                                   activity))
 
     def _masks_done(self) -> int | None:
         """How far the funnel's masks have rolled up (ms); None for a telemetry store
