@@ -128,14 +128,24 @@ def test_allocated_hours_are_the_funnels(api, gf, world):
             if r.totals.allocated_gpu_hours} == pytest.approx(active, abs=1e-9)
 
 
-def test_a_second_call_reuses_the_statement_until_a_binding_changes(api, gf, world, clock):
+def test_a_closed_window_is_kept_until_its_inputs_change(api, gf, world, clock):
     span = Window(world["t0"], world["t0"] + timedelta(hours=5))
     first = gf.billing.computed(span)
     assert gf.billing.computed(span) is first
-    grant(gf, "speech")  # a new binding (after the window): the inputs changed
+    grant(gf, "speech")  # a binding from now on cannot touch a window that ended
+    assert gf.billing.computed(span) is first
+    response = api.post("/api/v1/billing/rates", json={  # a rate set retroactively can
+        "flavour": "H100-80GB", "environment": "onprem-hpc", "price_per_unit_hour": "3.00",
+        "currency": "EUR", "effective_from": (world["t0"] + timedelta(hours=4)).isoformat()})
+    assert response.status_code == 201, response.text
     again = gf.billing.computed(span)
-    assert again is not first and again.statements == first.statements
-    assert isinstance(gf.billing_statements(SYSTEM, span), StatementsView)
+    assert again is not first
+    # vision: 1 h of its own GPU + 1 h of its pool at 3.00 instead of 2.00 (the pool is
+    # in no environment: the rate for any environment still prices it).
+    assert again.statements["vision"].totals.cost - first.statements["vision"].totals.cost \
+        == 1
+    view = gf.billing_statements(SYSTEM, span)
+    assert isinstance(view, StatementsView) and gf.billing_statements(SYSTEM, span) is view
 
 
 def test_without_a_rate_card_every_hour_is_unpriced(api, gf, world):

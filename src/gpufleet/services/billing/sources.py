@@ -1,7 +1,8 @@
 """What a statement is computed from, read from the state store into the domain's inputs
 (docs/billing.md, "Statements from the store"): bindings as `BindingInterval`s, approved
 pools as `PoolInterval`s, projects as `ProjectInfo`s, and the change marker that says when
-any of them (or the rate card) changed, so a computed statement can be kept until then.
+any of them (or the rate card) changed for a window, so its statement can be kept until
+then.
 """
 
 from __future__ import annotations
@@ -79,14 +80,17 @@ def project_infos(session: Session) -> dict[str, ProjectInfo]:
                        Project.cost_centre))}
 
 
-def change_marker(session: Session) -> tuple:
-    """What changes whenever a statement's inputs do (but its activity): bindings and
-    rates are only added or ended, pools added, approved (or ended), projects added or
-    edited — so counts, newest ids and ended counts move with every write (as
-    telemetry's `SlotCache` detects the binding table's changes). Projects are few: their
-    columns are the marker itself."""
-    bindings = session.execute(select(func.count(), func.max(Binding.id),
-                                      func.count(Binding.ended_at))).one()
+def change_marker(session: Session, before: datetime) -> tuple:
+    """What changes whenever the inputs of a window ending at `before` do (its activity
+    aside). Bindings are only added or ended, so the count, newest id and ended count of
+    those that started (or ended) before then move with every write that touches the
+    window — and a binding started or ended later, which cannot, leaves a closed window's
+    statement kept. Rates and pools are few and change rarely: any change of theirs counts
+    (a rate may be set retroactively); projects' columns are the marker itself."""
+    bindings = session.execute(
+        select(func.count(), func.max(Binding.id),
+               func.count(Binding.ended_at).filter(Binding.ended_at < before))
+        .where(Binding.started_at < before)).one()
     ended = getattr(Pool, "ended_at", None)
     pools = session.execute(select(func.count(), func.max(Pool.id),
                                    func.count(Pool.approved_at),
