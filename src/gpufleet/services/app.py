@@ -123,7 +123,7 @@ class Gpufleet:
             self.queries.masks.refresh()
             self.queries.warm_recent_funnels()
             self.queries.warm_recent_idle()
-        self.billing.warm_open_windows()  # this month's statements, while asked for
+        self.billing.warm_asked_windows()  # statements asked lately, kept up to date
 
     def close_telemetry(self) -> None:
         """Close the telemetry store, if one was opened (the state store stays open)."""

@@ -8,8 +8,8 @@ project's statements for a window are kept. A closed window's are keyed by the w
 inputs' change marker (sources.change_marker) and how far the masks have rolled up inside
 it: a second call for the same window — any caller, any roll-up or grouping — reuses them
 until a binding, pool, rate or project changes or more telemetry lands in the window. An
-open window's (this month's) are reused for RECENT_S and recomputed by the upkeep loop
-while someone asks for them (`BillingStatements.computed`).
+open window's (this month's) are reused for RECENT_S. The upkeep loop brings every window
+asked lately up to date (`warm_asked_windows`), so callers rarely wait for a computation.
 """
 
 from __future__ import annotations
@@ -145,18 +145,19 @@ class BillingStatements:
         A closed window (ended before now) is kept until its inputs change. An open one
         (this month) is cut at the last whole minute and its answer reused while that cut
         is at most RECENT_S old — its `window_end` says as of when — as the dashboard's
-        recent funnels are; the upkeep loop recomputes the open windows asked lately
-        (`warm_open_windows`), so a caller rarely waits. `fresh`: compute afresh."""
+        recent funnels are; the upkeep loop brings the windows asked lately up to date
+        (`warm_asked_windows`), so a caller rarely waits. `fresh`: compute afresh."""
         now = self.clock.now()
         if window.start >= now:
             raise InvalidInput(f"the window starts at {window.start.isoformat()}, after now: "
                                "nothing has been held in it yet", code="window_in_future",
                                details={"window_start": window.start.isoformat()})
+        with self._lock:
+            self._asked[window] = now
         if window.end <= now:
             return self._closed(window)
         minute = now.replace(second=0, microsecond=0)
         with self._lock:
-            self._asked[window] = now
             kept = None if fresh else self._open.get(window)
         if kept is not None and (now - kept.window.end).total_seconds() <= RECENT_S:
             return kept
@@ -166,18 +167,21 @@ class BillingStatements:
             self._open[window] = computed
         return computed
 
-    def warm_open_windows(self) -> None:
-        """Recompute the open windows asked in the last WARM_WHILE_ASKED (the upkeep
-        loop's work, once a round); forget the others."""
+    def warm_asked_windows(self) -> None:
+        """Bring the windows asked in the last WARM_WHILE_ASKED up to date, so their next
+        caller finds them kept: an open one is recomputed, a closed one only when its
+        inputs changed (the upkeep loop's work, once a round); forget the others."""
         now = self.clock.now()
         with self._lock:
-            asked = {w: at for w, at in self._asked.items()
-                     if now - at <= WARM_WHILE_ASKED and w.end > now}
+            asked = {w: at for w, at in self._asked.items() if now - at <= WARM_WHILE_ASKED}
             self._asked = dict(asked)
             self._open = {w: c for w, c in self._open.items() if w in asked}
         for window in asked:
             try:
-                self.computed(window, fresh=True)
+                if window.end > now:
+                    self.computed(window, fresh=True)
+                else:
+                    self._closed(window)
             except GpufleetError as exc:  # the caller asking next is told; the loop goes on
                 log.warning("billing: warming the statement of %s to %s failed: %s",
                             window.start.isoformat(), window.end.isoformat(), exc)
