@@ -192,9 +192,13 @@ def test_this_months_statement_is_reused_briefly_then_warmed(api, gf, world, clo
     assert first.window.end == clock.now()
     clock.advance(60)
     assert gf.billing.computed(month) is first  # 60 s old: reused
+    asked = gf.billing_statements(SYSTEM, month, by="organisation")
     gf.telemetry_upkeep()
     warmed = gf.billing.computed(month)
     assert warmed is not first and warmed.window.end == clock.now()
+    assert (None, None, "organisation", None) in warmed._views  # the view asked, ready
+    again = gf.billing_statements(SYSTEM, month, by="organisation")
+    assert again is warmed._views[None, None, "organisation", None] and again is not asked
     clock.advance(150)  # cut at the last whole minute
     later = gf.billing.computed(month)
     assert later.window.end == clock.now() - timedelta(seconds=30) and later is not warmed

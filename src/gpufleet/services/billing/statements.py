@@ -136,7 +136,8 @@ class BillingStatements:
         self._lock = threading.Lock()
         self._kept: OrderedDict[tuple, Computed] = OrderedDict()  # closed windows
         self._open: dict[Window, Computed] = {}  # open windows, by the window asked
-        self._asked: dict[Window, datetime] = {}  # open windows: when last asked
+        self._asked: dict[Window, datetime] = {}  # windows: when last asked
+        self._view_keys: dict[Window, set[tuple]] = {}  # windows: the views asked of them
 
     def computed(self, window: Window, *, fresh: bool = False) -> Computed:
         """Every project's statement for `window`, its end cut at now (a window wholly
@@ -170,18 +171,21 @@ class BillingStatements:
     def warm_asked_windows(self) -> None:
         """Bring the windows asked in the last WARM_WHILE_ASKED up to date, so their next
         caller finds them kept: an open one is recomputed, a closed one only when its
-        inputs changed (the upkeep loop's work, once a round); forget the others."""
+        inputs changed, and the views asked of each (scope, project, roll-up, grouping)
+        are built again (the upkeep loop's work, once a round); forget the others."""
         now = self.clock.now()
         with self._lock:
             asked = {w: at for w, at in self._asked.items() if now - at <= WARM_WHILE_ASKED}
             self._asked = dict(asked)
             self._open = {w: c for w, c in self._open.items() if w in asked}
+            view_keys = {w: set(self._view_keys.get(w, ())) for w in asked}
+            self._view_keys = {w: self._view_keys[w] for w in asked if w in self._view_keys}
         for window in asked:
             try:
-                if window.end > now:
-                    self.computed(window, fresh=True)
-                else:
+                computed = self.computed(window, fresh=True) if window.end > now else \
                     self._closed(window)
+                for key in view_keys[window]:  # the views asked of it, ready too
+                    _kept_view(computed, key)
             except GpufleetError as exc:  # the caller asking next is told; the loop goes on
                 log.warning("billing: warming the statement of %s to %s failed: %s",
                             window.start.isoformat(), window.end.isoformat(), exc)
@@ -250,16 +254,23 @@ class BillingStatements:
                                     or not principal.sees_project(project)):
             raise not_found("project", project)
         key = (principal.visible_projects, project, by, group)
-        view = computed._views.get(key)
-        if view is None:
-            view = computed._views[key] = _view(computed, principal, project, by, group)
-        return view
+        with self._lock:
+            self._view_keys.setdefault(window, set()).add(key)
+        return _kept_view(computed, key)
 
 
-def _view(computed: Computed, principal: Principal, project: str | None, by: str,
+def _kept_view(computed: Computed, key: tuple) -> StatementsView:
+    """The view of `key` (visible projects, project, by, group), built once per Computed."""
+    view = computed._views.get(key)
+    if view is None:
+        view = computed._views[key] = _view(computed, *key)
+    return view
+
+
+def _view(computed: Computed, visible: frozenset[str] | None, project: str | None, by: str,
           group: str | None) -> StatementsView:
     seen = [name for name in sorted(computed.statements)
-            if principal.sees_project(name) and project in (None, name)]
+            if (visible is None or name in visible) and project in (None, name)]
     currency = computed.currency
     if by == "project":
         members = {name: [name] for name in seen}
