@@ -204,3 +204,6 @@ def test_this_months_statement_is_reused_briefly_then_warmed(api, gf, world, clo
     assert later.window.end == clock.now() - timedelta(seconds=30) and later is not warmed
     totals = later.statements["vision"].totals
     assert totals.allocated_gpu_hours > first.statements["vision"].totals.allocated_gpu_hours
+    clock.advance(16 * 60)  # nobody asked for 15 minutes: the upkeep lets it go
+    gf.telemetry_upkeep()
+    assert gf.billing._open == {} and gf.billing._asked == {}
