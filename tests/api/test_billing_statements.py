@@ -184,24 +184,29 @@ def test_bad_input_names_the_field(api, world):
 
 
 def test_this_months_statement_is_reused_briefly_then_warmed(api, gf, world, clock):
-    """An open window is cut at the last whole minute and its answer reused for 90 s; the
-    upkeep loop recomputes it while it is asked for."""
+    """An open window is cut at the last whole minute and its answer reused for 6
+    minutes; the upkeep loop recomputes it (and the views asked of it) once it is 5
+    minutes old, while it is asked for, and lets it go after 15 minutes unasked."""
     month = Window(world["t0"].replace(day=1, hour=0), world["t0"].replace(month=12, day=1,
                                                                           hour=0))
     first = gf.billing.computed(month)
     assert first.window.end == clock.now()
     clock.advance(60)
-    assert gf.billing.computed(month) is first  # 60 s old: reused
+    assert gf.billing.computed(month) is first  # a minute old: reused
     asked = gf.billing_statements(SYSTEM, month, by="organisation")
     gf.telemetry_upkeep()
+    assert gf.billing.computed(month) is first  # not yet due
+    clock.advance(250)
+    gf.telemetry_upkeep()  # 310 s old: recomputed, cut at the last whole minute
     warmed = gf.billing.computed(month)
-    assert warmed is not first and warmed.window.end == clock.now()
+    assert warmed is not first and warmed.window.end == first.window.end + \
+        timedelta(minutes=5)
     assert (None, None, "organisation", None) in warmed._views  # the view asked, ready
     again = gf.billing_statements(SYSTEM, month, by="organisation")
     assert again is warmed._views[None, None, "organisation", None] and again is not asked
-    clock.advance(150)  # cut at the last whole minute
+    clock.advance(400)  # no upkeep: the caller finds it too old and computes it
     later = gf.billing.computed(month)
-    assert later.window.end == clock.now() - timedelta(seconds=30) and later is not warmed
+    assert later is not warmed and later.window.end == clock.now().replace(second=0)
     totals = later.statements["vision"].totals
     assert totals.allocated_gpu_hours > first.statements["vision"].totals.allocated_gpu_hours
     clock.advance(16 * 60)  # nobody asked for 15 minutes: the upkeep lets it go

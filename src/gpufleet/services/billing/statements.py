@@ -8,8 +8,9 @@ project's statements for a window are kept. A closed window's are keyed by the w
 inputs' change marker (sources.change_marker) and how far the masks have rolled up inside
 it: a second call for the same window — any caller, any roll-up or grouping — reuses them
 until a binding, pool, rate or project changes or more telemetry lands in the window. An
-open window's (this month's) are reused for RECENT_S. The upkeep loop brings every window
-asked lately up to date (`warm_asked_windows`), so callers rarely wait for a computation.
+open window's (this month's) are reused for RECENT_S and recomputed by the upkeep loop
+every REFRESH_S while asked; it brings every window asked lately up to date
+(`warm_asked_windows`), so callers rarely wait for a computation.
 """
 
 from __future__ import annotations
@@ -56,9 +57,12 @@ log = logging.getLogger(__name__)
 
 MAX_WINDOW = timedelta(days=366)
 KEPT_WINDOWS = 16
-# An open window's answer is reused while its cut is at most this old (a little over an
-# upkeep round, as the dashboard's recent funnels: services/telemetry/queries.py).
-RECENT_S = 90.0
+# An open window's answer is reused while its cut is at most RECENT_S old; the upkeep
+# recomputes it once it is REFRESH_S old (a round is 60 s: one round's slack). A month at
+# 100,000 bindings costs ~10 s of CPU (BENCHMARKS.md, "Billing statements"): every 5
+# minutes, not every round, while someone asks for it.
+RECENT_S = 360.0
+REFRESH_S = 300.0
 WARM_WHILE_ASKED = timedelta(minutes=15)
 # Stands for "no rate card": the domain's card needs a currency; with no rates every
 # charged hour is unpriced, and the wire says currency null.
@@ -168,9 +172,10 @@ class BillingStatements:
 
     def warm_asked_windows(self) -> None:
         """Bring the windows asked in the last WARM_WHILE_ASKED up to date, so their next
-        caller finds them kept: an open one is recomputed, a closed one only when its
-        inputs changed, and the views asked of each (scope, project, roll-up, grouping)
-        are built again (the upkeep loop's work, once a round); forget the others."""
+        caller finds them kept: an open one is recomputed once its answer is REFRESH_S
+        old, a closed one only when its inputs changed, and the views asked of each
+        (scope, project, roll-up, grouping) are built on the fresh answer (the upkeep
+        loop's work, once a round); forget the others."""
         now = self.clock.now()
         with self._lock:
             asked = {w: at for w, at in self._asked.items() if now - at <= WARM_WHILE_ASKED}
@@ -180,8 +185,13 @@ class BillingStatements:
             self._view_keys = {w: self._view_keys[w] for w in asked if w in self._view_keys}
         for window in asked:
             try:
-                computed = self.computed(window, fresh=True) if window.end > now else \
-                    self._closed(window)
+                if window.end > now:
+                    kept = self._open.get(window)
+                    stale = kept is None or \
+                        (now - kept.window.end).total_seconds() > REFRESH_S
+                    computed = self.computed(window, fresh=stale)
+                else:
+                    computed = self._closed(window)
                 for key in view_keys[window]:  # the views asked of it, ready too
                     _kept_view(computed, key)
             except GpufleetError as exc:  # the caller asking next is told; the loop goes on
