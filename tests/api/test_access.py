@@ -188,6 +188,7 @@ MATRIX: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/chatops/identities"): OPERATORS,
     ("POST", "/api/v1/chatops/identities"): ADMIN,
     ("DELETE", "/api/v1/chatops/identities/{platform}/{team_id}/{chat_user_id}"): ADMIN,
+    ("GET", "/api/v1/billing/statements"): READERS,
 }
 
 # Intentionally public, and the only exceptions: probes and the API's own documentation.
@@ -551,6 +552,7 @@ def _request_for(world: World, route: tuple[str, str], caller: str) -> Request:
             "user": "mia"}),
         ("DELETE", "/api/v1/chatops/identities/{platform}/{team_id}/{chat_user_id}"):
             linked_chat_user,
+        ("GET", "/api/v1/billing/statements"): lambda: (f"{template}?month=2026-11", None),
     }
     return builders.get(route, lambda: (template, None))()
 

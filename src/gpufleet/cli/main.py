@@ -101,7 +101,8 @@ COMMANDS: dict[str, LazyCommand] = {
                              "e-mail, webhooks, Alertmanager, the users' inbox)."),
     "notifications": LazyCommand("notifications", "app", "Your notifications: what gpufleet "
                                  "told you."),
-    "billing": LazyCommand("billing", "app", "Chargeback: rate cards."),
+    "billing": LazyCommand("billing", "app", "Chargeback: rate cards, statements and their "
+                           "export."),
     "rules": LazyCommand("rules", "app", "Alert rules: list, check and test rule files, "
                          "export for Prometheus."),
     "chatops": LazyCommand("chatops", "app", "Chat-ops: link Slack and Mattermost users to "

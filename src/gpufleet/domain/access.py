@@ -54,6 +54,7 @@ class Action(StrEnum):
     LINK_CHAT_IDENTITY = "chat_identity:link"
     READ_CHAT_IDENTITIES = "chat_identities:read"
     MANAGE_CHAT_IDENTITIES = "chat_identities:manage"
+    READ_BILLING_STATEMENTS = "billing_statements:read"
 
 
 # How a refusal says what was refused: "role 'member' may not approve requests".
@@ -92,6 +93,7 @@ ACTION_PHRASES: dict[Action, str] = {
     Action.LINK_CHAT_IDENTITY: "link a chat user to itself",
     Action.READ_CHAT_IDENTITIES: "read chat identities",
     Action.MANAGE_CHAT_IDENTITIES: "link or unlink other people's chat users",
+    Action.READ_BILLING_STATEMENTS: "read billing statements",
 }
 
 
@@ -180,6 +182,8 @@ GRANTS: dict[Action, frozenset[Role]] = {
     Action.LINK_CHAT_IDENTITY: frozenset(_READERS),
     Action.READ_CHAT_IDENTITIES: frozenset(_OPERATORS),
     Action.MANAGE_CHAT_IDENTITIES: frozenset({Role.ADMIN}),
+    # Statements: every reader, a member scoped to their own projects (services/billing).
+    Action.READ_BILLING_STATEMENTS: frozenset(_READERS),
 }
 
 

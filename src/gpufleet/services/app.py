@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from gpufleet import __version__
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
+from gpufleet.domain.billing.charges import Window
 from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
 from gpufleet.domain.operations.alert_state import FlapPolicy
@@ -25,6 +26,7 @@ from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.billing import rates as billing_rates
+from gpufleet.services.billing.statements import BillingStatements
 from gpufleet.services.chatops.desk import ChatOps
 from gpufleet.services.chatops.notifier import ChatNotifier
 from gpufleet.services.inventory import environments, fleet, gpus, mig_configs, nodes, registration
@@ -62,7 +64,7 @@ from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, Reg
 from gpufleet.wire.alert_rules import AlertRuleView, ObservationView, RuleTestReply
 from gpufleet.wire.alerts import AlertAck, AlertHistoryView, AlertView, SilenceCreate, SilenceView
 from gpufleet.wire.base import Page
-from gpufleet.wire.billing import RateEnd, RateSet, RateView
+from gpufleet.wire.billing import RateEnd, RateSet, RateView, StatementsView
 from gpufleet.wire.events import EventPage, EventSubscriptionCreate, EventSubscriptionView
 from gpufleet.wire.health import GpuClear, GpuHealthClear, GpuHealthView
 from gpufleet.wire.requests import GpuBindingView
@@ -100,6 +102,7 @@ class Gpufleet:
         self._health_pack = default_pack(health.thresholds(settings))
         self._mig_rule = health.mig_rule(settings)
         self.chatops = ChatOps(store, settings, self.clock)  # docs/chatops.md
+        self.billing = BillingStatements(store, self.queries, self.clock)
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -125,6 +128,7 @@ class Gpufleet:
             self.queries.masks.refresh()
             self.queries.warm_recent_funnels()
             self.queries.warm_recent_idle()
+        self.billing.warm_asked_windows()  # statements asked lately, kept up to date
 
     def close_telemetry(self) -> None:
         """Close the telemetry store, if one was opened (the state store stays open)."""
@@ -651,6 +655,15 @@ class Gpufleet:
     def end_billing_rate(self, principal: Principal, rate_id: int, body: RateEnd) -> RateView:
         with self.store.write() as session:
             return billing_rates.end_rate(session, principal, rate_id, body, self.clock.now())
+
+    # --- statements (docs/billing.md, "Statements from the store") -----------------------
+    def billing_statements(self, principal: Principal, window: Window, *,
+                           project: str | None = None, by: str = "project",
+                           group: str | None = None) -> StatementsView:
+        """Statements for `window` (its end cut at now) as the caller may see them: per
+        project or rolled up `by` organisation / department / cost centre, each row broken
+        down by `group` (model / profile / environment / flavour) when asked."""
+        return self.billing.view(principal, window, project=project, by=by, group=group)
 
     # --- alert rules (docs/operations.md, "Alert rules") ---------------------------------
     def list_alert_rules(self, principal: Principal) -> list[AlertRuleView]:

@@ -49,6 +49,8 @@ class Slot:
     weight: float
     start: datetime
     end: datetime | None
+    # The binding's row id: billing asks the masks per binding (services/billing).
+    binding_id: int | None = None
     start_ms: int = field(init=False, compare=False)
     end_ms: int | None = field(init=False, compare=False)
     # What the telemetry store is given, made once: slots live in the SlotCache across
@@ -160,7 +162,7 @@ def _query_slots_and_refs(session: Session, start: datetime, end: datetime | Non
     """The slots, and for each MIG slot its index and instance key (to refresh its UUID)."""
     query = (select(Binding.kind, Binding.mig_profile_id, Binding.mig_start, Binding.milli,
                     Binding.started_at, Binding.ended_at, Binding.request_id, Binding.gpu_id,
-                    Gpu.uuid, Gpu.model, Node.name, Environment.name, Project.name)
+                    Gpu.uuid, Gpu.model, Node.name, Environment.name, Project.name, Binding.id)
              .join(Gpu, Gpu.id == Binding.gpu_id).join(Node, Node.id == Binding.node_id)
              .join(Environment, Environment.id == Gpu.environment_id)
              .join(Project, Project.id == Binding.project_id)
@@ -178,7 +180,7 @@ def _query_slots_and_refs(session: Session, start: datetime, end: datetime | Non
     slots: list[Slot] = []
     refs: list[tuple[int, MigKey]] = []
     for (kind, profile_id, mig_start, milli, started, ended, request_id, gpu_id, uuid, model,
-         node, environment, project) in rows:
+         node, environment, project, binding_id) in rows:
         code = request_code(request_id)
         mig_uuid, profile = None, None
         if kind == "mig":
@@ -186,7 +188,7 @@ def _query_slots_and_refs(session: Session, start: datetime, end: datetime | Non
             mig_uuid, profile = mig.get(instance, _pending(instance))
             refs.append((len(slots), instance))
         slots.append(Slot((uuid, mig_uuid), node, environment, model, kind, profile, code,
-                          project, milli / MILLI, started, ended))
+                          project, milli / MILLI, started, ended, binding_id))
     return slots, refs
 
 

@@ -369,6 +369,36 @@ class TelemetryQueries:
                 funnel.reporting_gpu_hours = reported.get(key, 0) / 60
         return rows
 
+    # --- activity per binding (billing) ------------------------------------------------
+
+    def binding_activity(self, slots: list[Slot], start: datetime,
+                         end: datetime) -> dict[int, tuple[int, int]]:
+        """Per binding (the slot's `binding_id`): (active minutes, known minutes) of its
+        time in [start, end), judged by the funnel's own masks and rule — a minute without
+        a signal is unknown, never idle — up to what the store has rolled up. Whole
+        minutes of the unit, not weighted: billing weighs them exactly (docs/billing.md).
+        A binding with no known minute is left out. A store without masks: 503."""
+        masks = self.masks
+        lo, hi = to_ms(start), to_ms(end)
+        done = masks.refresh()
+        spans = SpanColumns()
+        weights: dict[int, float] = {}
+        for slot in slots:
+            if slot.binding_id is None:
+                continue
+            span_lo, span_hi = _clip(slot, lo, hi)
+            if span_lo < span_hi:
+                spans.append(slot.unit, span_lo, span_hi, slot.binding_id, slot.weight)
+                weights[slot.binding_id] = slot.weight
+        tallies = masks.tallies(spans, lo, hi, done) if spans else {}
+        found: dict[int, tuple[int, int]] = {}
+        for binding_id in tallies:
+            t, weight = tallies[binding_id], weights[binding_id]
+            known = round(t.known / weight)
+            if known:
+                found[binding_id] = (round(t.active / weight), known)
+        return found
+
     # --- idleness ------------------------------------------------------------------------
 
     def idle(self, principal: Principal, *, held_only: bool = False,

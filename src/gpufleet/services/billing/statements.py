@@ -1,0 +1,355 @@
+"""Statements from the store (docs/billing.md, "Statements from the store"): bindings, pools,
+projects and the rate card read into the domain's `statements`, with each binding's
+activity from the funnel's own minute masks, then scoped to what the caller may see,
+rolled up and grouped for the wire.
+
+Computing a month at 100,000 bindings costs seconds (exact `Fraction`s), so every
+project's statements for a window are kept. A closed window's are keyed by the window, the
+inputs' change marker (sources.change_marker) and how far the masks have rolled up inside
+it: a second call for the same window — any caller, any roll-up or grouping — reuses them
+until a binding, pool, rate or project changes or more telemetry lands in the window. An
+open window's (this month's) are reused for RECENT_S and recomputed by the upkeep loop
+every REFRESH_S while asked; it brings every window asked lately up to date
+(`warm_asked_windows`), so callers rarely wait for a computation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+
+from gpufleet.clock import Clock
+from gpufleet.domain.access import Action
+from gpufleet.domain.billing.charges import MICROS_PER_HOUR, BindingInterval, Window
+from gpufleet.domain.billing.rates import RateCard
+from gpufleet.domain.billing.statements import (
+    Activity,
+    Group,
+    Statement,
+    Totals,
+    statements,
+    sum_totals,
+)
+from gpufleet.domain.errors import GpufleetError, InvalidInput, Unavailable
+from gpufleet.services.access.principal import SYSTEM, Principal
+from gpufleet.services.billing import sources
+from gpufleet.services.billing.rates import rate_card
+from gpufleet.services.lookup import not_found
+from gpufleet.services.telemetry.ownership import read_slots
+from gpufleet.services.telemetry.queries import TelemetryQueries
+from gpufleet.store.database import StateStore
+from gpufleet.tsdb.protocol import to_ms
+from gpufleet.wire.billing import (
+    STATEMENT_BY,
+    STATEMENT_GROUPS,
+    StatementGroup,
+    StatementRow,
+    StatementsView,
+    StatementTotals,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_WINDOW = timedelta(days=366)
+KEPT_WINDOWS = 16
+# An open window's answer is reused while its cut is at most RECENT_S old; the upkeep
+# recomputes it once it is REFRESH_S old (a round is 60 s: one round's slack). A month at
+# 100,000 bindings costs ~10 s of CPU (BENCHMARKS.md, "Billing statements"): every 5
+# minutes, not every round, while someone asks for it.
+RECENT_S = 360.0
+REFRESH_S = 300.0
+WARM_WHILE_ASKED = timedelta(minutes=15)
+# Stands for "no rate card": the domain's card needs a currency; with no rates every
+# charged hour is unpriced, and the wire says currency null.
+_NO_CARD = RateCard("XXX")
+_GROUP_READERS: dict[str, Callable[[Group], str | None]] = {
+    "model": lambda g: g.model, "profile": lambda g: g.profile,
+    "environment": lambda g: g.environment, "flavour": lambda g: g.flavour}
+
+
+def month_window(month: str) -> Window:
+    """`2026-11` → [2026-11-01, 2026-12-01) UTC; anything else a 400 naming it."""
+    try:
+        start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
+    except ValueError:
+        raise InvalidInput(f"month '{month}' is not a month: write it as YYYY-MM (2026-11)",
+                           code="invalid_month", details={"month": month}) from None
+    end = start.replace(year=start.year + (start.month == 12), month=start.month % 12 + 1)
+    return Window(start, end)
+
+
+def asked_window(month: str | None, start: datetime | None, end: datetime | None) -> Window:
+    """A month, or a start and an end: exactly one of the two; 400 naming what is wrong."""
+    if month is not None:
+        if start is not None or end is not None:
+            raise InvalidInput("give either month or start and end, not both",
+                               code="invalid_window")
+        return month_window(month)
+    if start is None or end is None:
+        raise InvalidInput("a statement needs a window: month=YYYY-MM, or start and end",
+                           code="invalid_window")
+    if end <= start:
+        raise InvalidInput(f"the window ends ({end.isoformat()}) before it starts "
+                           f"({start.isoformat()})", code="invalid_window")
+    if end - start > MAX_WINDOW:
+        raise InvalidInput(f"a statement's window may span at most {MAX_WINDOW.days} days",
+                           code="window_too_long")
+    return Window(start, end)
+
+
+@dataclass(frozen=True)
+class Computed:
+    """Every project's statement for one window, and the card's currency (None: none).
+
+    Summing exact totals is not free either (their denominators grow with every binding:
+    ~1 s for a view of 200 projects at 100,000 bindings), so each project's totals, per
+    grouping, are summed once, and each view asked is kept with them."""
+
+    window: Window
+    currency: str | None
+    statements: dict[str, Statement]
+    _totals: dict = field(default_factory=dict, compare=False, repr=False)
+    _views: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def totals(self, project: str) -> Totals:
+        found = self._totals.get(project)
+        if found is None:
+            found = self._totals[project] = self.statements[project].totals
+        return found
+
+    def grouped(self, project: str, group: str) -> dict[str | None, Totals]:
+        key = (project, group)
+        found = self._totals.get(key)
+        if found is None:
+            found = self._totals[key] = self.statements[project].by(_GROUP_READERS[group])
+        return found
+
+
+class BillingStatements:
+    """Statements for any window, kept per window until their inputs change."""
+
+    def __init__(self, store: StateStore, queries: TelemetryQueries, clock: Clock):
+        self.store = store
+        self.queries = queries
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple, Computed] = OrderedDict()  # closed windows
+        self._open: dict[Window, Computed] = {}  # open windows, by the window asked
+        self._asked: dict[Window, datetime] = {}  # windows: when last asked
+        self._view_keys: dict[Window, set[tuple]] = {}  # windows: the views asked of them
+
+    def computed(self, window: Window, *, fresh: bool = False) -> Computed:
+        """Every project's statement for `window`, its end cut at now (a window wholly
+        after now is a 400 `window_in_future`).
+
+        A closed window (ended before now) is kept until its inputs change. An open one
+        (this month) is cut at the last whole minute and its answer reused while that cut
+        is at most RECENT_S old — its `window_end` says as of when — as the dashboard's
+        recent funnels are; the upkeep loop brings the windows asked lately up to date
+        (`warm_asked_windows`), so a caller rarely waits. `fresh`: compute afresh."""
+        now = self.clock.now()
+        if window.start >= now:
+            raise InvalidInput(f"the window starts at {window.start.isoformat()}, after now: "
+                               "nothing has been held in it yet", code="window_in_future",
+                               details={"window_start": window.start.isoformat()})
+        if window.end <= now:
+            return self._closed(window)
+        minute = now.replace(second=0, microsecond=0)
+        with self._lock:
+            kept = None if fresh else self._open.get(window)
+        if kept is not None and (now - kept.window.end).total_seconds() <= RECENT_S:
+            return kept
+        computed = self._compute(Window(window.start, minute if minute > window.start
+                                        else now), self._masks_done())
+        with self._lock:
+            self._open[window] = computed
+        return computed
+
+    def warm_asked_windows(self) -> None:
+        """Bring the windows asked in the last WARM_WHILE_ASKED up to date, so their next
+        caller finds them kept: an open one is recomputed once its answer is REFRESH_S
+        old, a closed one only when its inputs changed, and the views asked of each
+        (scope, project, roll-up, grouping) are built on the fresh answer (the upkeep
+        loop's work, once a round); forget the others."""
+        now = self.clock.now()
+        with self._lock:
+            asked = {w: at for w, at in self._asked.items() if now - at <= WARM_WHILE_ASKED}
+            self._asked = dict(asked)
+            self._open = {w: c for w, c in self._open.items() if w in asked}
+            view_keys = {w: set(self._view_keys.get(w, ())) for w in asked}
+            self._view_keys = {w: self._view_keys[w] for w in asked if w in self._view_keys}
+        for window in asked:
+            try:
+                if window.end > now:
+                    kept = self._open.get(window)
+                    stale = kept is None or \
+                        (now - kept.window.end).total_seconds() > REFRESH_S
+                    computed = self.computed(window, fresh=stale)
+                else:
+                    computed = self._closed(window)
+                for key in view_keys[window]:  # the views asked of it, ready too
+                    _kept_view(computed, key)
+            except GpufleetError as exc:  # the caller asking next is told; the loop goes on
+                log.warning("billing: warming the statement of %s to %s failed: %s",
+                            window.start.isoformat(), window.end.isoformat(), exc)
+
+    def _closed(self, window: Window) -> Computed:
+        done = self._masks_done()
+        with self.store.read() as session:
+            key = (window, sources.change_marker(session, window.end),
+                   None if done is None else min(done, to_ms(window.end)))
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None:
+                self._kept.move_to_end(key)
+                return kept
+        computed = self._compute(window, done)
+        with self._lock:
+            self._kept[key] = computed
+            while len(self._kept) > KEPT_WINDOWS:
+                self._kept.popitem(last=False)
+        return computed
+
+    def _compute(self, window: Window, done: int | None) -> Computed:
+        with self.store.read() as session:
+            bindings = sources.binding_intervals(session, window.start, window.end)
+            pools = sources.pool_intervals(session)
+            projects = sources.project_infos(session)
+            card = rate_card(session)
+            activity = {} if done is None else \
+                self._activity(session, bindings, window)
+        found = statements(bindings, pools, card or _NO_CARD, window, projects, activity)
+        # The charge lines are not kept: no view reads them, and at 100,000 bindings they
+        # are ~120,000 objects per window.
+        return Computed(window, None if card is None else card.currency,
+                        {name: replace(st, lines=()) for name, st in found.items()})
+
+    def _masks_done(self) -> int | None:
+        """How far the funnel's masks have rolled up (ms); None for a telemetry store
+        without masks: every binding's activity is then unknown, never idle."""
+        try:
+            return self.queries.masks.refresh()
+        except Unavailable:
+            return None
+
+    def _activity(self, session, bindings: list[BindingInterval],
+                  window: Window) -> dict[int, Activity]:
+        slots = read_slots(session, SYSTEM, window.start, window.end,
+                           cache=self.queries.slot_cache)
+        minutes = self.queries.binding_activity(slots, window.start, window.end)
+        return {b.binding_id: exact_activity(b, window, *minutes[b.binding_id])
+                for b in bindings if b.binding_id in minutes}
+
+    def view(self, principal: Principal, window: Window, *, project: str | None = None,
+             by: str = "project", group: str | None = None) -> StatementsView:
+        """The caller's statements: a member's own projects only, and roll-ups over those
+        only; `project` keeps one (404 for one that does not exist or the caller may not
+        see); `by` rolls up, `group` breaks each row down."""
+        principal.require(Action.READ_BILLING_STATEMENTS)
+        if by not in STATEMENT_BY:
+            raise InvalidInput(f"cannot roll statements up by '{by}' (choose: "
+                               f"{', '.join(STATEMENT_BY)})", code="invalid_roll_up",
+                               details={"by": by})
+        if group is not None and group not in STATEMENT_GROUPS:
+            raise InvalidInput(f"cannot group statements by '{group}' (choose: "
+                               f"{', '.join(STATEMENT_GROUPS)})", code="invalid_group",
+                               details={"group": group})
+        computed = self.computed(window)
+        if project is not None and (project not in computed.statements
+                                    or not principal.sees_project(project)):
+            raise not_found("project", project)
+        key = (principal.visible_projects, project, by, group)
+        with self._lock:  # what the upkeep keeps up to date (not its own calls)
+            self._asked[window] = self.clock.now()
+            self._view_keys.setdefault(window, set()).add(key)
+        return _kept_view(computed, key)
+
+
+def _kept_view(computed: Computed, key: tuple) -> StatementsView:
+    """The view of `key` (visible projects, project, by, group), built once per Computed."""
+    view = computed._views.get(key)
+    if view is None:
+        view = computed._views[key] = _view(computed, *key)
+    return view
+
+
+def _view(computed: Computed, visible: frozenset[str] | None, project: str | None, by: str,
+          group: str | None) -> StatementsView:
+    seen = [name for name in sorted(computed.statements)
+            if (visible is None or name in visible) and project in (None, name)]
+    currency = computed.currency
+    if by == "project":
+        members = {name: [name] for name in seen}
+    else:
+        members = {}
+        for name in seen:
+            members.setdefault(getattr(computed.statements[name].project, by), []).append(name)
+    rows = []
+    for key in sorted(members, key=lambda k: k or ""):
+        names = members[key]
+        info = computed.statements[key].project if by == "project" else None
+        rows.append(StatementRow(
+            key=key, organisation=info and info.organisation,
+            department=info and info.department, cost_centre=info and info.cost_centre,
+            totals=totals_view(sum_totals(computed.totals(n) for n in names), currency),
+            groups=None if group is None else _groups(computed, names, group, currency)))
+    return StatementsView(window_start=computed.window.start,
+                          window_end=computed.window.end, currency=currency, by=by,
+                          group=group, rows=rows,
+                          total=totals_view(sum_totals(computed.totals(n) for n in seen),
+                                            currency))
+
+
+def exact_activity(binding: BindingInterval, window: Window, active_minutes: int,
+                   known_minutes: int) -> Activity:
+    """The masks' whole minutes as exact GPU-hours at the binding's exact weight.
+
+    The masks count the minutes whose start lies in the binding (docs/billing.md, Known
+    gaps); billing counts its time to the microsecond. At a binding's edges that can make
+    the known minutes exceed the exact time held in the window by under a minute each; the
+    excess comes off idle first, then active — never turning unknown into idle."""
+    lo = max(binding.start, window.start)
+    hi = window.end if binding.end is None else min(binding.end, window.end)
+    held = hi - lo
+    micros = max((held.days * 86400 + held.seconds) * 10**6 + held.microseconds, 0)
+    weight = binding.weight
+    if known_minutes * 60 * 10**6 <= micros:  # the usual case: no Fraction compared
+        idle_minutes = known_minutes - active_minutes
+        return Activity(Fraction(weight.numerator * active_minutes, weight.denominator * 60),
+                        Fraction(weight.numerator * idle_minutes, weight.denominator * 60))
+    allocated = weight * Fraction(micros, MICROS_PER_HOUR)
+    active = min(weight * Fraction(active_minutes, 60), allocated)
+    idle = weight * Fraction(known_minutes - active_minutes, 60)
+    return Activity(active, max(min(idle, allocated - active), Fraction(0)))
+
+
+def _groups(computed: Computed, names: list[str], group: str,
+            currency: str | None) -> list[StatementGroup]:
+    found: dict[str | None, Totals] = {}
+    for name in names:
+        for key, totals in computed.grouped(name, group).items():
+            found[key] = found.get(key, Totals()) + totals
+    return [StatementGroup(group=key, totals=totals_view(totals, currency))
+            for key, totals in sorted(found.items(), key=lambda kv: kv[0] or "")]
+
+
+def totals_view(totals: Totals, currency: str | None) -> StatementTotals:
+    """Hours as floats; money rounded once (`Totals.rounded`), or null without a card."""
+    money = totals.rounded(currency) if currency is not None else \
+        dict.fromkeys(("cost", "idle_cost", "idle_adjustment", "total_cost"))
+    efficiency = totals.efficiency
+    return StatementTotals(
+        allocated_gpu_hours=float(totals.allocated_gpu_hours),
+        reserved_gpu_hours=float(totals.reserved_gpu_hours),
+        charged_gpu_hours=float(totals.charged_gpu_hours),
+        unpriced_gpu_hours=float(totals.unpriced_gpu_hours),
+        active_gpu_hours=float(totals.active_gpu_hours),
+        idle_gpu_hours=float(totals.idle_gpu_hours),
+        unknown_gpu_hours=float(totals.unknown_gpu_hours),
+        efficiency_percent=None if efficiency is None else float(efficiency * 100),
+        **money)
