@@ -62,4 +62,5 @@ def statement_world(api, gf, clock) -> dict:
     assert pooled.pool == pool.json()["code"]
     clock.advance(3 * 3600)
     gf.telemetry.rollup(clock.now())
-    return {"t0": t0, "member": api.as_(member), "pool": pool.json()["code"]}
+    return {"t0": t0, "member": api.as_(member), "pool": pool.json()["code"],
+            "pooled": pooled.code}

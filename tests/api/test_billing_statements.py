@@ -212,3 +212,41 @@ def test_this_months_statement_is_reused_briefly_then_warmed(api, gf, world, clo
     clock.advance(16 * 60)  # nobody asked for 15 minutes: the upkeep lets it go
     gf.telemetry_upkeep()
     assert gf.billing._open == {} and gf.billing._asked == {}
+
+
+def test_an_ended_pool_is_charged_up_to_its_end(api, gf, world, clock):
+    """The pool's own request released and the pool ended at T0 + 5 h: an hour later the
+    six-hour statement charges the pool's 3 reserved hours, not 4."""
+    gf.lifecycle.release(SYSTEM, world["pooled"], None)
+    ended = api.post(f"/api/v1/pools/{world['pool']}/end", json={"reason": "done"})
+    assert ended.status_code == 200, ended.text
+    clock.advance(3600)
+    vision = {r["key"]: r for r in get(api, **window(world, hours=6))["rows"]}["vision"]
+    assert vision["totals"]["reserved_gpu_hours"] == pytest.approx(3)
+    assert vision["totals"]["charged_gpu_hours"] == pytest.approx(9)  # own GPU 6 h + pool 3 h
+    assert vision["totals"]["cost"] == "18.00"
+
+
+def test_a_rates_idle_surcharge_is_charged_on_idle_hours(api, world):
+    """From T0 the H100 price stays 2.00 with a 50 % surcharge on idle hours: speech's two
+    idle hours cost 4.00, plus 2.00; vision, busy or unknown, pays nothing more. The
+    statement kept before the change is not served after it."""
+    assert get(api, **window(world))["total"]["idle_adjustment"] == "0.00"
+    response = api.post("/api/v1/billing/rates", json={
+        "flavour": "H100-80GB", "price_per_unit_hour": "2.00", "currency": "EUR",
+        "idle_adjustment": "0.5", "effective_from": world["t0"].isoformat()})
+    assert response.status_code == 201, response.text
+    assert response.json()["idle_adjustment"] == "0.5"
+    rows = {r["key"]: r["totals"] for r in get(api, **window(world))["rows"]}
+    assert (rows["speech"]["idle_cost"], rows["speech"]["idle_adjustment"],
+            rows["speech"]["total_cost"]) == ("4.00", "2.00", "6.00")
+    assert rows["vision"]["idle_adjustment"] == "0.00" and rows["vision"]["total_cost"] == "16.00"
+
+
+@pytest.mark.parametrize("adjustment", ["-1.5", "NaN", "a lot"])
+def test_an_idle_adjustment_out_of_range_is_refused(api, world, adjustment):
+    response = api.post("/api/v1/billing/rates", json={
+        "flavour": "A100-80GB", "price_per_unit_hour": "1.00", "currency": "EUR",
+        "idle_adjustment": adjustment})
+    assert response.status_code == 422, response.text
+    assert "idle_adjustment" in response.text

@@ -45,6 +45,20 @@ def test_set_list_and_end_rates(cli, gf):
     assert json_of("billing", "rates", "ls", "--flavour", "A100-80GB") == []
 
 
+def test_a_rate_with_an_idle_surcharge(cli, gf):
+    rate = json_of("billing", "rates", "set", "L40S-48GB", "0.85", "-c", "USD",
+                   "--idle-adjustment", "0.25")
+    assert rate["idle_adjustment"] == "0.25"
+    discounted = json_of("billing", "rates", "set", "A100-80GB", "1.25", "-c", "USD",
+                         "--idle-adjustment", "-0.1")
+    listed = ok("billing", "rates", "ls").stdout
+    assert [r[5] for r in rows(listed, str(rate["id"]))] == ["+25%"]  # after "0.85 USD"
+    assert [r[5] for r in rows(listed, str(discounted["id"]))] == ["-10%"]
+    refused = invoke("billing", "rates", "set", "H100-80GB", "2", "-c", "USD",
+                     "--idle-adjustment", "-2")
+    assert_one_error_line(refused, "idle_adjustment")
+
+
 def test_bad_input_is_one_error_line(cli):
     assert_one_error_line(invoke("billing", "rates", "set", "Z900", "1", "--currency", "EUR"),
                           "unknown GPU model 'Z900'")

@@ -9,6 +9,7 @@ price in force then. Prices travel as decimal text, exactly as written.
 """
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,11 +33,21 @@ Environment = Annotated[str | None, typer.Option(
 
 
 def rates_table(found: list[dict[str, Any]]) -> RenderableType:
-    return table(["id", "flavour", "environment", "price / unit-hour", "from", "to", "set by"],
+    return table(["id", "flavour", "environment", "price / unit-hour", "idle adj.", "from",
+                  "to", "set by"],
                  [[r["id"], r["flavour"], r["environment"] or "any",
-                   f"{r['price_per_unit_hour']} {r['currency']}", when(r["effective_from"]),
+                   f"{r['price_per_unit_hour']} {r['currency']}",
+                   _adjustment(r["idle_adjustment"]), when(r["effective_from"]),
                    when(r["effective_to"]) if r["effective_to"] else "open", r["created_by"]]
                   for r in found])
+
+
+def _adjustment(fraction: str) -> str:
+    """`0.25` → `+25%`, `-0.1` → `-10%`, `0` → `-`: a surcharge or discount on idle cost."""
+    percent = Decimal(fraction) * 100
+    if not percent:
+        return "-"
+    return f"{percent.normalize():+f}%"
 
 
 @rates.command("ls")
@@ -69,6 +80,9 @@ def set_rate(
         "--from", help="From when (a time with its zone); default now.")] = None,
     effective_to: Annotated[str | None, typer.Option(
         "--to", help="Until when (a time with its zone); default open.")] = None,
+    idle_adjustment: Annotated[str | None, typer.Option(
+        "--idle-adjustment", help="A surcharge (0.5: +50 %) or discount (-0.2) on the cost "
+        "of idle GPU-hours this rate prices; default 0.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Price a flavour from a time on (administrators); the open rate ends then."""
@@ -77,7 +91,8 @@ def set_rate(
             flavour=flavour, price_per_unit_hour=price, currency=currency,
             environment=environment,
             effective_from=effective_from,
-            effective_to=effective_to))
+            effective_to=effective_to,
+            idle_adjustment=idle_adjustment))
     emit_done(rate, as_json,
               f"rate {rate['id']}: {rate['flavour']} in {rate['environment'] or 'any environment'}"
               f" at {rate['price_per_unit_hour']} {rate['currency']} per unit-hour from "
