@@ -163,7 +163,7 @@ def test_without_a_rate_card_every_hour_is_unpriced(api, gf, world):
 @pytest.mark.parametrize(("params", "code"), [
     ({"month": "2026-13"}, "invalid_month"),
     ({"month": "Nov"}, "invalid_month"),
-    ({}, "invalid_window"),
+    ({"end": "2026-11-01T00:00:00Z"}, "invalid_window"),
     ({"month": "2026-11", "start": "2026-11-01T00:00:00Z"}, "invalid_window"),
     ({"start": "2026-11-02T00:00:00Z", "end": "2026-11-01T00:00:00Z"}, "invalid_window"),
     ({"start": "2024-01-01T00:00:00Z", "end": "2026-01-01T00:00:00Z"}, "window_too_long"),
@@ -250,3 +250,12 @@ def test_an_idle_adjustment_out_of_range_is_refused(api, world, adjustment):
         "idle_adjustment": adjustment})
     assert response.status_code == 422, response.text
     assert "idle_adjustment" in response.text
+
+
+def test_no_window_is_this_month_and_a_start_alone_runs_until_now(api, world, clock):
+    """What an operator asks most needs no arguments."""
+    this_month = get(api)
+    assert this_month == get(api, month=clock.now().strftime("%Y-%m"))
+    since = get(api, start=world["t0"].isoformat())
+    assert since["window_end"].startswith(clock.now().isoformat()[:16])
+    assert since["total"]["cost"] == "20.00"

@@ -50,10 +50,10 @@ def end_rate(rate_id: int = Path(ge=1), body: RateEnd | None = None,
             responses={200: {"content": {"text/csv": {}},
                              "description": "JSON, or CSV with `format=csv`."}})
 def statements(month: str | None = Query(default=None, max_length=7, description=(
-                   "A calendar month (UTC), YYYY-MM; or give start and end.")),
+                   "A calendar month (UTC), YYYY-MM; or give start (and end). None: this month.")),
                start: Time | None = Query(default=None, description="Window start."),
                end: Time | None = Query(default=None, description=(
-                   "Window end (exclusive); cut at now.")),
+                   "Window end (exclusive); cut at now. Without one: until now.")),
                project: str | None = Query(default=None, max_length=63,
                                            description="Only this project's statement."),
                by: str = Query(default="project", max_length=16, description=(
@@ -69,7 +69,8 @@ def statements(month: str | None = Query(default=None, max_length=7, description
     if format not in ("json", "csv"):
         raise InvalidInput(f"format '{format}' is not one of: json, csv",
                            code="invalid_format", details={"format": format})
-    view = gf.billing_statements(p, asked_window(month, start, end), project=project,
+    view = gf.billing_statements(p, asked_window(month, start, end, now=gf.clock.now()),
+                                 project=project,
                                  by=by, group=group)
     if format == "json":
         return view

@@ -118,10 +118,11 @@ def end_rate(
 # --- statements (docs/billing.md, "Statements from the store") -----------------------------
 
 Month = Annotated[str | None, typer.Option(
-    "--month", "-m", help="A calendar month (UTC), YYYY-MM; or give --start and --end.")]
+    "--month", "-m", help="A calendar month (UTC), YYYY-MM; or give --start (and --end). "
+    "Neither: this month.")]
 Start = Annotated[str | None, typer.Option("--start", help="Window start (a time with its zone).")]
 End = Annotated[str | None, typer.Option(
-    "--end", help="Window end, exclusive (a time with its zone); cut at now.")]
+    "--end", help="Window end, exclusive (a time with its zone); cut at now; default now.")]
 Project = Annotated[str | None, typer.Option("--project", "-p",
                                              help="Only this project's statement.")]
 By = Annotated[str | None, typer.Option(

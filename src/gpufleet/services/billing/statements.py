@@ -83,16 +83,21 @@ def month_window(month: str) -> Window:
     return Window(start, end)
 
 
-def asked_window(month: str | None, start: datetime | None, end: datetime | None) -> Window:
-    """A month, or a start and an end: exactly one of the two; 400 naming what is wrong."""
+def asked_window(month: str | None, start: datetime | None, end: datetime | None, *,
+                 now: datetime) -> Window:
+    """A month, or a start and an end (no end: until now); neither: this month (UTC), what
+    an operator asks most. 400 naming what is wrong."""
     if month is not None:
         if start is not None or end is not None:
             raise InvalidInput("give either month or start and end, not both",
                                code="invalid_window")
         return month_window(month)
-    if start is None or end is None:
-        raise InvalidInput("a statement needs a window: month=YYYY-MM, or start and end",
-                           code="invalid_window")
+    if start is None and end is None:
+        return month_window(now.astimezone(UTC).strftime("%Y-%m"))
+    if start is None:
+        raise InvalidInput("a window with an end needs a start (or ask for a month: "
+                           "month=YYYY-MM)", code="invalid_window")
+    end = now if end is None else end
     if end <= start:
         raise InvalidInput(f"the window ends ({end.isoformat()}) before it starts "
                            f"({start.isoformat()})", code="invalid_window")
