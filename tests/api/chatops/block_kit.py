@@ -56,3 +56,21 @@ def _actions(block):
 
 
 CHECKS = {"header": _header, "section": _section, "context": _context, "actions": _actions}
+
+
+def seen_text(message: dict[str, Any]) -> str:
+    """Every text a reader of the message sees, joined: its fallback and each text of its
+    blocks, however deep."""
+    found = [message.get("text", "")]
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("text"), str):
+                found.append(node["text"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+    walk(message.get("blocks", []))
+    return "\n".join(found)

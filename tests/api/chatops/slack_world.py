@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from gpufleet.settings import Settings
+from tests.api.chatops.block_kit import seen_text
 from tests.local_receivers import LocalHttpReceiver, Received, Reply
 
 SECRET = "chat-test-signing-secret-0123456789"
@@ -99,20 +100,4 @@ def interaction_body(action_id: str, user: str, response_url: str,
     return urlencode({"payload": json.dumps(payload)}).encode()
 
 
-def texts(message: dict) -> str:
-    """Every word a Slack message shows: its fallback and its blocks' texts."""
-    found = [message.get("text", "")]
-
-    def walk(node):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "text" and isinstance(value, str):
-                    found.append(value)
-                else:
-                    walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(message.get("blocks", []))
-    return "\n".join(found)
+texts = seen_text  # what the endpoint tests call it

@@ -11,27 +11,12 @@ from gpufleet.api.chatops.payloads import ApprovalAction, parse_action_id, reque
 from gpufleet.domain.chatops import blocks
 from gpufleet.domain.chatops.commands import USAGE, RequestCommand, Unparsed, parse
 from tests.api.chatops.block_kit import check_message
+from tests.api.chatops.block_kit import seen_text as texts
 from tests.lifecycle_world import act, create
 from tests.services.telemetry.test_queries import fleet  # noqa: F401 (a fixture)
 
 HOSTILE = "<!channel> <https://evil.example|click> &amp; *bold*"
 
-
-def texts(message) -> str:
-    """Every text a reader can see, joined."""
-    found = [message["text"]]
-
-    def walk(node):
-        if isinstance(node, dict):
-            if isinstance(node.get("text"), str):
-                found.append(node["text"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-    walk(message["blocks"])
-    return "\n".join(found)
 
 
 def ask(member, text: str) -> dict:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from gpufleet.domain.chatops import blocks
 from tests.api.chatops.block_kit import check_message
+from tests.api.chatops.block_kit import seen_text as seen
 
 REQUEST = {"code": "GR-1042", "project": "vision", "requested_by": "mia", "state": "active",
            "kind": "whole", "count": 2, "models": ["H100-80GB"], "mig_profile": None,
@@ -18,21 +19,6 @@ REQUEST = {"code": "GR-1042", "project": "vision", "requested_by": "mia", "state
            "exports": {"GPUFLEET_ALLOCATION": "GR-1042", "CUDA_VISIBLE_DEVICES": "0,1",
                        "GPUFLEET_NODE": "node-1"}}
 
-
-def seen(message) -> str:
-    found = [message["text"]]
-
-    def walk(node):
-        if isinstance(node, dict):
-            if isinstance(node.get("text"), str):
-                found.append(node["text"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-    walk(message["blocks"])
-    return "\n".join(found)
 
 
 @pytest.mark.parametrize("event_type", sorted(blocks.THREAD_EVENTS))

@@ -71,22 +71,6 @@ class FakeSlack:
         return [c.body for c in self.accepted if c.method == "chat.update"]
 
 
-def seen_text(message: dict) -> str:
-    """Every text a reader sees in a posted message, joined."""
-    found = [message.get("text", "")]
-
-    def walk(node):
-        if isinstance(node, dict):
-            if isinstance(node.get("text"), str):
-                found.append(node["text"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-    walk(message.get("blocks", []))
-    return "\n".join(found)
-
 
 def buttons(message: dict) -> list[dict]:
     return [e for b in message["blocks"] if b["type"] == "actions" for e in b["elements"]]

@@ -16,9 +16,10 @@ from gpufleet.services.app import Gpufleet
 from gpufleet.services.chatops.notifier import LOOP, ChatNotifier
 from gpufleet.settings import Settings
 from gpufleet.store.tables import ChatCursor, ChatThread
+from tests.api.chatops.block_kit import seen_text
 from tests.lifecycle_world import act, create
 from tests.local_receivers import Reply
-from tests.services.chatops.slack_world import APPROVALS, JSON, FakeSlack, buttons, seen_text
+from tests.services.chatops.slack_world import APPROVALS, JSON, FakeSlack, buttons
 
 CHAT_CHANNEL = "C0VISION"
 REQUESTER = "U0MIA"
