@@ -120,7 +120,6 @@ def test_a_new_month_drops_last_months_figures_until_computed(api, gf, world, cl
 
 
 def test_without_a_rate_card_hours_show_and_money_does_not(api, gf, h100s):
-    member, _ = h100s
     grant(gf, "vision")
     gf.telemetry_upkeep()
     metrics = scrape(api)
