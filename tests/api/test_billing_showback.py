@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 
+from gpufleet.domain.billing.showback import SERIES
 from tests.api.test_prometheus import scrape
 from tests.billing_world import grant, statement_world
 
@@ -57,6 +58,8 @@ def test_the_series_equal_the_statement_of_the_month(api, gf, world):
     metrics = scrape(api)
     view = statement(api)  # the same month, answered from the kept statement
     assert view["currency"] == "EUR"
+    # every series docs/metrics.md documents (rendered from SERIES), and no other
+    assert {n for n in metrics if n.startswith("gpufleet_cost_")} == {s.name for s in SERIES}
     rows = {r["key"]: r for r in view["rows"]}
     assert set(rows) == {"vision", "speech", "ledger"}
     for term in HOURS:
