@@ -331,7 +331,8 @@ class Gpufleet:
 
     def server_metrics(self, principal: Principal) -> list[server_metrics.Family]:
         """Everything the server's Prometheus `/metrics` shows: the fleet's state, the
-        funnel by environment, and what telemetry ingest has done since start. Not for
+        funnel by environment, what telemetry ingest has done since start, and showback
+        (this month's statement as the upkeep keeps it, never computed here). Not for
         members: it shows every project's allocations (`metrics:read`)."""
         principal.require(Action.READ_FLEET_METRICS)
         with self.store.read() as session:

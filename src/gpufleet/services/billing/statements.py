@@ -10,7 +10,8 @@ it: a second call for the same window — any caller, any roll-up or grouping �
 until a binding, pool, rate or project changes or more telemetry lands in the window. An
 open window's (this month's) are reused for RECENT_S and recomputed by the upkeep loop
 every REFRESH_S while asked; it brings every window asked lately up to date
-(`warm_asked_windows`), so callers rarely wait for a computation.
+(`warm_asked_windows`), so callers rarely wait for a computation. It also keeps this month's
+for the `gpufleet_cost_*` series on /metrics (`warm_showback`, services/billing/showback.py).
 """
 
 from __future__ import annotations
@@ -181,7 +182,8 @@ class BillingStatements:
         caller finds them kept: an open one is recomputed once its answer is REFRESH_S
         old, a closed one only when its inputs changed, and the views asked of each
         (scope, project, roll-up, grouping) are built on the fresh answer (the upkeep
-        loop's work, once a round); forget the others."""
+        loop's work, once a round); forget the others — but this month's answer, which
+        `warm_showback` keeps for /metrics whether asked or not."""
         now = self.clock.now()
         with self._lock:
             asked = {w: at for w, at in self._asked.items() if now - at <= WARM_WHILE_ASKED}
