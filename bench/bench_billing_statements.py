@@ -14,8 +14,10 @@ month (the whole computation: reading the store and the masks, the exact arithme
 p50 of the next calls for the same month with other roll-ups and groupings (kept
 statements), a closed window (computed, then kept; kept after a binding ends now;
 brought up to date by the upkeep after an edit inside it), and the month when its kept
-answer is too old (computed again on a call, then by the upkeep with the views asked).
-Wall and process CPU time.
+answer is too old (computed again on a call, then by the upkeep with the views asked); then
+showback for /metrics: the upkeep keeping the month nobody asked for (computed, then not
+yet due) and a scrape of /metrics with the `gpufleet_cost_*` series. Wall and process CPU
+time.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from gpufleet.clock import ManualClock
 from gpufleet.server import bootstrap_admin_token
 from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
+from gpufleet.services.billing import showback
+from gpufleet.services.billing.rates import rate_card
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import Binding
@@ -144,6 +148,37 @@ def main() -> None:
             report("month after warming, a view asked before", wall, cpu)
             wall, cpu, _ = call(client, token, {"month": MONTH, "by": "cost_centre"})
             report("month after warming, a new roll-up", wall, cpu)
+            # Showback (/metrics): the upkeep keeps this month whether or not it is asked.
+            clock.advance(16 * 60)  # nobody asked for 15 minutes; the kept answer is old
+            gf.billing.warm_asked_windows()
+            wall, cpu = time.perf_counter(), time.process_time()
+            gf.billing.warm_showback()
+            report("upkeep: month for /metrics, unasked", (time.perf_counter() - wall)
+                   * 1000, (time.process_time() - cpu) * 1000)
+            clock.advance(60)
+            wall, cpu = time.perf_counter(), time.process_time()
+            gf.billing.warm_showback()
+            report("upkeep: month for /metrics, not yet due", (time.perf_counter() - wall)
+                   * 1000, (time.process_time() - cpu) * 1000)
+            scrapes = []
+            for _ in range(args.repeats):
+                wall, cpu = time.perf_counter(), time.process_time()
+                response = client.get("/metrics",
+                                      headers={"Authorization": f"Bearer {token}"})
+                assert response.status_code == 200 and \
+                    "gpufleet_cost_month_to_date{" in response.text
+                scrapes.append(((time.perf_counter() - wall) * 1000,
+                                (time.process_time() - cpu) * 1000))
+            report(f"/metrics with cost series, {args.repeats} scrapes p50",
+                   statistics.median(w for w, _ in scrapes),
+                   statistics.median(c for _, c in scrapes))
+            wall, cpu = time.perf_counter(), time.process_time()
+            with state.read() as session:
+                found = showback.families(gf.billing.showback, rate_card(session),
+                                          clock.now())
+            report(f"  of which the cost families ({sum(len(f.samples) for f in found)} "
+                   "samples)", (time.perf_counter() - wall) * 1000,
+                   (time.process_time() - cpu) * 1000)
         gf.close()
 
 

@@ -322,6 +322,11 @@ class Settings(BaseSettings):
         "The token Mattermost sends with its `/gpu` slash command (Mattermost signs "
         "nothing; the token is compared in constant time). Empty: the Mattermost endpoint "
         "answers 404."))
+    # --- billing showback on /metrics (docs/billing.md, "Showback in Prometheus") ---------
+    billing_showback_refresh_s: float = Field(default=900.0, ge=0, description=(
+        "How often the upkeep recomputes this month's statement for the `gpufleet_cost_*` "
+        "series on /metrics when no fresher one was asked for (a month at 100,000 "
+        "bindings costs ~10 s of CPU). 0: no cost series, nothing computed for them."))
 
     @field_validator("health_xid_quarantine", "health_xid_suspect")
     @classmethod

@@ -25,6 +25,7 @@ import signal
 import socket
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import uvicorn
@@ -243,6 +244,14 @@ async def _put_fleet_to_use(gf, seed: int, halt: threading.Event, journal: Path)
     out.print(_try_lifecycle(summary))
 
 
+def try_billing(month: str) -> str:
+    """The banner's billing lines: this month's statement, priced by the demo's rate card
+    (demo/rate_card.py), as a table and as CSV (docs/billing.md)."""
+    return (f"  gpufleet billing statement --month {month}   (what each project's GPUs cost, "
+            "in the demo's USD rate card: gpufleet billing rates ls)\n"
+            f"  gpufleet billing export --month {month} --format csv -o statement.csv")
+
+
 def _try_lifecycle(summary: LifecycleSummary) -> str:
     why = f"   gpufleet request why {summary.waiting_code}" if summary.waiting_code else ""
     return f"  gpufleet request ls --state pending   gpufleet pool ls{why}"
@@ -315,4 +324,5 @@ def _banner(url: str, token: str, settings: Settings, progress: FleetProgress | 
     out.print("  gpufleet fleet ls --environment onprem-hpc --model H100-80GB")
     out.print("  gpufleet fleet ls --health quarantined   (a GPU falls off the bus in a few "
               "minutes; then gpufleet gpu health GPU)")
+    out.print(try_billing(datetime.now(UTC).strftime("%Y-%m")))
     out.print("\nCtrl-C stops the server and the simulated agents.")

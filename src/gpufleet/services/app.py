@@ -26,6 +26,7 @@ from gpufleet.services.access import audit, people, tokens
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.access.principal_cache import PrincipalCache
 from gpufleet.services.billing import rates as billing_rates
+from gpufleet.services.billing import showback
 from gpufleet.services.billing.statements import BillingStatements
 from gpufleet.services.chatops.desk import ChatOps
 from gpufleet.services.chatops.notifier import ChatNotifier
@@ -102,7 +103,9 @@ class Gpufleet:
         self._health_pack = default_pack(health.thresholds(settings))
         self._mig_rule = health.mig_rule(settings)
         self.chatops = ChatOps(store, settings, self.clock)  # docs/chatops.md
-        self.billing = BillingStatements(store, self.queries, self.clock)
+        self.billing = BillingStatements(
+            store, self.queries, self.clock,
+            showback_refresh_s=settings.billing_showback_refresh_s)  # /metrics' cost series
 
     @property
     def telemetry(self) -> TelemetryStore:
@@ -129,6 +132,7 @@ class Gpufleet:
             self.queries.warm_recent_funnels()
             self.queries.warm_recent_idle()
         self.billing.warm_asked_windows()  # statements asked lately, kept up to date
+        self.billing.warm_showback()  # this month's, for the gpufleet_cost_* series
 
     def close_telemetry(self) -> None:
         """Close the telemetry store, if one was opened (the state store stays open)."""
@@ -327,12 +331,16 @@ class Gpufleet:
 
     def server_metrics(self, principal: Principal) -> list[server_metrics.Family]:
         """Everything the server's Prometheus `/metrics` shows: the fleet's state, the
-        funnel by environment, and what telemetry ingest has done since start. Not for
+        funnel by environment, what telemetry ingest has done since start, and showback
+        (this month's statement as the upkeep keeps it, never computed here). Not for
         members: it shows every project's allocations (`metrics:read`)."""
         principal.require(Action.READ_FLEET_METRICS)
         with self.store.read() as session:
             families = server_metrics.gather(session, principal, self.clock.now())
             families += outbox_metrics.families(session, self.clock.now())
+            # Showback: kept by the upkeep, never computed in a scrape (docs/billing.md).
+            families += showback.families(self.billing.showback, billing_rates.rate_card(
+                session), self.clock.now())
         # A telemetry store without funnel queries leaves the state gauges to count alone.
         with contextlib.suppress(Unavailable):
             families += server_metrics.funnel_families(

@@ -43,7 +43,8 @@ class _Snapshot:
 def metrics(p: Principal = Depends(principal), gf: Gpufleet = Depends(services)) -> Response:
     """GPUs by environment, model and status; nodes by status; GPUs allocated per project;
     requests by state; agent silence per environment; the funnel by environment; what
-    telemetry ingest stored, dropped and refused since start."""
+    telemetry ingest stored, dropped and refused since start; showback — this month's cost
+    and GPU-hours per project (`gpufleet_cost_*`, as the upkeep last computed them)."""
     families = gf.server_metrics(p)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))

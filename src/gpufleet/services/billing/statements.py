@@ -10,7 +10,8 @@ it: a second call for the same window — any caller, any roll-up or grouping �
 until a binding, pool, rate or project changes or more telemetry lands in the window. An
 open window's (this month's) are reused for RECENT_S and recomputed by the upkeep loop
 every REFRESH_S while asked; it brings every window asked lately up to date
-(`warm_asked_windows`), so callers rarely wait for a computation.
+(`warm_asked_windows`), so callers rarely wait for a computation. It also keeps this month's
+for the `gpufleet_cost_*` series on /metrics (`warm_showback`, services/billing/showback.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from gpufleet.domain.errors import GpufleetError, InvalidInput, Unavailable
 from gpufleet.services.access.principal import SYSTEM, Principal
 from gpufleet.services.billing import sources
 from gpufleet.services.billing.rates import rate_card
+from gpufleet.services.billing.showback import Showback, ShowbackRow
 from gpufleet.services.lookup import not_found
 from gpufleet.services.telemetry.ownership import read_slots
 from gpufleet.services.telemetry.queries import TelemetryQueries
@@ -138,10 +140,15 @@ class Computed:
 class BillingStatements:
     """Statements for any window, kept per window until their inputs change."""
 
-    def __init__(self, store: StateStore, queries: TelemetryQueries, clock: Clock):
+    def __init__(self, store: StateStore, queries: TelemetryQueries, clock: Clock,
+                 showback_refresh_s: float = 0.0):
         self.store = store
         self.queries = queries
         self.clock = clock
+        # This month's statement for /metrics (`warm_showback`); 0: none kept.
+        self.showback_refresh_s = showback_refresh_s
+        self.showback: Showback | None = None
+        self._showback_from: Computed | None = None
         self._lock = threading.Lock()
         self._kept: OrderedDict[tuple, Computed] = OrderedDict()  # closed windows
         self._open: dict[Window, Computed] = {}  # open windows, by the window asked
@@ -180,12 +187,16 @@ class BillingStatements:
         caller finds them kept: an open one is recomputed once its answer is REFRESH_S
         old, a closed one only when its inputs changed, and the views asked of each
         (scope, project, roll-up, grouping) are built on the fresh answer (the upkeep
-        loop's work, once a round); forget the others."""
+        loop's work, once a round); forget the others — but this month's answer, which
+        `warm_showback` keeps for /metrics whether asked or not."""
         now = self.clock.now()
         with self._lock:
             asked = {w: at for w, at in self._asked.items() if now - at <= WARM_WHILE_ASKED}
             self._asked = dict(asked)
-            self._open = {w: c for w, c in self._open.items() if w in asked}
+            showback_month = None if self.showback_refresh_s <= 0 else \
+                month_window(now.strftime("%Y-%m"))  # kept for /metrics, asked or not
+            self._open = {w: c for w, c in self._open.items()
+                          if w in asked or w == showback_month}
             view_keys = {w: set(self._view_keys.get(w, ())) for w in asked}
             self._view_keys = {w: self._view_keys[w] for w in asked if w in self._view_keys}
         for window in asked:
@@ -202,6 +213,35 @@ class BillingStatements:
             except GpufleetError as exc:  # the caller asking next is told; the loop goes on
                 log.warning("billing: warming the statement of %s to %s failed: %s",
                             window.start.isoformat(), window.end.isoformat(), exc)
+
+    def warm_showback(self) -> None:
+        """Keep this month's statement (UTC) for the `gpufleet_cost_*` series on /metrics
+        (services/billing/showback.py), whether or not anyone asked for it: take the open
+        month's kept answer when one is at most `showback_refresh_s` old — a caller asking
+        for this month keeps it fresher at no extra cost — else compute it afresh (the
+        upkeep loop's work, once a round; a scrape only reads `showback`)."""
+        if self.showback_refresh_s <= 0:
+            self.showback = self._showback_from = None
+            return
+        now = self.clock.now()
+        month = month_window(now.strftime("%Y-%m"))
+        with self._lock:
+            kept = self._open.get(month)
+        try:
+            if kept is None or (now - kept.window.end).total_seconds() > \
+                    self.showback_refresh_s:
+                kept = self.computed(month, fresh=True)
+        except GpufleetError as exc:  # the first instant of a month, a store that failed
+            log.warning("billing: this month's statement for /metrics failed: %s", exc)
+            return
+        if kept is self._showback_from:
+            return
+        rows = tuple(ShowbackRow(name, st.project.organisation, st.project.department,
+                                 st.project.cost_centre,
+                                 totals_view(kept.totals(name), kept.currency))
+                     for name, st in sorted(kept.statements.items()))
+        self.showback = Showback(kept.window, kept.currency, rows)
+        self._showback_from = kept
 
     def _closed(self, window: Window) -> Computed:
         done = self._masks_done()
