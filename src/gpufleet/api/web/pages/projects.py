@@ -20,11 +20,13 @@ from gpufleet.api.web.page import (
     render,
     section,
     services,
+    ui_url,
     viewer,
 )
 from gpufleet.api.web.pages.usage import IDLE_SHOWN, row_of, trend_step, usage
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
+from gpufleet.services.billing.statements import month_window
 
 NAV = ("projects", "Projects", f"{UI}/projects")
 DEFAULT_WINDOW = "24h"
@@ -77,7 +79,20 @@ def project_page(gf: Gpufleet, p: Principal, name: str, window: str) -> dict[str
                                                      limit=SHOWN)),
         "idle": section(api_url("telemetry/idle", project=name, limit=IDLE_SHOWN),
                         lambda: gf.queries.recent_idle(p, project=name, limit=IDLE_SHOWN)),
+        "cost": month_cost(gf, p, name),
     }
+
+
+def month_cost(gf: Gpufleet, p: Principal, name: str) -> Section:
+    """This month's cost line (docs/dashboard.md, "Billing"): the project's row of the
+    month's statement, the Billing page's own question (kept and warmed by the service)."""
+    month = gf.clock.now().strftime("%Y-%m")
+
+    def compute():
+        view = gf.billing_statements(p, month_window(month), project=name)
+        return {"month": month, "currency": view.currency, "totals": view.total,
+                "url": ui_url("billing", project=name)}
+    return section(api_url("billing/statements", month=month, project=name), compute)
 
 
 router = APIRouter(include_in_schema=False)
