@@ -229,3 +229,12 @@ def test_the_project_page_without_a_rate_card_says_hours(client, api, admin_toke
     parsed, html = page(client, "/ui/projects/vision")
     assert parsed.data["cost-charged_gpu_hours"] == pytest.approx(2)
     assert "no rate card" in html and "cost-total_cost" not in parsed.data
+
+
+def test_a_window_with_a_zone_is_asked_in_utc(client, admin_token, world):
+    sign_in(client, admin_token)
+    parsed, html = page(client, "/ui/billing?start=2026-11-02T11:00%2B02:00"
+                                "&end=2026-11-02T12:00Z")
+    asked = parse_qs(urlsplit(statement_link(parsed)).query)
+    assert asked == {"start": ["2026-11-02T09:00:00Z"], "end": ["2026-11-02T12:00:00Z"]}
+    assert 'value="2026-11-02T09:00"' in html  # the form's field, in UTC as labelled

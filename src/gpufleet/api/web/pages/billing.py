@@ -100,7 +100,7 @@ def _time(text: str, name: str) -> datetime:
     except ValueError:
         raise InvalidInput(f"{name} '{text}' is not a time like 2026-11-02T09:00Z",
                            code="invalid_time", details={name: text}) from None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)
+    return at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)  # the form shows UTC
 
 
 def asked(now: datetime, month: str, start: str, end: str, project: str, by: str,
@@ -134,7 +134,7 @@ def cost_chart(view) -> str | None:
             if row.totals.total_cost]
     if not bars:
         return None
-    return bar_chart(f"Cost by project (the {len(bars)} costliest)", view.currency, bars)
+    return bar_chart(f"Cost by project, the {len(bars)} costliest", view.currency, bars)
 
 
 @dataclass(frozen=True)
