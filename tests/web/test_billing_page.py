@@ -204,8 +204,13 @@ def test_month_links_step_back_and_not_into_the_future(client, admin_token, worl
         page(client, link)  # each answers 200
 
 
-def test_the_project_page_says_this_months_cost(client, api, admin_token, world):
+def test_the_project_page_says_this_months_cost(client, api, admin_token, gf, world):
     sign_in(client, admin_token)
+    # Not counted yet: the page does not wait for a month's statement, it says so ...
+    parsed, html = page(client, "/ui/projects/speech")
+    assert "being counted" in html and "cost-total_cost" not in parsed.data
+    assert "/ui/billing?project=speech" in parsed.links
+    gf.billing.warm_asked_windows()  # ... and the upkeep loop's round counts it
     parsed, html = page(client, "/ui/projects/speech")
     link = next(link for link in parsed.links if link.startswith("/api/v1/billing/"))
     month = world["t0"].strftime("%Y-%m")
@@ -226,6 +231,7 @@ def test_the_project_page_without_a_rate_card_says_hours(client, api, admin_toke
     grant(gf, "vision")
     clock.advance(2 * 3600)
     sign_in(client, admin_token)
+    page(client, "/ui/billing")  # the Billing page counts the month; the line reuses it
     parsed, html = page(client, "/ui/projects/vision")
     assert parsed.data["cost-charged_gpu_hours"] == pytest.approx(2)
     assert "no rate card" in html and "cost-total_cost" not in parsed.data
@@ -238,3 +244,18 @@ def test_a_window_with_a_zone_is_asked_in_utc(client, admin_token, world):
     asked = parse_qs(urlsplit(statement_link(parsed)).query)
     assert asked == {"start": ["2026-11-02T09:00:00Z"], "end": ["2026-11-02T12:00:00Z"]}
     assert 'value="2026-11-02T09:00"' in html  # the form's field, in UTC as labelled
+
+
+def test_the_project_page_counts_nothing_itself(client, admin_token, gf, world, clock):
+    """A stale month is not recounted by the Project page (seconds at 100,000 bindings):
+    it says so until the upkeep has counted it again."""
+    sign_in(client, admin_token)
+    gf.billing.warm_asked_windows()
+    page(client, "/ui/projects/vision")
+    kept = dict(gf.billing._open)
+    clock.advance(3600)  # past the open month's reuse (RECENT_S)
+    _, html = page(client, "/ui/projects/vision")
+    assert "being counted" in html and gf.billing._open == kept  # nothing computed
+    gf.billing.warm_asked_windows()
+    parsed, _ = page(client, "/ui/projects/vision")
+    assert parsed.data["cost-total_cost"] == pytest.approx(16 + 2 + 2)  # 2 GPUs, one more hour

@@ -85,13 +85,15 @@ def project_page(gf: Gpufleet, p: Principal, name: str, window: str) -> dict[str
 
 def month_cost(gf: Gpufleet, p: Principal, name: str) -> Section:
     """This month's cost line (docs/dashboard.md, "Billing"): the project's row of the
-    month's statement, the Billing page's own question (kept and warmed by the service)."""
+    month's statement, the Billing page's own question — only when the service keeps it
+    fresh: counting a month afresh takes seconds at 100,000 bindings, which this page
+    must not wait for; then the line says so and the upkeep loop counts it."""
     month = gf.clock.now().strftime("%Y-%m")
 
     def compute():
-        view = gf.billing_statements(p, month_window(month), project=name)
-        return {"month": month, "currency": view.currency, "totals": view.total,
-                "url": ui_url("billing", project=name)}
+        view = gf.billing.kept_view(p, month_window(month), project=name)
+        return {"month": month, "url": ui_url("billing", project=name), "view": view,
+                "currency": view and view.currency, "totals": view and view.total}
     return section(api_url("billing/statements", month=month, project=name), compute)
 
 
