@@ -259,3 +259,14 @@ def test_the_project_page_counts_nothing_itself(client, admin_token, gf, world, 
     gf.billing.warm_asked_windows()
     parsed, _ = page(client, "/ui/projects/vision")
     assert parsed.data["cost-total_cost"] == pytest.approx(16 + 2 + 2)  # 2 GPUs, one more hour
+
+
+def test_a_members_project_page_shows_their_cost(client, gf, world):
+    member = world["member"]
+    sign_in(client, member.token)
+    page(client, "/ui/projects/vision")
+    gf.billing.warm_asked_windows()  # the member's own view of the month, counted
+    parsed, _ = page(client, "/ui/projects/vision")
+    link = next(link for link in parsed.links if link.startswith("/api/v1/billing/"))
+    total = member.get(link).json()["total"]
+    assert parsed.data["cost-total_cost"] == float(total["total_cost"]) == 16.0
