@@ -71,6 +71,8 @@ PAGES = [
     ("audit", "/ui/audit"),
     ("audit, one GPU", "/ui/audit?subject_kind=gpu&subject=GPU-00000042"),
     ("audit, one action", "/ui/audit?action=request.approved"),
+    ("billing", "/ui/billing"),
+    ("billing, by dept", "/ui/billing?by=department&group=model"),
 ]
 AUDIT_ACTIONS = (("gpu", "gpu.health_changed"), ("request", "request.created"),
                  ("request", "request.approved"), ("node", "node.registered"))

@@ -21,7 +21,7 @@ DOCS = ROOT / "docs/images/dashboard"
 # The pictures docs/dashboard.md embeds, by the name each test saves.
 SHOWN = ("login", "fleet", "fleet-dark", "fleet-member", "environments", "environment",
          "projects", "project", "nodes", "node", "gpu", "gpu-dark", "requests",
-         "request-approved", "request-new", "pools", "audit")
+         "request-approved", "request-new", "pools", "audit", "billing")
 
 
 def main() -> int:

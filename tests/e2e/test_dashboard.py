@@ -129,6 +129,10 @@ def test_no_page_the_links_reach_asks_another_host(new_page, server):
     seen, queue = {"/ui/"}, deque(["/ui/"])
     while queue and len(seen) <= CRAWL_LIMIT:
         path = queue.popleft()
+        if "format=csv" in path:  # a download (the Billing page's CSV): the browser
+            # saves it rather than opening it, so fetch it with the page's session instead
+            assert page.request.get(path).status == 200, path
+            continue
         response = page.goto(path)
         html = "text/html" in response.headers.get("content-type", "")
         assert response.status == 200, f"{path}: {response.status}"

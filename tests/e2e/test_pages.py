@@ -158,3 +158,19 @@ def test_pools_an_operator_decides_and_a_member_only_sees(new_page, server):
     assert open_page(member, f"/ui/pools?project={world.member_project}").status == 200
     assert member.locator("#pools tr[data-code]").count() == 1  # vision's pending pool
     assert member.get_by_role("button", name="Approve").count() == 0
+
+
+def test_the_billing_page_as_an_admin_and_a_member(new_page, server):
+    world = server.world
+    admin = sign_in(new_page(), world.admin)
+    response = open_page(admin, "/ui/billing")
+    assert response.status == 200 and _heading(admin) == "Billing"
+    table = admin.locator("#statement-table").inner_text()
+    assert world.member_project in table and world.other_project in table
+    assert "EUR" in table
+    assert admin.locator("svg[role=img].bars").count() == 1  # cost by project
+    screenshot(admin, "billing")
+    member = sign_in(new_page(), world.member)
+    open_page(member, "/ui/billing")
+    text = member.locator("#statement-table").inner_text()
+    assert world.member_project in text and world.other_project not in text

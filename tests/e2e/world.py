@@ -66,6 +66,7 @@ def seed(data_dir: Path, database_url: str | None = None) -> World:
             people = _people(api)
             create_environment(api)
             register(api, 1, gpus=4)
+            _rate_card(api, clock.now())
             _register_mig_node(api)
             (_, busy), (speech, idle) = _grant(gf, "vision"), _grant(gf, "speech")
             gf.lifecycle.request_pool(SYSTEM, PoolCreate(project="vision", flavour=MODEL,
@@ -92,6 +93,15 @@ def _people(api: Api) -> dict[str, str]:
     api.post("/api/v1/projects/vision/members", json={"user": "mia"})
     return {role: api.post("/api/v1/tokens", json={"name": user, "user": user}).json()["token"]
             for role, user in (("member", "mia"), ("operator", "olga"))}
+
+
+def _rate_card(api: Api, now: datetime) -> None:
+    """A price for the whole GPUs, set a day back, so the Billing page has costs to show
+    (docs/dashboard.md, "Billing")."""
+    response = api.post("/api/v1/billing/rates", json={
+        "flavour": MODEL, "price_per_unit_hour": "2.45", "currency": "EUR",
+        "effective_from": (now - timedelta(days=1)).isoformat()})
+    assert response.status_code == 201, response.text
 
 
 def _register_mig_node(api: Api) -> None:

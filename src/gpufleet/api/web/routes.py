@@ -10,6 +10,7 @@ from gpufleet.api.web import signin
 from gpufleet.api.web.page import HERE, UI, SignInRequired, templates, to_login
 from gpufleet.api.web.pages import (
     audit,
+    billing,
     environments,
     fleet,
     gpu,
@@ -28,6 +29,7 @@ STATIC_PATH = f"{UI}/static"
 # request_form comes before requests: /requests/new is not a request's code.
 PAGES = [fleet, environments, projects, nodes, node, gpu, request_form, requests, pools,
          audit]
+PAGES += [billing]  # issue 16's chargeback (docs/dashboard.md, "Billing")
 
 
 def install(app) -> None:

@@ -315,6 +315,41 @@ class BillingStatements:
         return _kept_view(computed, key)
 
 
+    def kept_view(self, principal: Principal, window: Window, *,
+                  project: str | None = None, by: str = "project",
+                  group: str | None = None) -> StatementsView | None:
+        """`view`'s answer when its window's statements are kept (an open window's fresh,
+        as `computed` would reuse them), else None — and the window is marked asked, so
+        the upkeep loop computes it (`warm_asked_windows`) and a later call finds it. For
+        a page that must not wait seconds for a month at 100,000 bindings: the Project
+        page's cost line (docs/dashboard.md, "Billing")."""
+        principal.require(Action.READ_BILLING_STATEMENTS)
+        if project is not None and not principal.sees_project(project):
+            raise not_found("project", project)
+        now = self.clock.now()
+        if window.start >= now:
+            return None
+        if window.end > now:
+            with self._lock:
+                kept = self._open.get(window)
+            if kept is not None and (now - kept.window.end).total_seconds() > RECENT_S:
+                kept = None
+        else:
+            done = self._masks_done()
+            with self.store.read() as session:
+                key = (window, sources.change_marker(session, window.end),
+                       None if done is None else min(done, to_ms(window.end)))
+            with self._lock:
+                kept = self._kept.get(key)
+        if kept is None:
+            with self._lock:
+                self._asked[window] = now
+                self._view_keys.setdefault(window, set()).add(
+                    (principal.visible_projects, project, by, group))
+            return None
+        return self.view(principal, window, project=project, by=by, group=group)
+
+
 def _kept_view(computed: Computed, key: tuple) -> StatementsView:
     """The view of `key` (visible projects, project, by, group), built once per Computed."""
     view = computed._views.get(key)

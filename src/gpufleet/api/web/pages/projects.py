@@ -20,11 +20,13 @@ from gpufleet.api.web.page import (
     render,
     section,
     services,
+    ui_url,
     viewer,
 )
 from gpufleet.api.web.pages.usage import IDLE_SHOWN, row_of, trend_step, usage
 from gpufleet.services.access.principal import Principal
 from gpufleet.services.app import Gpufleet
+from gpufleet.services.billing.statements import month_window
 
 NAV = ("projects", "Projects", f"{UI}/projects")
 DEFAULT_WINDOW = "24h"
@@ -77,7 +79,22 @@ def project_page(gf: Gpufleet, p: Principal, name: str, window: str) -> dict[str
                                                      limit=SHOWN)),
         "idle": section(api_url("telemetry/idle", project=name, limit=IDLE_SHOWN),
                         lambda: gf.queries.recent_idle(p, project=name, limit=IDLE_SHOWN)),
+        "cost": month_cost(gf, p, name),
     }
+
+
+def month_cost(gf: Gpufleet, p: Principal, name: str) -> Section:
+    """This month's cost line (docs/dashboard.md, "Billing"): the project's row of the
+    month's statement, the Billing page's own question — only when the service keeps it
+    fresh: counting a month afresh takes seconds at 100,000 bindings, which this page
+    must not wait for; then the line says so and the upkeep loop counts it."""
+    month = gf.clock.now().strftime("%Y-%m")
+
+    def compute():
+        view = gf.billing.kept_view(p, month_window(month), project=name)
+        return {"month": month, "url": ui_url("billing", project=name), "view": view,
+                "currency": view and view.currency, "totals": view and view.total}
+    return section(api_url("billing/statements", month=month, project=name), compute)
 
 
 router = APIRouter(include_in_schema=False)
