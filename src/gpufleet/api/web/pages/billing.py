@@ -162,7 +162,7 @@ def billing_page(gf: Gpufleet, p: Principal, query: Asked) -> dict[str, Section]
     params = query.api_params()
 
     def statement():
-        window = asked_window(query.month, query.start, query.end)
+        window = asked_window(query.month, query.start, query.end, now=gf.clock.now())
         view = gf.billing_statements(p, window, project=query.project, by=query.by,
                                      group=query.group)
         return {"view": view, "rows": sort_by_cost(view.rows), "chart": cost_chart(view)}
