@@ -131,14 +131,23 @@ class Statement:
 # Lines are summed in buckets of one project, group, kind, weight and price, counting whole
 # microseconds as integers; each bucket becomes Fractions once. Summing a Fraction per line
 # costs a GCD per addition — seconds per 100,000 bindings.
-_Bucket = tuple[str, Group, LineKind, Fraction, Fraction | None, bool]
+# A bucket is keyed by its weight's integers and its quote's id (charge_lines asks one
+# quote per flavour, weight and price, and hashing Fractions per line is slow);
+# `_Bucketed` keeps the objects.
+_Bucket = tuple[str, str, str | None, LineKind, int, int, int]
+
+
+@dataclass
+class _Bucketed:
+    weight: Fraction
+    quote: object
+    unit_micros: int = 0
 
 
 def _bucket(line: ChargeLine) -> _Bucket:
-    priced = line.quote is not None
-    price = line.quote.price_per_unit_hour if priced else None
-    return (line.project, Group(line.flavour, line.environment), line.kind, line.weight,
-            price, priced)
+    weight = line.weight
+    return (line.project, line.flavour, line.environment, line.kind, weight.numerator,
+            weight.denominator, id(line.quote))
 
 
 def _bucket_totals(kind: LineKind, weight: Fraction, price: Fraction | None, priced: bool,
@@ -156,33 +165,100 @@ def _bucket_totals(kind: LineKind, weight: Fraction, price: Fraction | None, pri
     return found
 
 
-def _idle_prices(lines: list[ChargeLine]) -> tuple[Fraction, Fraction]:
-    """What one idle GPU-hour of these lines costs, and what their rates' idle adjustments
-    add to it: averages over the lines' GPU-hours (a binding may span a rate change)."""
-    hours = sum((line.gpu_hours for line in lines), ZERO)
-    if not hours:
-        return ZERO, ZERO
-    cost = adjustment = ZERO
+# Activity is summed the same way: each binding's active and idle GPU-hours, idle cost and
+# idle adjustment become integer pairs (numerator, denominator), never reduced per binding;
+# a group's pairs are added per denominator and then across denominators (`exact_sum`),
+# and become one Fraction per group and field. An idle cost's denominator holds the
+# binding's own time held when a rate changes inside it (idle is paid at the average price
+# of that time), so these denominators differ binding by binding: a Fraction sum would
+# reduce (a GCD) at every addition, seconds per 100,000 bindings.
+_Pair = tuple[int, int]
+
+
+def exact_sum(pairs: Iterable[_Pair]) -> _Pair:
+    """Σ numerator ÷ denominator, exactly and unreduced: numerators over one denominator
+    are added as integers, then distinct denominators are combined pairwise (a tree, so
+    the operands grow together and big products are few). No GCD is taken: reducing is the
+    caller's, once (`Fraction(*exact_sum(…))`), or never (`ExactTotals`)."""
+    by_denominator: dict[int, int] = defaultdict(int)
+    for numerator, denominator in pairs:
+        by_denominator[denominator] += numerator
+    found = [(n, d) for d, n in by_denominator.items() if n]
+    if not found:
+        return 0, 1
+    while len(found) > 1:
+        merged = []
+        for (a, b), (c, d) in zip(found[0::2], found[1::2], strict=False):
+            merged.append((a + c, b) if b == d else (a * d + c * b, b * d))
+        if len(found) % 2:
+            merged.append(found[-1])
+        found = merged
+    return found[0]
+
+
+@dataclass
+class _PaidAt:
+    """What the lines paying a binding's time cost, as integer pairs: Σ cost and Σ cost ×
+    each rate's idle adjustment, over Σ GPU-hours (the price per GPU-hour idle time is paid
+    at is their ratio; a binding may span a rate change, so it is an average)."""
+
+    cost: _Pair = (0, 1)  # Σ price per unit-hour × units × micros
+    adjusted: _Pair = (0, 1)  # the same × the rate's idle adjustment
+    gpu_micros: _Pair = (0, 1)  # Σ weight × units × micros
+
+
+def _plus(a: _Pair, b: _Pair) -> _Pair:
+    return (a[0] + b[0], a[1]) if a[1] == b[1] else (a[0] * b[1] + b[0] * a[1], a[1] * b[1])
+
+
+def _paid_at(lines: list[ChargeLine], adjustments: dict[int, Fraction]) -> _PaidAt:
+    """The sums `_PaidAt` holds (the seconds of docs/billing.md, "Statements": idle cost is
+    idle GPU-hours × the price per GPU-hour that time was paid at)."""
+    paid = _PaidAt()
     for line in lines:
+        # One line: its price per GPU-hour is its own, whatever its time (1 µs stands for
+        # it, and keeps the pairs small and shared by every such binding).
+        unit_micros = 1 if len(lines) == 1 else line.units * line.micros
+        weight = line.weight
+        paid.gpu_micros = _plus(paid.gpu_micros, (weight.numerator * unit_micros,
+                                                  weight.denominator))
         if line.quote is None:
             continue
-        line_cost = line.cost or ZERO
-        cost += line_cost
-        adjustment += line_cost * Fraction(line.quote.rate.idle_adjustment)
-    return cost / hours, adjustment / hours
+        price = line.quote.price_per_unit_hour
+        cost = (price.numerator * unit_micros, price.denominator)
+        paid.cost = _plus(paid.cost, cost)
+        rate = line.quote.rate
+        adjustment = adjustments.get(id(rate))
+        if adjustment is None:
+            adjustment = adjustments[id(rate)] = Fraction(rate.idle_adjustment)
+        paid.adjusted = _plus(paid.adjusted, (cost[0] * adjustment.numerator,
+                                              cost[1] * adjustment.denominator))
+    return paid
 
 
-def _activity_fields(binding: BindingInterval, own: list[ChargeLine], paid: list[ChargeLine],
-                     known: Activity) -> dict[str, Fraction]:
-    allocated = binding.weight * Fraction(sum(line.micros for line in own), MICROS_PER_HOUR)
-    active, idle = Fraction(known.active_gpu_hours), Fraction(known.idle_gpu_hours)
-    if active < 0 or idle < 0 or active + idle > allocated:
+def _activity_pairs(binding: BindingInterval, own: list[ChargeLine], paid: _PaidAt | None,
+                    known: Activity) -> dict[str, _Pair]:
+    """A binding's activity, refused when active + idle exceed what it held in the window."""
+    weight = binding.weight
+    held_micros = sum(line.micros for line in own)
+    active, idle = known.active_gpu_hours, known.idle_gpu_hours
+    if type(active) is not Fraction or type(idle) is not Fraction:
+        active, idle = Fraction(active), Fraction(idle)
+    an, ad, inum, iden = active.numerator, active.denominator, idle.numerator, idle.denominator
+    # active + idle ≤ weight × held ÷ MICROS_PER_HOUR, multiplied out in integers.
+    if an < 0 or inum < 0 or (an * iden + inum * ad) * MICROS_PER_HOUR * weight.denominator \
+            > weight.numerator * held_micros * ad * iden:
+        allocated = weight * Fraction(held_micros, MICROS_PER_HOUR)
         raise InvalidInput(f"binding {binding.binding_id}: active + idle GPU-hours "
                            f"({float(active + idle):.3f}) exceed its allocated "
                            f"{float(allocated):.3f} in the window", code="invalid_activity")
-    price, adjustment = _idle_prices(paid) if idle else (ZERO, ZERO)
-    return {"active_gpu_hours": active, "idle_gpu_hours": idle, "idle_cost": idle * price,
-            "idle_adjustment": idle * adjustment}
+    found = {"active_gpu_hours": (an, ad), "idle_gpu_hours": (inum, iden)}
+    if inum and paid is not None and paid.gpu_micros[0]:
+        # idle × Σ cost ÷ Σ GPU-hours; both sums are in unit-micros, so the unit cancels.
+        hours_n, hours_d = paid.gpu_micros
+        for name, (n, d) in (("idle_cost", paid.cost), ("idle_adjustment", paid.adjusted)):
+            found[name] = (inum * n * hours_d, iden * d * hours_n)
+    return found
 
 
 def _add(into: dict[str, Fraction], found: dict[str, Fraction]) -> None:
@@ -201,22 +277,31 @@ def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval
     """
     bindings, pools = list(bindings), list(pools)
     lines = charge_lines(bindings, pools, card, window, monthly=monthly)
-    buckets: dict[_Bucket, int] = defaultdict(int)
+    buckets: dict[_Bucket, _Bucketed] = {}
     project_lines: dict[str, list[ChargeLine]] = defaultdict(list)
     by_source: dict[tuple[LineKind, int], list[ChargeLine]] = defaultdict(list)
     for line in lines:
         if line.project not in projects:
             raise InvalidInput(f"project '{line.project}' has charges but no project record",
                                code="unknown_project", details={"project": line.project})
-        buckets[_bucket(line)] += line.units * line.micros
+        key = _bucket(line)
+        bucket = buckets.get(key)
+        if bucket is None:
+            bucket = buckets[key] = _Bucketed(line.weight, line.quote)
+        bucket.unit_micros += line.units * line.micros
         project_lines[line.project].append(line)
         by_source[(line.kind, line.source_id)].append(line)
     fields_by_group: dict[str, dict[Group, dict[str, Fraction]]] = \
         defaultdict(lambda: defaultdict(dict))
-    for (project, group, kind, weight, price, priced), micros in buckets.items():
+    for (project, flavour, environment, kind, *_), bucket in buckets.items():
+        priced = bucket.quote is not None
+        _add(fields_by_group[project][Group(flavour, environment)],
+             _bucket_totals(kind, bucket.weight,
+                            bucket.quote.price_per_unit_hour if priced else None, priced,
+                            bucket.unit_micros))
+    for (project, group), pairs in _activity(bindings, by_source, activity or {}).items():
         _add(fields_by_group[project][group],
-             _bucket_totals(kind, weight, price, priced, micros))
-    _add_activity(fields_by_group, bindings, by_source, activity or {})
+             {name: Fraction(*exact_sum(found)) for name, found in pairs.items()})
     return {name: Statement(info, window, card.currency,
                             {group: _totals(found)
                              for group, found in fields_by_group.get(name, {}).items()},
@@ -224,26 +309,41 @@ def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval
             for name, info in projects.items()}
 
 
-def _add_activity(fields_by_group: dict[str, dict[Group, dict[str, Fraction]]],
-                  bindings: list[BindingInterval],
-                  by_source: dict[tuple[LineKind, int], list[ChargeLine]],
-                  activity: Mapping[int, Activity]) -> None:
+def _activity(bindings: list[BindingInterval],
+              by_source: dict[tuple[LineKind, int], list[ChargeLine]],
+              activity: Mapping[int, Activity]
+              ) -> dict[tuple[str, Group], dict[str, list[_Pair]]]:
+    """Each binding's activity as integer pairs, gathered per project and group."""
     by_id = {binding.binding_id: binding for binding in bindings}
+    found: dict[tuple[str, Group], dict[str, list[_Pair]]] = \
+        defaultdict(lambda: defaultdict(list))
+    pools_paid: dict[int, _PaidAt] = {}  # a pool's lines pay for each of its bindings
+    adjustments: dict[int, Fraction] = {}
     for binding_id, known in activity.items():
         binding = by_id.get(binding_id)
         if binding is None:
             raise InvalidInput(f"activity for binding {binding_id}, which was not given",
                                code="invalid_activity")
-        kind = LineKind.BINDING if binding.pool_id is None else LineKind.POOL_USAGE
-        own = by_source.get((kind, binding_id), [])
-        paid = own if binding.pool_id is None else by_source.get((LineKind.POOL,
-                                                                  binding.pool_id), [])
         if not known.active_gpu_hours and not known.idle_gpu_hours:
             continue  # all unknown: nothing to add
-        found = _activity_fields(binding, own, paid, known)
+        in_pool = binding.pool_id is not None
+        own = by_source.get((LineKind.POOL_USAGE if in_pool else LineKind.BINDING,
+                             binding_id), [])
+        paid = None
+        if known.idle_gpu_hours:
+            if not in_pool:
+                paid = _paid_at(own, adjustments)
+            else:
+                paid = pools_paid.get(binding.pool_id)
+                if paid is None:
+                    paid = pools_paid[binding.pool_id] = _paid_at(
+                        by_source.get((LineKind.POOL, binding.pool_id), []), adjustments)
+        pairs = _activity_pairs(binding, own, paid, known)
         if own:
-            _add(fields_by_group[binding.project][Group(binding.flavour, binding.environment)],
-                 found)
+            into = found[(binding.project, Group(binding.flavour, binding.environment))]
+            for name, pair in pairs.items():
+                into[name].append(pair)
+    return found
 
 
 def _totals(found: dict[str, Fraction]) -> Totals:
