@@ -25,10 +25,18 @@ from gpufleet.domain.billing.charges import (
     Window,
     charge_lines,
 )
-from gpufleet.domain.billing.rates import Rate, RateCard
+from gpufleet.domain.billing.rates import (
+    Rate,
+    RateCard,
+    minor_units,
+    round_money,
+    round_money_ratio,
+)
 from gpufleet.domain.billing.statements import (
     ROLL_UP_KEYS,
+    TOTALS_FIELDS,
     Activity,
+    ExactTotals,
     ProjectInfo,
     roll_up,
     statements,
@@ -294,3 +302,36 @@ def test_the_fast_statement_equals_the_straightforward_sum(history, card, data):
             for key, found in reference_statements(bindings, pools, card, WINDOW, PROJECTS,
                                                    activity).items()}
     assert fast == {key: found for key, found in slow.items() if found}
+
+
+@PROPERTY_SETTINGS
+@given(histories(), rate_cards(), st.data())
+def test_an_unreduced_sum_reads_as_the_reduced_one(history, card, data):
+    """Views sum projects as `ExactTotals` (never reduced): floats, rounded money and
+    efficiency must be exactly the reduced `sum_totals`'."""
+    bindings, pools = history
+    activity = {}
+    for b in bindings:
+        held = b.weight * overlap_hours(b.start, b.end, WINDOW)
+        active = held * Fraction(data.draw(st.integers(0, 5)), 5)
+        activity[b.binding_id] = Activity(active, (held - active) / 3)
+    result = statements(bindings, pools, card, WINDOW, PROJECTS, activity)
+    reduced = sum_totals(statement.totals for statement in result.values())
+    unreduced = ExactTotals.of(statement.totals for statement in result.values())
+    for name in TOTALS_FIELDS:
+        assert unreduced.fraction(name) == getattr(reduced, name)
+        assert unreduced.float(name) == float(getattr(reduced, name))
+    for currency in ("EUR", "JPY", "KWD"):
+        assert unreduced.rounded(currency) == reduced.rounded(currency)
+    assert unreduced.efficiency == reduced.efficiency
+
+
+@given(st.integers(-10**30, 10**30), st.integers(1, 10**12), st.integers(1, 10**6),
+       st.sampled_from(("EUR", "JPY", "KWD")))
+def test_rounding_an_unreduced_ratio_is_rounding_its_fraction(numerator, denominator, scale,
+                                                             currency):
+    assert round_money_ratio(numerator * scale, denominator * scale, currency) \
+        == round_money(Fraction(numerator, denominator), currency)
+    half = Fraction(2 * numerator + 1, 2 * 10 ** minor_units(currency))  # a tie
+    assert round_money_ratio(half.numerator * scale, half.denominator * scale, currency) \
+        == round_money(half, currency)

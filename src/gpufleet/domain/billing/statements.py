@@ -26,7 +26,7 @@ from gpufleet.domain.billing.charges import (
     Window,
     charge_lines,
 )
-from gpufleet.domain.billing.rates import RateCard, round_money
+from gpufleet.domain.billing.rates import RateCard, round_money, round_money_ratio
 from gpufleet.domain.errors import InvalidInput
 
 ZERO = Fraction(0)
@@ -83,6 +83,53 @@ class Totals:
                 "idle_cost": round_money(self.idle_cost, currency),
                 "idle_adjustment": round_money(self.idle_adjustment, currency),
                 "total_cost": round_money(self.total_cost, currency)}
+
+
+TOTALS_FIELDS = tuple(f.name for f in fields(Totals))
+_MONEY_FIELDS = ("cost", "idle_cost", "idle_adjustment")
+
+
+@dataclass(frozen=True)
+class ExactTotals:
+    """Many `Totals` summed exactly but not reduced: a (numerator, denominator) per field.
+
+    What a view of a statement needs (hours as floats, money rounded once) comes from the
+    pair without reducing it, and reducing is what costs: a month's idle cost summed over
+    200 projects at 100,000 bindings has a denominator of ~1.3 million bits (every binding
+    spanning a rate change brings its own), and a GCD of that size takes seconds
+    (BENCHMARKS.md, "Billing statements"). `fraction` reduces, for whoever needs one."""
+
+    pairs: Mapping[str, tuple[int, int]]
+
+    @classmethod
+    def of(cls, items: Iterable[Totals]) -> ExactTotals:
+        items = list(items)
+        return cls({name: exact_sum((value.numerator, value.denominator) for item in items
+                                    if (value := getattr(item, name)))
+                    for name in TOTALS_FIELDS})
+
+    def fraction(self, name: str) -> Fraction:
+        if name == "total_cost":
+            return self.fraction("cost") + self.fraction("idle_adjustment")
+        return Fraction(*self.pairs[name])
+
+    def float(self, name: str) -> float:
+        """Correctly rounded, as float(Fraction) is: int ÷ int is, reduced or not."""
+        numerator, denominator = self.pairs[name]
+        return numerator / denominator
+
+    @property
+    def efficiency(self) -> Fraction | None:
+        """As `Totals.efficiency` (hours' denominators stay small: reducing them is cheap)."""
+        return Totals(active_gpu_hours=self.fraction("active_gpu_hours"),
+                      idle_gpu_hours=self.fraction("idle_gpu_hours")).efficiency
+
+    def rounded(self, currency: str) -> dict[str, Decimal]:
+        """As `Totals.rounded`, without reducing."""
+        found = {name: round_money_ratio(*self.pairs[name], currency)
+                 for name in _MONEY_FIELDS}
+        total = exact_sum((self.pairs["cost"], self.pairs["idle_adjustment"]))
+        return {**found, "total_cost": round_money_ratio(*total, currency)}
 
 
 def sum_totals(items: Iterable[Totals]) -> Totals:

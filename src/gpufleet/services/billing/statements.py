@@ -29,11 +29,11 @@ from gpufleet.domain.billing.charges import MICROS_PER_HOUR, BindingInterval, Wi
 from gpufleet.domain.billing.rates import RateCard
 from gpufleet.domain.billing.statements import (
     Activity,
+    ExactTotals,
     Group,
     Statement,
     Totals,
     statements,
-    sum_totals,
 )
 from gpufleet.domain.errors import GpufleetError, InvalidInput, Unavailable
 from gpufleet.services.access.principal import SYSTEM, Principal
@@ -296,12 +296,13 @@ def _view(computed: Computed, visible: frozenset[str] | None, project: str | Non
         rows.append(StatementRow(
             key=key, organisation=info and info.organisation,
             department=info and info.department, cost_centre=info and info.cost_centre,
-            totals=totals_view(sum_totals(computed.totals(n) for n in names), currency),
+            totals=totals_view(ExactTotals.of(computed.totals(n) for n in names),
+                               currency),
             groups=None if group is None else _groups(computed, names, group, currency)))
     return StatementsView(window_start=computed.window.start,
                           window_end=computed.window.end, currency=currency, by=by,
                           group=group, rows=rows,
-                          total=totals_view(sum_totals(computed.totals(n) for n in seen),
+                          total=totals_view(ExactTotals.of(computed.totals(n) for n in seen),
                                             currency))
 
 
@@ -330,26 +331,27 @@ def exact_activity(binding: BindingInterval, window: Window, active_minutes: int
 
 def _groups(computed: Computed, names: list[str], group: str,
             currency: str | None) -> list[StatementGroup]:
-    found: dict[str | None, Totals] = {}
+    found: dict[str | None, list[Totals]] = {}
     for name in names:
         for key, totals in computed.grouped(name, group).items():
-            found[key] = found.get(key, Totals()) + totals
-    return [StatementGroup(group=key, totals=totals_view(totals, currency))
-            for key, totals in sorted(found.items(), key=lambda kv: kv[0] or "")]
+            found.setdefault(key, []).append(totals)
+    return [StatementGroup(group=key, totals=totals_view(ExactTotals.of(items), currency))
+            for key, items in sorted(found.items(), key=lambda kv: kv[0] or "")]
 
 
-def totals_view(totals: Totals, currency: str | None) -> StatementTotals:
-    """Hours as floats; money rounded once (`Totals.rounded`), or null without a card."""
+def totals_view(totals: Totals | ExactTotals, currency: str | None) -> StatementTotals:
+    """Hours as floats; money rounded once (`Totals.rounded`), or null without a card.
+    Sums over projects come as `ExactTotals`: exact, and never reduced (seconds at
+    100,000 bindings); the floats and rounded money are the reduced sum's, to the bit."""
+    if isinstance(totals, Totals):
+        totals = ExactTotals.of([totals])
     money = totals.rounded(currency) if currency is not None else \
         dict.fromkeys(("cost", "idle_cost", "idle_adjustment", "total_cost"))
     efficiency = totals.efficiency
     return StatementTotals(
-        allocated_gpu_hours=float(totals.allocated_gpu_hours),
-        reserved_gpu_hours=float(totals.reserved_gpu_hours),
-        charged_gpu_hours=float(totals.charged_gpu_hours),
-        unpriced_gpu_hours=float(totals.unpriced_gpu_hours),
-        active_gpu_hours=float(totals.active_gpu_hours),
-        idle_gpu_hours=float(totals.idle_gpu_hours),
-        unknown_gpu_hours=float(totals.unknown_gpu_hours),
+        **{name: totals.float(name) for name in (
+            "allocated_gpu_hours", "reserved_gpu_hours", "charged_gpu_hours",
+            "unpriced_gpu_hours", "active_gpu_hours", "idle_gpu_hours",
+            "unknown_gpu_hours")},
         efficiency_percent=None if efficiency is None else float(efficiency * 100),
         **money)
