@@ -249,45 +249,59 @@ class _PaidAt:
     each rate's idle adjustment, over Σ GPU-hours (the price per GPU-hour idle time is paid
     at is their ratio; a binding may span a rate change, so it is an average)."""
 
-    cost: _Pair = (0, 1)  # Σ price per unit-hour × units × micros
+    cost: _Pair = (0, 1)  # Σ price per unit-hour × micros
     adjusted: _Pair = (0, 1)  # the same × the rate's idle adjustment
-    gpu_micros: _Pair = (0, 1)  # Σ weight × units × micros
+    gpu_micros: _Pair = (0, 1)  # weight × Σ micros
 
 
-def _plus(a: _Pair, b: _Pair) -> _Pair:
-    return (a[0] + b[0], a[1]) if a[1] == b[1] else (a[0] * b[1] + b[0] * a[1], a[1] * b[1])
-
-
-def _paid_at(lines: list[ChargeLine], adjustments: dict[int, Fraction]) -> _PaidAt:
-    """The sums `_PaidAt` holds (the seconds of docs/billing.md, "Statements": idle cost is
-    idle GPU-hours × the price per GPU-hour that time was paid at)."""
+def _paid_at(lines: list[ChargeLine], prices: dict[int, tuple[int, int, int, int]]
+             ) -> _PaidAt:
+    """The sums `_PaidAt` holds for the lines of one source (one binding's, or one pool's:
+    one weight and one unit count, so both cancel out of the price per GPU-hour but the
+    weight), per docs/billing.md, "Statements": idle cost is idle GPU-hours × the price per
+    GPU-hour that time was paid at. `prices` keeps each quote's price and idle adjustment
+    as integers (by the quote's id: charge_lines shares one per price)."""
     paid = _PaidAt()
+    if not lines:
+        return paid
+    cost_n, cost_d, adjusted_n, adjusted_d, held = 0, 1, 0, 1, 0
+    single = len(lines) == 1
     for line in lines:
         # One line: its price per GPU-hour is its own, whatever its time (1 µs stands for
         # it, and keeps the pairs small and shared by every such binding).
-        unit_micros = 1 if len(lines) == 1 else line.units * line.micros
-        weight = line.weight
-        paid.gpu_micros = _plus(paid.gpu_micros, (weight.numerator * unit_micros,
-                                                  weight.denominator))
-        if line.quote is None:
+        micros = 1 if single else line.micros
+        held += micros
+        quote = line.quote
+        if quote is None:
             continue
-        price = line.quote.price_per_unit_hour
-        cost = (price.numerator * unit_micros, price.denominator)
-        paid.cost = _plus(paid.cost, cost)
-        rate = line.quote.rate
-        adjustment = adjustments.get(id(rate))
-        if adjustment is None:
-            adjustment = adjustments[id(rate)] = Fraction(rate.idle_adjustment)
-        paid.adjusted = _plus(paid.adjusted, (cost[0] * adjustment.numerator,
-                                              cost[1] * adjustment.denominator))
+        found = prices.get(id(quote))
+        if found is None:
+            price, adjustment = quote.price_per_unit_hour, Fraction(quote.rate.idle_adjustment)
+            found = prices[id(quote)] = (price.numerator, price.denominator,
+                                         price.numerator * adjustment.numerator,
+                                         price.denominator * adjustment.denominator)
+        pn, pd, an, ad = found
+        if pd == cost_d:
+            cost_n += pn * micros
+        else:
+            cost_n, cost_d = cost_n * pd + pn * micros * cost_d, cost_d * pd
+        if an:
+            if ad == adjusted_d:
+                adjusted_n += an * micros
+            else:
+                adjusted_n, adjusted_d = adjusted_n * ad + an * micros * adjusted_d, \
+                    adjusted_d * ad
+    weight = lines[0].weight
+    paid.cost, paid.adjusted = (cost_n, cost_d), (adjusted_n, adjusted_d)
+    paid.gpu_micros = (weight.numerator * held, weight.denominator)
     return paid
 
 
-def _activity_pairs(binding: BindingInterval, own: list[ChargeLine], paid: _PaidAt | None,
+def _activity_pairs(binding: BindingInterval, held_micros: int, paid: _PaidAt | None,
                     known: Activity) -> dict[str, _Pair]:
-    """A binding's activity, refused when active + idle exceed what it held in the window."""
+    """A binding's activity, refused when active + idle exceed what it held in the window
+    (`held_micros`: the micros of its own lines)."""
     weight = binding.weight
-    held_micros = sum(line.micros for line in own)
     active, idle = known.active_gpu_hours, known.idle_gpu_hours
     if type(active) is not Fraction or type(idle) is not Fraction:
         active, idle = Fraction(active), Fraction(idle)
@@ -326,7 +340,7 @@ def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval
     lines = charge_lines(bindings, pools, card, window, monthly=monthly)
     buckets: dict[_Bucket, _Bucketed] = {}
     project_lines: dict[str, list[ChargeLine]] = defaultdict(list)
-    by_source: dict[tuple[LineKind, int], list[ChargeLine]] = defaultdict(list)
+    own = _OwnLines()
     for line in lines:
         if line.project not in projects:
             raise InvalidInput(f"project '{line.project}' has charges but no project record",
@@ -335,9 +349,10 @@ def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval
         bucket = buckets.get(key)
         if bucket is None:
             bucket = buckets[key] = _Bucketed(line.weight, line.quote)
-        bucket.unit_micros += line.units * line.micros
+        micros = line.micros
+        bucket.unit_micros += line.units * micros
         project_lines[line.project].append(line)
-        by_source[(line.kind, line.source_id)].append(line)
+        own.add(line, micros)
     fields_by_group: dict[str, dict[Group, dict[str, Fraction]]] = \
         defaultdict(lambda: defaultdict(dict))
     for (project, flavour, environment, kind, *_), bucket in buckets.items():
@@ -346,8 +361,9 @@ def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval
              _bucket_totals(kind, bucket.weight,
                             bucket.quote.price_per_unit_hour if priced else None, priced,
                             bucket.unit_micros))
-    for (project, group), pairs in _activity(bindings, by_source, activity or {}).items():
-        _add(fields_by_group[project][group],
+    for (project, flavour, environment), pairs in \
+            _activity(bindings, own, activity or {}).items():
+        _add(fields_by_group[project][Group(flavour, environment)],
              {name: Fraction(*exact_sum(found)) for name, found in pairs.items()})
     return {name: Statement(info, window, card.currency,
                             {group: _totals(found)
@@ -356,16 +372,34 @@ def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval
             for name, info in projects.items()}
 
 
-def _activity(bindings: list[BindingInterval],
-              by_source: dict[tuple[LineKind, int], list[ChargeLine]],
-              activity: Mapping[int, Activity]
-              ) -> dict[tuple[str, Group], dict[str, list[_Pair]]]:
+@dataclass
+class _OwnLines:
+    """Each binding's lines and the micros it held in the window, and each pool's lines:
+    what a binding's activity is checked against and its idle time paid at."""
+
+    held_micros: dict[int, int] = field(default_factory=dict)
+    bindings: dict[int, list[ChargeLine]] = field(default_factory=lambda: defaultdict(list))
+    pools: dict[int, list[ChargeLine]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, line: ChargeLine, micros: int) -> None:
+        if line.kind is LineKind.POOL:
+            self.pools[line.source_id].append(line)
+            return
+        self.bindings[line.source_id].append(line)
+        self.held_micros[line.source_id] = self.held_micros.get(line.source_id, 0) + micros
+
+
+_GroupKey = tuple[str, str, str | None]  # project, flavour, environment
+
+
+def _activity(bindings: list[BindingInterval], own: _OwnLines,
+              activity: Mapping[int, Activity]) -> dict[_GroupKey, dict[str, list[_Pair]]]:
     """Each binding's activity as integer pairs, gathered per project and group."""
     by_id = {binding.binding_id: binding for binding in bindings}
-    found: dict[tuple[str, Group], dict[str, list[_Pair]]] = \
-        defaultdict(lambda: defaultdict(list))
+    found: dict[_GroupKey, dict[str, list[_Pair]]] = defaultdict(lambda: defaultdict(list))
     pools_paid: dict[int, _PaidAt] = {}  # a pool's lines pay for each of its bindings
-    adjustments: dict[int, Fraction] = {}
+    prices: dict[int, tuple[int, int, int, int]] = {}
+    held_micros = own.held_micros
     for binding_id, known in activity.items():
         binding = by_id.get(binding_id)
         if binding is None:
@@ -373,21 +407,19 @@ def _activity(bindings: list[BindingInterval],
                                code="invalid_activity")
         if not known.active_gpu_hours and not known.idle_gpu_hours:
             continue  # all unknown: nothing to add
-        in_pool = binding.pool_id is not None
-        own = by_source.get((LineKind.POOL_USAGE if in_pool else LineKind.BINDING,
-                             binding_id), [])
         paid = None
         if known.idle_gpu_hours:
-            if not in_pool:
-                paid = _paid_at(own, adjustments)
+            pool_id = binding.pool_id
+            if pool_id is None:
+                paid = _paid_at(own.bindings.get(binding_id, []), prices)
             else:
-                paid = pools_paid.get(binding.pool_id)
+                paid = pools_paid.get(pool_id)
                 if paid is None:
-                    paid = pools_paid[binding.pool_id] = _paid_at(
-                        by_source.get((LineKind.POOL, binding.pool_id), []), adjustments)
-        pairs = _activity_pairs(binding, own, paid, known)
-        if own:
-            into = found[(binding.project, Group(binding.flavour, binding.environment))]
+                    paid = pools_paid[pool_id] = _paid_at(own.pools.get(pool_id, []), prices)
+        held = held_micros.get(binding_id, 0)
+        pairs = _activity_pairs(binding, held, paid, known)
+        if held:
+            into = found[(binding.project, binding.flavour, binding.environment)]
             for name, pair in pairs.items():
                 into[name].append(pair)
     return found

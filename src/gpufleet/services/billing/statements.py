@@ -15,10 +15,12 @@ every REFRESH_S while asked; it brings every window asked lately up to date
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -122,6 +124,15 @@ class Computed:
             found = self._totals[project] = self.statements[project].totals
         return found
 
+    def summed(self, names: list[str]) -> ExactTotals:
+        """The projects' totals summed (unreduced): a view's total and a roll-up's row are
+        often the same projects (every one, for an administrator)."""
+        key = ("summed", tuple(names))
+        found = self._totals.get(key)
+        if found is None:
+            found = self._totals[key] = ExactTotals.of(self.totals(n) for n in names)
+        return found
+
     def grouped(self, project: str, group: str) -> dict[str | None, Totals]:
         key = (project, group)
         found = self._totals.get(key)
@@ -216,6 +227,10 @@ class BillingStatements:
         return computed
 
     def _compute(self, window: Window, done: int | None) -> Computed:
+        with _no_collections():
+            return self._computed_now(window, done)
+
+    def _computed_now(self, window: Window, done: int | None) -> Computed:
         with self.store.read() as session:
             bindings = sources.binding_intervals(session, window.start, window.end)
             pools = sources.pool_intervals(session)
@@ -270,6 +285,22 @@ class BillingStatements:
         return _kept_view(computed, key)
 
 
+@contextmanager
+def _no_collections() -> Iterator[None]:
+    """No cyclic garbage collection while a statement is computed: it allocates ~10 objects
+    per binding, none of them garbage, and each allocation burst set off collections that
+    walked every live object of the server (a third of a month's computation at 100,000
+    bindings, BENCHMARKS.md). Reference counting still frees what is dropped; collection
+    resumes after (unless something else had turned it off)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _kept_view(computed: Computed, key: tuple) -> StatementsView:
     """The view of `key` (visible projects, project, by, group), built once per Computed."""
     view = computed._views.get(key)
@@ -296,14 +327,12 @@ def _view(computed: Computed, visible: frozenset[str] | None, project: str | Non
         rows.append(StatementRow(
             key=key, organisation=info and info.organisation,
             department=info and info.department, cost_centre=info and info.cost_centre,
-            totals=totals_view(ExactTotals.of(computed.totals(n) for n in names),
-                               currency),
+            totals=totals_view(computed.summed(names), currency),
             groups=None if group is None else _groups(computed, names, group, currency)))
     return StatementsView(window_start=computed.window.start,
                           window_end=computed.window.end, currency=currency, by=by,
                           group=group, rows=rows,
-                          total=totals_view(ExactTotals.of(computed.totals(n) for n in seen),
-                                            currency))
+                          total=totals_view(computed.summed(seen), currency))
 
 
 def exact_activity(binding: BindingInterval, window: Window, active_minutes: int,
