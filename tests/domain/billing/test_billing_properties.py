@@ -302,6 +302,8 @@ def test_the_fast_statement_equals_the_straightforward_sum(history, card, data):
             for key, found in reference_statements(bindings, pools, card, WINDOW, PROJECTS,
                                                    activity).items()}
     assert fast == {key: found for key, found in slow.items() if found}
+    assert as_reference(statements(bindings, pools, card, WINDOW, PROJECTS, activity,
+                                   keep_lines=False)) == fast
 
 
 @PROPERTY_SETTINGS

@@ -24,9 +24,9 @@ from gpufleet.domain.billing.charges import (
     LineKind,
     PoolInterval,
     Window,
-    charge_lines,
+    line_fields,
 )
-from gpufleet.domain.billing.rates import RateCard, round_money, round_money_ratio
+from gpufleet.domain.billing.rates import Quote, RateCard, round_money, round_money_ratio
 from gpufleet.domain.errors import InvalidInput
 
 ZERO = Fraction(0)
@@ -133,8 +133,11 @@ class ExactTotals:
 
 
 def sum_totals(items: Iterable[Totals]) -> Totals:
-    total = Totals()
-    for item in items:
+    """From the first item, not from zero: adding a Fraction to 0 still takes a GCD, and
+    a project's idle cost has thousands of digits."""
+    items = list(items)
+    total = items[0] if items else Totals()
+    for item in items[1:]:
         total = total + item
     return total
 
@@ -178,9 +181,9 @@ class Statement:
 # Lines are summed in buckets of one project, group, kind, weight and price, counting whole
 # microseconds as integers; each bucket becomes Fractions once. Summing a Fraction per line
 # costs a GCD per addition — seconds per 100,000 bindings.
-# A bucket is keyed by its weight's integers and its quote's id (charge_lines asks one
-# quote per flavour, weight and price, and hashing Fractions per line is slow);
-# `_Bucketed` keeps the objects.
+# A bucket is keyed by project, flavour, environment, kind, its weight's integers and its
+# quote's id (line_fields asks one quote per flavour, weight and price, and hashing
+# Fractions per line is slow); `_Bucketed` keeps the objects.
 _Bucket = tuple[str, str, str | None, LineKind, int, int, int]
 
 
@@ -189,12 +192,6 @@ class _Bucketed:
     weight: Fraction
     quote: object
     unit_micros: int = 0
-
-
-def _bucket(line: ChargeLine) -> _Bucket:
-    weight = line.weight
-    return (line.project, line.flavour, line.environment, line.kind, weight.numerator,
-            weight.denominator, id(line.quote))
 
 
 def _bucket_totals(kind: LineKind, weight: Fraction, price: Fraction | None, priced: bool,
@@ -254,7 +251,7 @@ class _PaidAt:
     gpu_micros: _Pair = (0, 1)  # weight × Σ micros
 
 
-def _paid_at(lines: list[ChargeLine], prices: dict[int, tuple[int, int, int, int]]
+def _paid_at(lines: list[_Paying], prices: dict[int, tuple[int, int, int, int]]
              ) -> _PaidAt:
     """The sums `_PaidAt` holds for the lines of one source (one binding's, or one pool's:
     one weight and one unit count, so both cancel out of the price per GPU-hour but the
@@ -266,12 +263,11 @@ def _paid_at(lines: list[ChargeLine], prices: dict[int, tuple[int, int, int, int
         return paid
     cost_n, cost_d, adjusted_n, adjusted_d, held = 0, 1, 0, 1, 0
     single = len(lines) == 1
-    for line in lines:
+    for line_micros, quote, _ in lines:
         # One line: its price per GPU-hour is its own, whatever its time (1 µs stands for
         # it, and keeps the pairs small and shared by every such binding).
-        micros = 1 if single else line.micros
+        micros = 1 if single else line_micros
         held += micros
-        quote = line.quote
         if quote is None:
             continue
         found = prices.get(id(quote))
@@ -291,7 +287,7 @@ def _paid_at(lines: list[ChargeLine], prices: dict[int, tuple[int, int, int, int
             else:
                 adjusted_n, adjusted_d = adjusted_n * ad + an * micros * adjusted_d, \
                     adjusted_d * ad
-    weight = lines[0].weight
+    weight = lines[0][2]
     paid.cost, paid.adjusted = (cost_n, cost_d), (adjusted_n, adjusted_d)
     paid.gpu_micros = (weight.numerator * held, weight.denominator)
     return paid
@@ -330,29 +326,33 @@ def _add(into: dict[str, Fraction], found: dict[str, Fraction]) -> None:
 def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval],
                card: RateCard, window: Window, projects: Mapping[str, ProjectInfo],
                activity: Mapping[int, Activity] | None = None, *,
-               monthly: bool = False) -> dict[str, Statement]:
+               monthly: bool = False, keep_lines: bool = True) -> dict[str, Statement]:
     """One statement per project in `projects` (an empty one where it held nothing).
 
     `activity` maps binding ids to their known activity in the window; a binding without
-    an entry is all unknown.
+    an entry is all unknown. `keep_lines=False`: the statements' `lines` stay empty (a
+    service that keeps totals only saves making 100,000s of line objects).
     """
     bindings, pools = list(bindings), list(pools)
-    lines = charge_lines(bindings, pools, card, window, monthly=monthly)
     buckets: dict[_Bucket, _Bucketed] = {}
     project_lines: dict[str, list[ChargeLine]] = defaultdict(list)
     own = _OwnLines()
-    for line in lines:
-        if line.project not in projects:
-            raise InvalidInput(f"project '{line.project}' has charges but no project record",
-                               code="unknown_project", details={"project": line.project})
-        key = _bucket(line)
+    for parts in line_fields(bindings, pools, card, window, monthly=monthly):
+        kind, source_id, project, flavour, environment, lo, hi, units, weight, quote = parts
+        if project not in projects:
+            raise InvalidInput(f"project '{project}' has charges but no project record",
+                               code="unknown_project", details={"project": project})
+        key = (project, flavour, environment, kind, weight.numerator, weight.denominator,
+               id(quote))
         bucket = buckets.get(key)
         if bucket is None:
-            bucket = buckets[key] = _Bucketed(line.weight, line.quote)
-        micros = line.micros
-        bucket.unit_micros += line.units * micros
-        project_lines[line.project].append(line)
-        own.add(line, micros)
+            bucket = buckets[key] = _Bucketed(weight, quote)
+        held = hi - lo
+        micros = (held.days * 86400 + held.seconds) * 10**6 + held.microseconds
+        bucket.unit_micros += units * micros
+        if keep_lines:
+            project_lines[project].append(ChargeLine(*parts))
+        own.add(kind, source_id, (micros, quote, weight))
     fields_by_group: dict[str, dict[Group, dict[str, Fraction]]] = \
         defaultdict(lambda: defaultdict(dict))
     for (project, flavour, environment, kind, *_), bucket in buckets.items():
@@ -372,21 +372,25 @@ def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval
             for name, info in projects.items()}
 
 
+# A line as the activity pass needs it: micros, quote, weight.
+_Paying = tuple[int, Quote | None, Fraction]
+
+
 @dataclass
 class _OwnLines:
     """Each binding's lines and the micros it held in the window, and each pool's lines:
     what a binding's activity is checked against and its idle time paid at."""
 
     held_micros: dict[int, int] = field(default_factory=dict)
-    bindings: dict[int, list[ChargeLine]] = field(default_factory=lambda: defaultdict(list))
-    pools: dict[int, list[ChargeLine]] = field(default_factory=lambda: defaultdict(list))
+    bindings: dict[int, list[_Paying]] = field(default_factory=lambda: defaultdict(list))
+    pools: dict[int, list[_Paying]] = field(default_factory=lambda: defaultdict(list))
 
-    def add(self, line: ChargeLine, micros: int) -> None:
-        if line.kind is LineKind.POOL:
-            self.pools[line.source_id].append(line)
+    def add(self, kind: LineKind, source_id: int, line: _Paying) -> None:
+        if kind is LineKind.POOL:
+            self.pools[source_id].append(line)
             return
-        self.bindings[line.source_id].append(line)
-        self.held_micros[line.source_id] = self.held_micros.get(line.source_id, 0) + micros
+        self.bindings[source_id].append(line)
+        self.held_micros[source_id] = self.held_micros.get(source_id, 0) + line[0]
 
 
 _GroupKey = tuple[str, str, str | None]  # project, flavour, environment

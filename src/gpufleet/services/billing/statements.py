@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
@@ -238,11 +238,11 @@ class BillingStatements:
             card = rate_card(session)
             activity = {} if done is None else \
                 self._activity(session, bindings, window)
-        found = statements(bindings, pools, card or _NO_CARD, window, projects, activity)
-        # The charge lines are not kept: no view reads them, and at 100,000 bindings they
-        # are ~120,000 objects per window.
-        return Computed(window, None if card is None else card.currency,
-                        {name: replace(st, lines=()) for name, st in found.items()})
+        # The charge lines are not made: no view reads them, and at 100,000 bindings they
+        # are ~160,000 objects per window.
+        found = statements(bindings, pools, card or _NO_CARD, window, projects, activity,
+                           keep_lines=False)
+        return Computed(window, None if card is None else card.currency, found)
 
     def _masks_done(self) -> int | None:
         """How far the funnel's masks have rolled up (ms); None for a telemetry store
@@ -257,7 +257,8 @@ class BillingStatements:
         slots = read_slots(session, SYSTEM, window.start, window.end,
                            cache=self.queries.slot_cache)
         minutes = self.queries.binding_activity(slots, window.start, window.end)
-        return {b.binding_id: exact_activity(b, window, *minutes[b.binding_id])
+        hours: dict[tuple[int, int, int], Fraction] = {}
+        return {b.binding_id: exact_activity(b, window, *minutes[b.binding_id], hours)
                 for b in bindings if b.binding_id in minutes}
 
     def view(self, principal: Principal, window: Window, *, project: str | None = None,
@@ -336,13 +337,18 @@ def _view(computed: Computed, visible: frozenset[str] | None, project: str | Non
 
 
 def exact_activity(binding: BindingInterval, window: Window, active_minutes: int,
-                   known_minutes: int) -> Activity:
+                   known_minutes: int,
+                   hours: dict[tuple[int, int, int], Fraction] | None = None) -> Activity:
     """The masks' whole minutes as exact GPU-hours at the binding's exact weight.
 
     The masks count the minutes whose start lies in the binding (docs/billing.md, Known
     gaps); billing counts its time to the microsecond. At a binding's edges that can make
     the known minutes exceed the exact time held in the window by under a minute each; the
-    excess comes off idle first, then active — never turning unknown into idle."""
+    excess comes off idle first, then active — never turning unknown into idle.
+
+    `hours` (weight's numerator and denominator, minutes → GPU-hours) shares one Fraction
+    per weight and count of minutes among a statement's bindings: few distinct ones, and
+    making a Fraction costs more than finding it."""
     lo = max(binding.start, window.start)
     hi = window.end if binding.end is None else min(binding.end, window.end)
     held = hi - lo
@@ -350,8 +356,16 @@ def exact_activity(binding: BindingInterval, window: Window, active_minutes: int
     weight = binding.weight
     if known_minutes * 60 * 10**6 <= micros:  # the usual case: no Fraction compared
         idle_minutes = known_minutes - active_minutes
-        return Activity(Fraction(weight.numerator * active_minutes, weight.denominator * 60),
-                        Fraction(weight.numerator * idle_minutes, weight.denominator * 60))
+        if hours is None:
+            hours = {}
+        found = []
+        for count in (active_minutes, idle_minutes):
+            key = (weight.numerator, weight.denominator, count)
+            value = hours.get(key)
+            if value is None:
+                value = hours[key] = Fraction(key[0] * count, key[1] * 60)
+            found.append(value)
+        return Activity(*found)
     allocated = weight * Fraction(micros, MICROS_PER_HOUR)
     active = min(weight * Fraction(active_minutes, 60), allocated)
     idle = weight * Fraction(known_minutes - active_minutes, 60)
