@@ -61,7 +61,7 @@ MAX_WINDOW = timedelta(days=366)
 KEPT_WINDOWS = 16
 # An open window's answer is reused while its cut is at most RECENT_S old; the upkeep
 # recomputes it once it is REFRESH_S old (a round is 60 s: one round's slack). A month at
-# 100,000 bindings costs ~10 s of CPU (BENCHMARKS.md, "Billing statements"): every 5
+# 100,000 bindings costs ~3.5 s of CPU (BENCHMARKS.md, "Billing statements"): every 5
 # minutes, not every round, while someone asks for it.
 RECENT_S = 360.0
 REFRESH_S = 300.0
@@ -108,9 +108,10 @@ def asked_window(month: str | None, start: datetime | None, end: datetime | None
 class Computed:
     """Every project's statement for one window, and the card's currency (None: none).
 
-    Summing exact totals is not free either (their denominators grow with every binding:
-    ~1 s for a view of 200 projects at 100,000 bindings), so each project's totals, per
-    grouping, are summed once, and each view asked is kept with them."""
+    Summing exact totals is not free either (a month's idle cost over 200 projects has a
+    denominator of ~1.3 million bits at 100,000 bindings): each project's totals, per
+    grouping, are summed once, sums over projects are `ExactTotals` (never reduced), and
+    each view asked is kept with them."""
 
     window: Window
     currency: str | None
