@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from fractions import Fraction
 from itertools import pairwise
 
@@ -24,10 +25,18 @@ from gpufleet.domain.billing.charges import (
     Window,
     charge_lines,
 )
-from gpufleet.domain.billing.rates import Rate, RateCard
+from gpufleet.domain.billing.rates import (
+    Rate,
+    RateCard,
+    minor_units,
+    round_money,
+    round_money_ratio,
+)
 from gpufleet.domain.billing.statements import (
     ROLL_UP_KEYS,
+    TOTALS_FIELDS,
     Activity,
+    ExactTotals,
     ProjectInfo,
     roll_up,
     statements,
@@ -213,3 +222,118 @@ def test_active_idle_and_unknown_add_up_and_roll_ups_lose_nothing(history, card,
     assert totals.unknown_gpu_hours >= 0
     for by in ROLL_UP_KEYS:
         assert sum_totals(roll_up(result.values(), by).values()) == totals
+
+
+def reference_statements(bindings, pools, card, window, projects, activity):
+    """The statements computed the straightforward way, line by line and binding by
+    binding in `Fraction`s, with each line's rate found by scanning the card: what the
+    bucketed, integer fast path of `statements` must equal exactly."""
+    def scanned(key, environment, moment):
+        found = [r for r in card.rates if r.key == key and r.in_force(moment)]
+        own = [r for r in found if r.environment == environment]
+        return (own or [r for r in found if r.environment is None] or [None])[0]
+
+    fields = defaultdict(lambda: defaultdict(Fraction))
+    lines = charge_lines(bindings, pools, card, window)
+    for line in lines:
+        quote = line.quote
+        if quote is not None:  # the quote's rate is the one a scan of the card finds
+            model = line.flavour.partition("/")[0]
+            assert quote.rate in (scanned(line.flavour, line.environment, line.start),
+                                  scanned(model, line.environment, line.start))
+        into = fields[(line.project, line.flavour, line.environment)]
+        into["allocated" if line.kind is not LineKind.POOL else "reserved"] += line.gpu_hours
+        if line.kind is not LineKind.POOL_USAGE:
+            into["charged"] += line.gpu_hours
+            if quote is None:
+                into["unpriced"] += line.gpu_hours
+            else:
+                into["cost"] += line.cost
+    for binding in bindings:
+        known = activity.get(binding.binding_id)
+        own = [line for line in lines if line.source_id == binding.binding_id
+               and line.kind is not LineKind.POOL]
+        if known is None or not own:
+            continue
+        paid = own if binding.pool_id is None else [
+            line for line in lines if line.kind is LineKind.POOL
+            and line.source_id == binding.pool_id]
+        hours = sum((line.gpu_hours for line in paid), Fraction(0))
+        cost = sum((line.cost for line in paid if line.quote), Fraction(0))
+        adjusted = sum((line.cost * Fraction(line.quote.rate.idle_adjustment)
+                        for line in paid if line.quote), Fraction(0))
+        into = fields[(binding.project, binding.flavour, binding.environment)]
+        into["active"] += known.active_gpu_hours
+        into["idle"] += known.idle_gpu_hours
+        if hours:
+            into["idle_cost"] += known.idle_gpu_hours * cost / hours
+            into["idle_adjustment"] += known.idle_gpu_hours * adjusted / hours
+    return {key: dict(found) for key, found in fields.items()}
+
+
+def as_reference(result) -> dict:
+    names = {"allocated": "allocated_gpu_hours", "reserved": "reserved_gpu_hours",
+             "charged": "charged_gpu_hours", "unpriced": "unpriced_gpu_hours",
+             "cost": "cost", "active": "active_gpu_hours", "idle": "idle_gpu_hours",
+             "idle_cost": "idle_cost", "idle_adjustment": "idle_adjustment"}
+    return {(name, group.flavour, group.environment):
+            {short: getattr(totals, long) for short, long in names.items()
+             if getattr(totals, long)}
+            for name, statement in result.items()
+            for group, totals in statement.groups.items()}
+
+
+@PROPERTY_SETTINGS
+@given(histories(), rate_cards(), st.data())
+def test_the_fast_statement_equals_the_straightforward_sum(history, card, data):
+    bindings, pools = history
+    card = RateCard(card.currency, tuple(  # each rate with its own idle adjustment
+        replace(rate, idle_adjustment=Decimal(data.draw(st.sampled_from(
+            ("0", "0.25", "-0.5", "0.125"))))) for rate in card.rates))
+    activity = {}
+    for b in bindings:
+        if data.draw(st.booleans()):
+            held = b.weight * overlap_hours(b.start, b.end, WINDOW)
+            active = held * Fraction(data.draw(st.integers(0, 7)), 7)
+            activity[b.binding_id] = Activity(
+                active, (held - active) * Fraction(data.draw(st.integers(0, 3)), 3))
+    fast = as_reference(statements(bindings, pools, card, WINDOW, PROJECTS, activity))
+    slow = {key: {name: value for name, value in found.items() if value}
+            for key, found in reference_statements(bindings, pools, card, WINDOW, PROJECTS,
+                                                   activity).items()}
+    assert fast == {key: found for key, found in slow.items() if found}
+    assert as_reference(statements(bindings, pools, card, WINDOW, PROJECTS, activity,
+                                   keep_lines=False)) == fast
+
+
+@PROPERTY_SETTINGS
+@given(histories(), rate_cards(), st.data())
+def test_an_unreduced_sum_reads_as_the_reduced_one(history, card, data):
+    """Views sum projects as `ExactTotals` (never reduced): floats, rounded money and
+    efficiency must be exactly the reduced `sum_totals`'."""
+    bindings, pools = history
+    activity = {}
+    for b in bindings:
+        held = b.weight * overlap_hours(b.start, b.end, WINDOW)
+        active = held * Fraction(data.draw(st.integers(0, 5)), 5)
+        activity[b.binding_id] = Activity(active, (held - active) / 3)
+    result = statements(bindings, pools, card, WINDOW, PROJECTS, activity)
+    reduced = sum_totals(statement.totals for statement in result.values())
+    unreduced = ExactTotals.of(statement.totals for statement in result.values())
+    for name in TOTALS_FIELDS:
+        assert unreduced.fraction(name) == getattr(reduced, name)
+        assert unreduced.float(name) == float(getattr(reduced, name))
+    for currency in ("EUR", "JPY", "KWD"):
+        assert unreduced.rounded(currency) == reduced.rounded(currency)
+    assert unreduced.efficiency == reduced.efficiency
+
+
+@given(st.integers(-10**30, 10**30), st.integers(1, 10**12), st.integers(1, 10**6),
+       st.sampled_from(("EUR", "JPY", "KWD")))
+def test_rounding_an_unreduced_ratio_is_rounding_its_fraction(numerator, denominator, scale,
+                                                             currency):
+    assert round_money_ratio(numerator * scale, denominator * scale, currency) \
+        == round_money(Fraction(numerator, denominator), currency)
+    half = Fraction(2 * numerator + 1, 2 * 10 ** minor_units(currency))  # a tie
+    assert round_money_ratio(half.numerator * scale, half.denominator * scale, currency) \
+        == round_money(half, currency)

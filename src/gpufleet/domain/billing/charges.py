@@ -12,7 +12,8 @@ rounds its totals once (rates.round_money).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -160,6 +161,26 @@ def _check(start: datetime, end: datetime | None, what: str) -> None:
         raise InvalidInput(f"{what}: ends before it starts", code="invalid_interval")
 
 
+def _quotes(card: RateCard) -> Callable[[str, str | None, datetime, Fraction],
+                                         Quote | None]:
+    """`card.rate_at`, asked once per flavour, environment, weight and stretch between two
+    of the card's boundaries: no price changes inside such a stretch, and a statement asks
+    for one per line (100,000s)."""
+    boundaries = sorted(card.boundaries())
+    found: dict[tuple, Quote | None] = {}
+
+    def quote(flavour: str, environment: str | None, at: datetime,
+              weight: Fraction) -> Quote | None:
+        # The weight's integers: hashing a Fraction is slow (a modular inverse).
+        key = (flavour, environment, weight.numerator, weight.denominator,
+               bisect_right(boundaries, at))
+        if key not in found:
+            found[key] = card.rate_at(flavour, environment, at, weight)
+        return found[key]
+
+    return quote
+
+
 def charge_lines(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval],
                  card: RateCard, window: Window, *, monthly: bool = False) -> list[ChargeLine]:
     """Every charge line of the window, cut at rate changes (and month starts if `monthly`).
@@ -168,17 +189,29 @@ def charge_lines(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterv
     binding naming a pool that was not given is refused: charging it would bill twice what
     the pool already pays for, and dropping it would hide the usage.
     """
+    return [ChargeLine(*fields)
+            for fields in line_fields(bindings, pools, card, window, monthly=monthly)]
+
+
+LineFields = tuple[LineKind, int, str, str, str | None, datetime, datetime, int, Fraction,
+                   Quote | None]
+
+
+def line_fields(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval],
+                card: RateCard, window: Window, *, monthly: bool = False
+                ) -> Iterator[LineFields]:
+    """`charge_lines`' lines as plain tuples, in `ChargeLine`'s field order: a statement
+    sums 100,000s of lines and needs no line object unless it keeps them."""
     cuts = sorted(card.boundaries() | (month_starts(window) if monthly else set()))
+    quote = _quotes(card)
     pools = list(pools)
     pool_ids = {pool.pool_id for pool in pools}
-    lines: list[ChargeLine] = []
     for pool in pools:
         _check(pool.approved_at, pool.ended_at, f"pool {pool.pool_id}")
         for lo, hi in _pieces(pool.approved_at, pool.ended_at, window, cuts):
-            quote = card.rate_at(pool.flavour, pool.environment, lo, pool.unit_weight)
-            lines.append(ChargeLine(LineKind.POOL, pool.pool_id, pool.project, pool.flavour,
-                                    pool.environment, lo, hi, pool.count, pool.unit_weight,
-                                    quote))
+            yield (LineKind.POOL, pool.pool_id, pool.project, pool.flavour, pool.environment,
+                   lo, hi, pool.count, pool.unit_weight,
+                   quote(pool.flavour, pool.environment, lo, pool.unit_weight))
     for binding in bindings:
         _check(binding.start, binding.end, f"binding {binding.binding_id}")
         in_pool = binding.pool_id is not None
@@ -188,9 +221,7 @@ def charge_lines(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterv
                                code="missing_pool")
         kind = LineKind.POOL_USAGE if in_pool else LineKind.BINDING
         for lo, hi in _pieces(binding.start, binding.end, window, cuts):
-            quote = None if in_pool else card.rate_at(binding.flavour, binding.environment,
-                                                        lo, binding.weight)
-            lines.append(ChargeLine(kind, binding.binding_id, binding.project,
-                                    binding.flavour, binding.environment, lo, hi, 1,
-                                    binding.weight, quote))
-    return lines
+            yield (kind, binding.binding_id, binding.project, binding.flavour,
+                   binding.environment, lo, hi, 1, binding.weight,
+                   None if in_pool else quote(binding.flavour, binding.environment, lo,
+                                              binding.weight))

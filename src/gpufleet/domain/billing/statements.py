@@ -24,9 +24,9 @@ from gpufleet.domain.billing.charges import (
     LineKind,
     PoolInterval,
     Window,
-    charge_lines,
+    line_fields,
 )
-from gpufleet.domain.billing.rates import RateCard, round_money
+from gpufleet.domain.billing.rates import Quote, RateCard, round_money, round_money_ratio
 from gpufleet.domain.errors import InvalidInput
 
 ZERO = Fraction(0)
@@ -85,9 +85,59 @@ class Totals:
                 "total_cost": round_money(self.total_cost, currency)}
 
 
+TOTALS_FIELDS = tuple(f.name for f in fields(Totals))
+_MONEY_FIELDS = ("cost", "idle_cost", "idle_adjustment")
+
+
+@dataclass(frozen=True)
+class ExactTotals:
+    """Many `Totals` summed exactly but not reduced: a (numerator, denominator) per field.
+
+    What a view of a statement needs (hours as floats, money rounded once) comes from the
+    pair without reducing it, and reducing is what costs: a month's idle cost summed over
+    200 projects at 100,000 bindings has a denominator of ~1.3 million bits (every binding
+    spanning a rate change brings its own), and a GCD of that size takes seconds
+    (BENCHMARKS.md, "Billing statements"). `fraction` reduces, for whoever needs one."""
+
+    pairs: Mapping[str, tuple[int, int]]
+
+    @classmethod
+    def of(cls, items: Iterable[Totals]) -> ExactTotals:
+        items = list(items)
+        return cls({name: exact_sum((value.numerator, value.denominator) for item in items
+                                    if (value := getattr(item, name)))
+                    for name in TOTALS_FIELDS})
+
+    def fraction(self, name: str) -> Fraction:
+        if name == "total_cost":
+            return self.fraction("cost") + self.fraction("idle_adjustment")
+        return Fraction(*self.pairs[name])
+
+    def float(self, name: str) -> float:
+        """Correctly rounded, as float(Fraction) is: int ÷ int is, reduced or not."""
+        numerator, denominator = self.pairs[name]
+        return numerator / denominator
+
+    @property
+    def efficiency(self) -> Fraction | None:
+        """As `Totals.efficiency` (hours' denominators stay small: reducing them is cheap)."""
+        return Totals(active_gpu_hours=self.fraction("active_gpu_hours"),
+                      idle_gpu_hours=self.fraction("idle_gpu_hours")).efficiency
+
+    def rounded(self, currency: str) -> dict[str, Decimal]:
+        """As `Totals.rounded`, without reducing."""
+        found = {name: round_money_ratio(*self.pairs[name], currency)
+                 for name in _MONEY_FIELDS}
+        total = exact_sum((self.pairs["cost"], self.pairs["idle_adjustment"]))
+        return {**found, "total_cost": round_money_ratio(*total, currency)}
+
+
 def sum_totals(items: Iterable[Totals]) -> Totals:
-    total = Totals()
-    for item in items:
+    """From the first item, not from zero: adding a Fraction to 0 still takes a GCD, and
+    a project's idle cost has thousands of digits."""
+    items = list(items)
+    total = items[0] if items else Totals()
+    for item in items[1:]:
         total = total + item
     return total
 
@@ -131,14 +181,17 @@ class Statement:
 # Lines are summed in buckets of one project, group, kind, weight and price, counting whole
 # microseconds as integers; each bucket becomes Fractions once. Summing a Fraction per line
 # costs a GCD per addition — seconds per 100,000 bindings.
-_Bucket = tuple[str, Group, LineKind, Fraction, Fraction | None, bool]
+# A bucket is keyed by project, flavour, environment, kind, its weight's integers and its
+# quote's id (line_fields asks one quote per flavour, weight and price, and hashing
+# Fractions per line is slow); `_Bucketed` keeps the objects.
+_Bucket = tuple[str, str, str | None, LineKind, int, int, int]
 
 
-def _bucket(line: ChargeLine) -> _Bucket:
-    priced = line.quote is not None
-    price = line.quote.price_per_unit_hour if priced else None
-    return (line.project, Group(line.flavour, line.environment), line.kind, line.weight,
-            price, priced)
+@dataclass
+class _Bucketed:
+    weight: Fraction
+    quote: object
+    unit_micros: int = 0
 
 
 def _bucket_totals(kind: LineKind, weight: Fraction, price: Fraction | None, priced: bool,
@@ -156,33 +209,113 @@ def _bucket_totals(kind: LineKind, weight: Fraction, price: Fraction | None, pri
     return found
 
 
-def _idle_prices(lines: list[ChargeLine]) -> tuple[Fraction, Fraction]:
-    """What one idle GPU-hour of these lines costs, and what their rates' idle adjustments
-    add to it: averages over the lines' GPU-hours (a binding may span a rate change)."""
-    hours = sum((line.gpu_hours for line in lines), ZERO)
-    if not hours:
-        return ZERO, ZERO
-    cost = adjustment = ZERO
-    for line in lines:
-        if line.quote is None:
+# Activity is summed the same way: each binding's active and idle GPU-hours, idle cost and
+# idle adjustment become integer pairs (numerator, denominator), never reduced per binding;
+# a group's pairs are added per denominator and then across denominators (`exact_sum`),
+# and become one Fraction per group and field. An idle cost's denominator holds the
+# binding's own time held when a rate changes inside it (idle is paid at the average price
+# of that time), so these denominators differ binding by binding: a Fraction sum would
+# reduce (a GCD) at every addition, seconds per 100,000 bindings.
+_Pair = tuple[int, int]
+
+
+def exact_sum(pairs: Iterable[_Pair]) -> _Pair:
+    """Σ numerator ÷ denominator, exactly and unreduced: numerators over one denominator
+    are added as integers, then distinct denominators are combined pairwise (a tree, so
+    the operands grow together and big products are few). No GCD is taken: reducing is the
+    caller's, once (`Fraction(*exact_sum(…))`), or never (`ExactTotals`)."""
+    by_denominator: dict[int, int] = defaultdict(int)
+    for numerator, denominator in pairs:
+        by_denominator[denominator] += numerator
+    found = [(n, d) for d, n in by_denominator.items() if n]
+    if not found:
+        return 0, 1
+    while len(found) > 1:
+        merged = []
+        for (a, b), (c, d) in zip(found[0::2], found[1::2], strict=False):
+            merged.append((a + c, b) if b == d else (a * d + c * b, b * d))
+        if len(found) % 2:
+            merged.append(found[-1])
+        found = merged
+    return found[0]
+
+
+@dataclass
+class _PaidAt:
+    """What the lines paying a binding's time cost, as integer pairs: Σ cost and Σ cost ×
+    each rate's idle adjustment, over Σ GPU-hours (the price per GPU-hour idle time is paid
+    at is their ratio; a binding may span a rate change, so it is an average)."""
+
+    cost: _Pair = (0, 1)  # Σ price per unit-hour × micros
+    adjusted: _Pair = (0, 1)  # the same × the rate's idle adjustment
+    gpu_micros: _Pair = (0, 1)  # weight × Σ micros
+
+
+def _paid_at(lines: list[_Paying], prices: dict[int, tuple[int, int, int, int]]
+             ) -> _PaidAt:
+    """The sums `_PaidAt` holds for the lines of one source (one binding's, or one pool's:
+    one weight and one unit count, so both cancel out of the price per GPU-hour but the
+    weight), per docs/billing.md, "Statements": idle cost is idle GPU-hours × the price per
+    GPU-hour that time was paid at. `prices` keeps each quote's price and idle adjustment
+    as integers (by the quote's id: charge_lines shares one per price)."""
+    paid = _PaidAt()
+    if not lines:
+        return paid
+    cost_n, cost_d, adjusted_n, adjusted_d, held = 0, 1, 0, 1, 0
+    single = len(lines) == 1
+    for line_micros, quote, _ in lines:
+        # One line: its price per GPU-hour is its own, whatever its time (1 µs stands for
+        # it, and keeps the pairs small and shared by every such binding).
+        micros = 1 if single else line_micros
+        held += micros
+        if quote is None:
             continue
-        line_cost = line.cost or ZERO
-        cost += line_cost
-        adjustment += line_cost * Fraction(line.quote.rate.idle_adjustment)
-    return cost / hours, adjustment / hours
+        found = prices.get(id(quote))
+        if found is None:
+            price, adjustment = quote.price_per_unit_hour, Fraction(quote.rate.idle_adjustment)
+            found = prices[id(quote)] = (price.numerator, price.denominator,
+                                         price.numerator * adjustment.numerator,
+                                         price.denominator * adjustment.denominator)
+        pn, pd, an, ad = found
+        if pd == cost_d:
+            cost_n += pn * micros
+        else:
+            cost_n, cost_d = cost_n * pd + pn * micros * cost_d, cost_d * pd
+        if an:
+            if ad == adjusted_d:
+                adjusted_n += an * micros
+            else:
+                adjusted_n, adjusted_d = adjusted_n * ad + an * micros * adjusted_d, \
+                    adjusted_d * ad
+    weight = lines[0][2]
+    paid.cost, paid.adjusted = (cost_n, cost_d), (adjusted_n, adjusted_d)
+    paid.gpu_micros = (weight.numerator * held, weight.denominator)
+    return paid
 
 
-def _activity_fields(binding: BindingInterval, own: list[ChargeLine], paid: list[ChargeLine],
-                     known: Activity) -> dict[str, Fraction]:
-    allocated = binding.weight * Fraction(sum(line.micros for line in own), MICROS_PER_HOUR)
-    active, idle = Fraction(known.active_gpu_hours), Fraction(known.idle_gpu_hours)
-    if active < 0 or idle < 0 or active + idle > allocated:
+def _activity_pairs(binding: BindingInterval, held_micros: int, paid: _PaidAt | None,
+                    known: Activity) -> dict[str, _Pair]:
+    """A binding's activity, refused when active + idle exceed what it held in the window
+    (`held_micros`: the micros of its own lines)."""
+    weight = binding.weight
+    active, idle = known.active_gpu_hours, known.idle_gpu_hours
+    if type(active) is not Fraction or type(idle) is not Fraction:
+        active, idle = Fraction(active), Fraction(idle)
+    an, ad, inum, iden = active.numerator, active.denominator, idle.numerator, idle.denominator
+    # active + idle ≤ weight × held ÷ MICROS_PER_HOUR, multiplied out in integers.
+    if an < 0 or inum < 0 or (an * iden + inum * ad) * MICROS_PER_HOUR * weight.denominator \
+            > weight.numerator * held_micros * ad * iden:
+        allocated = weight * Fraction(held_micros, MICROS_PER_HOUR)
         raise InvalidInput(f"binding {binding.binding_id}: active + idle GPU-hours "
                            f"({float(active + idle):.3f}) exceed its allocated "
                            f"{float(allocated):.3f} in the window", code="invalid_activity")
-    price, adjustment = _idle_prices(paid) if idle else (ZERO, ZERO)
-    return {"active_gpu_hours": active, "idle_gpu_hours": idle, "idle_cost": idle * price,
-            "idle_adjustment": idle * adjustment}
+    found = {"active_gpu_hours": (an, ad), "idle_gpu_hours": (inum, iden)}
+    if inum and paid is not None and paid.gpu_micros[0]:
+        # idle × Σ cost ÷ Σ GPU-hours; both sums are in unit-micros, so the unit cancels.
+        hours_n, hours_d = paid.gpu_micros
+        for name, (n, d) in (("idle_cost", paid.cost), ("idle_adjustment", paid.adjusted)):
+            found[name] = (inum * n * hours_d, iden * d * hours_n)
+    return found
 
 
 def _add(into: dict[str, Fraction], found: dict[str, Fraction]) -> None:
@@ -193,30 +326,45 @@ def _add(into: dict[str, Fraction], found: dict[str, Fraction]) -> None:
 def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval],
                card: RateCard, window: Window, projects: Mapping[str, ProjectInfo],
                activity: Mapping[int, Activity] | None = None, *,
-               monthly: bool = False) -> dict[str, Statement]:
+               monthly: bool = False, keep_lines: bool = True) -> dict[str, Statement]:
     """One statement per project in `projects` (an empty one where it held nothing).
 
     `activity` maps binding ids to their known activity in the window; a binding without
-    an entry is all unknown.
+    an entry is all unknown. `keep_lines=False`: the statements' `lines` stay empty (a
+    service that keeps totals only saves making 100,000s of line objects).
     """
     bindings, pools = list(bindings), list(pools)
-    lines = charge_lines(bindings, pools, card, window, monthly=monthly)
-    buckets: dict[_Bucket, int] = defaultdict(int)
+    buckets: dict[_Bucket, _Bucketed] = {}
     project_lines: dict[str, list[ChargeLine]] = defaultdict(list)
-    by_source: dict[tuple[LineKind, int], list[ChargeLine]] = defaultdict(list)
-    for line in lines:
-        if line.project not in projects:
-            raise InvalidInput(f"project '{line.project}' has charges but no project record",
-                               code="unknown_project", details={"project": line.project})
-        buckets[_bucket(line)] += line.units * line.micros
-        project_lines[line.project].append(line)
-        by_source[(line.kind, line.source_id)].append(line)
+    own = _OwnLines()
+    for parts in line_fields(bindings, pools, card, window, monthly=monthly):
+        kind, source_id, project, flavour, environment, lo, hi, units, weight, quote = parts
+        if project not in projects:
+            raise InvalidInput(f"project '{project}' has charges but no project record",
+                               code="unknown_project", details={"project": project})
+        key = (project, flavour, environment, kind, weight.numerator, weight.denominator,
+               id(quote))
+        bucket = buckets.get(key)
+        if bucket is None:
+            bucket = buckets[key] = _Bucketed(weight, quote)
+        held = hi - lo
+        micros = (held.days * 86400 + held.seconds) * 10**6 + held.microseconds
+        bucket.unit_micros += units * micros
+        if keep_lines:
+            project_lines[project].append(ChargeLine(*parts))
+        own.add(kind, source_id, (micros, quote, weight))
     fields_by_group: dict[str, dict[Group, dict[str, Fraction]]] = \
         defaultdict(lambda: defaultdict(dict))
-    for (project, group, kind, weight, price, priced), micros in buckets.items():
-        _add(fields_by_group[project][group],
-             _bucket_totals(kind, weight, price, priced, micros))
-    _add_activity(fields_by_group, bindings, by_source, activity or {})
+    for (project, flavour, environment, kind, *_), bucket in buckets.items():
+        priced = bucket.quote is not None
+        _add(fields_by_group[project][Group(flavour, environment)],
+             _bucket_totals(kind, bucket.weight,
+                            bucket.quote.price_per_unit_hour if priced else None, priced,
+                            bucket.unit_micros))
+    for (project, flavour, environment), pairs in \
+            _activity(bindings, own, activity or {}).items():
+        _add(fields_by_group[project][Group(flavour, environment)],
+             {name: Fraction(*exact_sum(found)) for name, found in pairs.items()})
     return {name: Statement(info, window, card.currency,
                             {group: _totals(found)
                              for group, found in fields_by_group.get(name, {}).items()},
@@ -224,26 +372,61 @@ def statements(bindings: Iterable[BindingInterval], pools: Iterable[PoolInterval
             for name, info in projects.items()}
 
 
-def _add_activity(fields_by_group: dict[str, dict[Group, dict[str, Fraction]]],
-                  bindings: list[BindingInterval],
-                  by_source: dict[tuple[LineKind, int], list[ChargeLine]],
-                  activity: Mapping[int, Activity]) -> None:
+# A line as the activity pass needs it: micros, quote, weight.
+_Paying = tuple[int, Quote | None, Fraction]
+
+
+@dataclass
+class _OwnLines:
+    """Each binding's lines and the micros it held in the window, and each pool's lines:
+    what a binding's activity is checked against and its idle time paid at."""
+
+    held_micros: dict[int, int] = field(default_factory=dict)
+    bindings: dict[int, list[_Paying]] = field(default_factory=lambda: defaultdict(list))
+    pools: dict[int, list[_Paying]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, kind: LineKind, source_id: int, line: _Paying) -> None:
+        if kind is LineKind.POOL:
+            self.pools[source_id].append(line)
+            return
+        self.bindings[source_id].append(line)
+        self.held_micros[source_id] = self.held_micros.get(source_id, 0) + line[0]
+
+
+_GroupKey = tuple[str, str, str | None]  # project, flavour, environment
+
+
+def _activity(bindings: list[BindingInterval], own: _OwnLines,
+              activity: Mapping[int, Activity]) -> dict[_GroupKey, dict[str, list[_Pair]]]:
+    """Each binding's activity as integer pairs, gathered per project and group."""
     by_id = {binding.binding_id: binding for binding in bindings}
+    found: dict[_GroupKey, dict[str, list[_Pair]]] = defaultdict(lambda: defaultdict(list))
+    pools_paid: dict[int, _PaidAt] = {}  # a pool's lines pay for each of its bindings
+    prices: dict[int, tuple[int, int, int, int]] = {}
+    held_micros = own.held_micros
     for binding_id, known in activity.items():
         binding = by_id.get(binding_id)
         if binding is None:
             raise InvalidInput(f"activity for binding {binding_id}, which was not given",
                                code="invalid_activity")
-        kind = LineKind.BINDING if binding.pool_id is None else LineKind.POOL_USAGE
-        own = by_source.get((kind, binding_id), [])
-        paid = own if binding.pool_id is None else by_source.get((LineKind.POOL,
-                                                                  binding.pool_id), [])
         if not known.active_gpu_hours and not known.idle_gpu_hours:
             continue  # all unknown: nothing to add
-        found = _activity_fields(binding, own, paid, known)
-        if own:
-            _add(fields_by_group[binding.project][Group(binding.flavour, binding.environment)],
-                 found)
+        paid = None
+        if known.idle_gpu_hours:
+            pool_id = binding.pool_id
+            if pool_id is None:
+                paid = _paid_at(own.bindings.get(binding_id, []), prices)
+            else:
+                paid = pools_paid.get(pool_id)
+                if paid is None:
+                    paid = pools_paid[pool_id] = _paid_at(own.pools.get(pool_id, []), prices)
+        held = held_micros.get(binding_id, 0)
+        pairs = _activity_pairs(binding, held, paid, known)
+        if held:
+            into = found[(binding.project, binding.flavour, binding.environment)]
+            for name, pair in pairs.items():
+                into[name].append(pair)
+    return found
 
 
 def _totals(found: dict[str, Fraction]) -> Totals:

@@ -42,11 +42,17 @@ def binding_intervals(session: Session, start: datetime, end: datetime
         .join(GpuRequest, GpuRequest.id == Binding.request_id)
         .where(Binding.started_at < end,
                or_(Binding.ended_at.is_(None), Binding.ended_at > start)))
-    weights: dict[tuple[str, int], object] = {}  # one Fraction per flavour and milli
+    # One flavour per kind, model and profile, one Fraction per flavour and milli: asked
+    # once each, not per row (100,000s).
+    flavours: dict[tuple[str, str, int | None], str] = {}
+    weights: dict[tuple[str, int], object] = {}
     found = []
     for (binding_id, project, kind, model, profile_id, milli, environment, started, ended,
          pool_id, uuid) in rows:
-        key = binding_flavour(kind, model, profile_id).key
+        key = flavours.get((kind, model, profile_id))
+        if key is None:
+            key = flavours[kind, model, profile_id] = binding_flavour(kind, model,
+                                                                      profile_id).key
         weight = weights.get((key, milli))
         if weight is None:
             weight = weights[key, milli] = unit_weight(key, milli)

@@ -16,11 +16,13 @@ for the `gpufleet_cost_*` series on /metrics (`warm_showback`, services/billing/
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
@@ -30,11 +32,11 @@ from gpufleet.domain.billing.charges import MICROS_PER_HOUR, BindingInterval, Wi
 from gpufleet.domain.billing.rates import RateCard
 from gpufleet.domain.billing.statements import (
     Activity,
+    ExactTotals,
     Group,
     Statement,
     Totals,
     statements,
-    sum_totals,
 )
 from gpufleet.domain.errors import GpufleetError, InvalidInput, Unavailable
 from gpufleet.services.access.principal import SYSTEM, Principal
@@ -61,7 +63,7 @@ MAX_WINDOW = timedelta(days=366)
 KEPT_WINDOWS = 16
 # An open window's answer is reused while its cut is at most RECENT_S old; the upkeep
 # recomputes it once it is REFRESH_S old (a round is 60 s: one round's slack). A month at
-# 100,000 bindings costs ~10 s of CPU (BENCHMARKS.md, "Billing statements"): every 5
+# 100,000 bindings costs ~3.5 s of CPU (BENCHMARKS.md, "Billing statements"): every 5
 # minutes, not every round, while someone asks for it.
 RECENT_S = 360.0
 REFRESH_S = 300.0
@@ -113,9 +115,10 @@ def asked_window(month: str | None, start: datetime | None, end: datetime | None
 class Computed:
     """Every project's statement for one window, and the card's currency (None: none).
 
-    Summing exact totals is not free either (their denominators grow with every binding:
-    ~1 s for a view of 200 projects at 100,000 bindings), so each project's totals, per
-    grouping, are summed once, and each view asked is kept with them."""
+    Summing exact totals is not free either (a month's idle cost over 200 projects has a
+    denominator of ~1.3 million bits at 100,000 bindings): each project's totals, per
+    grouping, are summed once, sums over projects are `ExactTotals` (never reduced), and
+    each view asked is kept with them."""
 
     window: Window
     currency: str | None
@@ -127,6 +130,15 @@ class Computed:
         found = self._totals.get(project)
         if found is None:
             found = self._totals[project] = self.statements[project].totals
+        return found
+
+    def summed(self, names: list[str]) -> ExactTotals:
+        """The projects' totals summed (unreduced): a view's total and a roll-up's row are
+        often the same projects (every one, for an administrator)."""
+        key = ("summed", tuple(names))
+        found = self._totals.get(key)
+        if found is None:
+            found = self._totals[key] = ExactTotals.of(self.totals(n) for n in names)
         return found
 
     def grouped(self, project: str, group: str) -> dict[str | None, Totals]:
@@ -261,6 +273,10 @@ class BillingStatements:
         return computed
 
     def _compute(self, window: Window, done: int | None) -> Computed:
+        with _no_collections():
+            return self._computed_now(window, done)
+
+    def _computed_now(self, window: Window, done: int | None) -> Computed:
         with self.store.read() as session:
             bindings = sources.binding_intervals(session, window.start, window.end)
             pools = sources.pool_intervals(session)
@@ -268,11 +284,11 @@ class BillingStatements:
             card = rate_card(session)
             activity = {} if done is None else \
                 self._activity(session, bindings, window)
-        found = statements(bindings, pools, card or _NO_CARD, window, projects, activity)
-        # The charge lines are not kept: no view reads them, and at 100,000 bindings they
-        # are ~120,000 objects per window.
-        return Computed(window, None if card is None else card.currency,
-                        {name: replace(st, lines=()) for name, st in found.items()})
+        # The charge lines are not made: no view reads them, and at 100,000 bindings they
+        # are ~160,000 objects per window.
+        found = statements(bindings, pools, card or _NO_CARD, window, projects, activity,
+                           keep_lines=False)
+        return Computed(window, None if card is None else card.currency, found)
 
     def _masks_done(self) -> int | None:
         """How far the funnel's masks have rolled up (ms); None for a telemetry store
@@ -287,7 +303,8 @@ class BillingStatements:
         slots = read_slots(session, SYSTEM, window.start, window.end,
                            cache=self.queries.slot_cache)
         minutes = self.queries.binding_activity(slots, window.start, window.end)
-        return {b.binding_id: exact_activity(b, window, *minutes[b.binding_id])
+        hours: dict[tuple[int, int, int], Fraction] = {}
+        return {b.binding_id: exact_activity(b, window, *minutes[b.binding_id], hours)
                 for b in bindings if b.binding_id in minutes}
 
     def view(self, principal: Principal, window: Window, *, project: str | None = None,
@@ -350,6 +367,22 @@ class BillingStatements:
         return self.view(principal, window, project=project, by=by, group=group)
 
 
+@contextmanager
+def _no_collections() -> Iterator[None]:
+    """No cyclic garbage collection while a statement is computed: it allocates ~10 objects
+    per binding, none of them garbage, and each allocation burst set off collections that
+    walked every live object of the server (a third of a month's computation at 100,000
+    bindings, BENCHMARKS.md). Reference counting still frees what is dropped; collection
+    resumes after (unless something else had turned it off)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _kept_view(computed: Computed, key: tuple) -> StatementsView:
     """The view of `key` (visible projects, project, by, group), built once per Computed."""
     view = computed._views.get(key)
@@ -376,23 +409,27 @@ def _view(computed: Computed, visible: frozenset[str] | None, project: str | Non
         rows.append(StatementRow(
             key=key, organisation=info and info.organisation,
             department=info and info.department, cost_centre=info and info.cost_centre,
-            totals=totals_view(sum_totals(computed.totals(n) for n in names), currency),
+            totals=totals_view(computed.summed(names), currency),
             groups=None if group is None else _groups(computed, names, group, currency)))
     return StatementsView(window_start=computed.window.start,
                           window_end=computed.window.end, currency=currency, by=by,
                           group=group, rows=rows,
-                          total=totals_view(sum_totals(computed.totals(n) for n in seen),
-                                            currency))
+                          total=totals_view(computed.summed(seen), currency))
 
 
 def exact_activity(binding: BindingInterval, window: Window, active_minutes: int,
-                   known_minutes: int) -> Activity:
+                   known_minutes: int,
+                   hours: dict[tuple[int, int, int], Fraction] | None = None) -> Activity:
     """The masks' whole minutes as exact GPU-hours at the binding's exact weight.
 
     The masks count the minutes whose start lies in the binding (docs/billing.md, Known
     gaps); billing counts its time to the microsecond. At a binding's edges that can make
     the known minutes exceed the exact time held in the window by under a minute each; the
-    excess comes off idle first, then active — never turning unknown into idle."""
+    excess comes off idle first, then active — never turning unknown into idle.
+
+    `hours` (weight's numerator and denominator, minutes → GPU-hours) shares one Fraction
+    per weight and count of minutes among a statement's bindings: few distinct ones, and
+    making a Fraction costs more than finding it."""
     lo = max(binding.start, window.start)
     hi = window.end if binding.end is None else min(binding.end, window.end)
     held = hi - lo
@@ -400,8 +437,16 @@ def exact_activity(binding: BindingInterval, window: Window, active_minutes: int
     weight = binding.weight
     if known_minutes * 60 * 10**6 <= micros:  # the usual case: no Fraction compared
         idle_minutes = known_minutes - active_minutes
-        return Activity(Fraction(weight.numerator * active_minutes, weight.denominator * 60),
-                        Fraction(weight.numerator * idle_minutes, weight.denominator * 60))
+        if hours is None:
+            hours = {}
+        found = []
+        for count in (active_minutes, idle_minutes):
+            key = (weight.numerator, weight.denominator, count)
+            value = hours.get(key)
+            if value is None:
+                value = hours[key] = Fraction(key[0] * count, key[1] * 60)
+            found.append(value)
+        return Activity(*found)
     allocated = weight * Fraction(micros, MICROS_PER_HOUR)
     active = min(weight * Fraction(active_minutes, 60), allocated)
     idle = weight * Fraction(known_minutes - active_minutes, 60)
@@ -410,26 +455,27 @@ def exact_activity(binding: BindingInterval, window: Window, active_minutes: int
 
 def _groups(computed: Computed, names: list[str], group: str,
             currency: str | None) -> list[StatementGroup]:
-    found: dict[str | None, Totals] = {}
+    found: dict[str | None, list[Totals]] = {}
     for name in names:
         for key, totals in computed.grouped(name, group).items():
-            found[key] = found.get(key, Totals()) + totals
-    return [StatementGroup(group=key, totals=totals_view(totals, currency))
-            for key, totals in sorted(found.items(), key=lambda kv: kv[0] or "")]
+            found.setdefault(key, []).append(totals)
+    return [StatementGroup(group=key, totals=totals_view(ExactTotals.of(items), currency))
+            for key, items in sorted(found.items(), key=lambda kv: kv[0] or "")]
 
 
-def totals_view(totals: Totals, currency: str | None) -> StatementTotals:
-    """Hours as floats; money rounded once (`Totals.rounded`), or null without a card."""
+def totals_view(totals: Totals | ExactTotals, currency: str | None) -> StatementTotals:
+    """Hours as floats; money rounded once (`Totals.rounded`), or null without a card.
+    Sums over projects come as `ExactTotals`: exact, and never reduced (seconds at
+    100,000 bindings); the floats and rounded money are the reduced sum's, to the bit."""
+    if isinstance(totals, Totals):
+        totals = ExactTotals.of([totals])
     money = totals.rounded(currency) if currency is not None else \
         dict.fromkeys(("cost", "idle_cost", "idle_adjustment", "total_cost"))
     efficiency = totals.efficiency
     return StatementTotals(
-        allocated_gpu_hours=float(totals.allocated_gpu_hours),
-        reserved_gpu_hours=float(totals.reserved_gpu_hours),
-        charged_gpu_hours=float(totals.charged_gpu_hours),
-        unpriced_gpu_hours=float(totals.unpriced_gpu_hours),
-        active_gpu_hours=float(totals.active_gpu_hours),
-        idle_gpu_hours=float(totals.idle_gpu_hours),
-        unknown_gpu_hours=float(totals.unknown_gpu_hours),
+        **{name: totals.float(name) for name in (
+            "allocated_gpu_hours", "reserved_gpu_hours", "charged_gpu_hours",
+            "unpriced_gpu_hours", "active_gpu_hours", "idle_gpu_hours",
+            "unknown_gpu_hours")},
         efficiency_percent=None if efficiency is None else float(efficiency * 100),
         **money)
