@@ -20,6 +20,7 @@ from tests.api.chatops.block_kit import seen_text
 from tests.lifecycle_world import act, create
 from tests.local_receivers import Reply
 from tests.services.chatops.slack_world import APPROVALS, JSON, FakeSlack, buttons
+from tests.services.operations.test_reclamation import IDLE, world  # noqa: F401 (fixture)
 
 CHAT_CHANNEL = "C0VISION"
 REQUESTER = "U0MIA"
@@ -325,3 +326,28 @@ def test_a_second_replica_waits_while_the_first_holds_the_cursor(h100s, gf, slac
         running.join(30)
     assert len(slack.posts()) == 1
     assert second.run_once().calls == 0  # and after it, nothing is left to tell
+
+
+def test_an_idle_warning_and_the_release_it_led_to_are_told_in_the_thread(
+        world, gf, slack):  # noqa: F811 (the reclaim world, a fixture)
+    """End to end through the reclaim round (tests/services/operations/test_reclamation.py's
+    world: real idle minutes judged by the telemetry's idle query): the requester reads in
+    their thread that the allocation is idle and when it goes, then that it went."""
+    notifier = notifier_of(gf)
+    code, gpus = world.allocate(2)
+    from_chat(gf, code)
+    world.run(70, dict.fromkeys(gpus, IDLE))
+    assert [s.step for s in world.tick().steps] == ["warn"]
+    notifier.run_once()
+    world.run(31, dict.fromkeys(gpus, IDLE))
+    assert [s.step for s in world.tick().steps] == ["act"]
+    notifier.run_once()
+    opener, *replies = slack.posts(CHAT_CHANNEL)
+    assert f"*{code}*" in opener["blocks"][0]["text"]["text"]
+    told = [r["text"] for r in replies]
+    assert told[:2] == [f"{code} was approved by olga", f"{code} is active"]
+    assert told[2].startswith(f"{code} is idle: {code}: 2 × H100-80GB idle for 70 min")
+    assert told[3].startswith(f"{code} was released by gpufleet")
+    assert len(told) == 4
+    assert all(r["thread_ts"] == thread_of(gf, code).thread_ts for r in replies)
+    assert all(f"<@{REQUESTER}>" in r["blocks"][0]["text"]["text"] for r in replies)
