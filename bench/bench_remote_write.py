@@ -8,7 +8,9 @@ apart), in bodies of `--samples-per-body` series (Prometheus' `max_samples_per_s
 2,000 by default). The same pre-encoded bodies are posted, from a separate process, to a
 VictoriaMetrics (Debian's `victoria-metrics`, started here on a loopback port) and to a
 gpufleet server with the fleet registered; each server's CPU time is read from /proc.
-Prints CPU-seconds per million samples for each, and their ratio.
+Prints CPU-seconds per million samples for each, and their ratio, and each server's
+resident memory (VmRSS) before and after, per million active series (`nodes` × 8 × the
+catalogue's core metrics: every series the bodies name is active).
 """
 
 from __future__ import annotations
@@ -80,9 +82,18 @@ async def post_all(url: str, headers: dict[str, str], bodies: list[bytes],
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (VmRSS), from /proc/<pid>/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
 def timed_push(pid: int, url: str, token: str, body_file: Path, concurrency: int,
-               samples: int) -> float:
+               samples: int, active_series: int) -> float:
     """Post every body from a separate process; the server's CPU-s per million samples."""
+    rss_before = rss_bytes(pid)
     before_s, started_s = cpu_seconds(pid), time.perf_counter()
     subprocess.run([sys.executable, __file__, "--concurrency", str(concurrency),
                     "--push", url, token, str(body_file)], check=True)
@@ -90,6 +101,10 @@ def timed_push(pid: int, url: str, token: str, body_file: Path, concurrency: int
     print(f"  CPU {cpu_s:.1f} s over {wall_s:.1f} s wall: "
           f"{cpu_s / samples * 1e6:.2f} CPU-s per million samples, "
           f"{samples / wall_s:,.0f} samples/s")
+    rss_after = rss_bytes(pid)
+    print(f"  RSS {rss_before / 2**20:,.0f} MiB before, {rss_after / 2**20:,.0f} MiB after "
+          f"{active_series:,} active series: {rss_after / 2**30 / active_series * 1e6:.2f} GiB "
+          f"per million (growth {(rss_after - rss_before) / 2**30 / active_series * 1e6:.2f})")
     return cpu_s / samples * 1e6
 
 
@@ -127,6 +142,7 @@ def main() -> None:
                              args.concurrency))
         return
     bodies, samples = dcgm_bodies(args.nodes, args.scrapes, args.samples_per_body)
+    active_series = samples // args.scrapes
     print(f"== {len(bodies)} bodies, {samples:,} samples, "
           f"{sum(map(len, bodies)) / samples:.2f} wire bytes/sample")
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,7 +152,7 @@ def main() -> None:
         try:
             print("VictoriaMetrics /api/v1/write:")
             vm_cost = timed_push(vm.pid, f"{vm_url}/api/v1/write", "-", body_file,
-                                 args.concurrency, samples)
+                                 args.concurrency, samples, active_series)
         finally:
             vm.terminate()
             vm.wait(30)
@@ -149,7 +165,7 @@ def main() -> None:
                                headers={"Authorization": f"Bearer {admin}"}).json()["token"]
             print(f"gpufleet {GPUFLEET_PATH}:")
             ours = timed_push(server[0].pid, url + GPUFLEET_PATH, token, body_file,
-                              args.concurrency, samples)
+                              args.concurrency, samples, active_series)
     print(f"gpufleet / VictoriaMetrics CPU per sample: {ours / vm_cost:.1f}×")
 
 

@@ -61,15 +61,21 @@ class Encoding(StrEnum):
     FLOAT = "float"  # a Prometheus sample already in catalogue units
 
     def is_sentinel(self, raw: int | float) -> bool:
-        if self is Encoding.DCGM_INT64:
+        # Compared with module globals: `Encoding.X` here would be an enum-class attribute
+        # lookup (~0.5 µs each in 3.11), and ingest asks this once per sample.
+        if self is _DCGM_INT64:
             return raw >= DCGM_INT64_BLANK or raw in DCGM_INT32_SENTINELS
-        if self is Encoding.DCGM_FP64:
+        if self is _DCGM_FP64:
             return raw >= DCGM_FP64_BLANK
-        if self is Encoding.NVML_UINT:
+        if self is _NVML_UINT:
             return raw == NVML_VALUE_NOT_AVAILABLE_UINT
-        if self is Encoding.NVML_ULONGLONG:
+        if self is _NVML_ULONGLONG:
             return raw == NVML_VALUE_NOT_AVAILABLE_ULONGLONG
         return False
+
+
+_DCGM_INT64, _DCGM_FP64 = Encoding.DCGM_INT64, Encoding.DCGM_FP64
+_NVML_UINT, _NVML_ULONGLONG = Encoding.NVML_UINT, Encoding.NVML_ULONGLONG
 
 
 def convert(raw: Raw, encoding: Encoding, scale: float) -> float | None:

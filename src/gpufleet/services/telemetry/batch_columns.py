@@ -117,11 +117,23 @@ class ColumnsBuilder:
         sample per series entry)."""
         if v is None:
             return
-        reason = sample_problem(t, v, *_RANGES[metric.unit], window)
+        low, high = _RANGES[metric.unit]
+        reason = sample_problem(t, v, low, high, window)
         if reason is not None:
             self.dropped[reason] += 1
             return
-        self._append(labels, [t], [float(v)])
+        if self.times_may_repeat or labels in self._index:
+            self._append(labels, [t], [float(v)])
+            return
+        # A series' first sample (what remote-write sends): nothing to repeat, so no lists
+        # of one and no span search; `_append` does the same.
+        index = self._index[labels] = len(self.series)
+        self.series.append(labels)
+        start = len(self.values)
+        self._spans.append([(start, start + 1)])
+        self.series_index.append(index)
+        self.times_ms.append(t)
+        self.values.append(float(v))
 
     def _append(self, labels: SeriesLabels, times_ms: Sequence[int],
                 values: Sequence[float]) -> None:
