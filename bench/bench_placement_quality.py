@@ -80,7 +80,7 @@ def main() -> None:
                              "compared with FGD")
     parser.add_argument("--only", action="append", default=[],
                         help="replay only sequences whose name contains this (repeatable)")
-    parser.add_argument("--max-candidates", type=int, default=32)
+    parser.add_argument("--max-candidates", type=int, default=128)
     parser.add_argument("--jobs", type=int, default=1, help="replays run in parallel")
     args = parser.parse_args()
     policies = args.policy or ["default"]
