@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--fill", type=float, default=0.85)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--policy", choices=POLICIES, action="append")
-    parser.add_argument("--max-candidates", type=int, default=32)
+    parser.add_argument("--max-candidates", type=int, default=128)
     args = parser.parse_args()
     for policy in args.policy or POLICIES:
         started = time.perf_counter()

@@ -54,7 +54,7 @@ def check_models(fleet: FleetState, tasks: Sequence[Task]) -> None:
 
 
 def replay(fleet: FleetState, tasks: Sequence[Task], *, policy: str = "default", seed: int = 0,
-           whole_gpus_from_shared: bool = False, max_candidates: int = 32,
+           whole_gpus_from_shared: bool = False, max_candidates: int = 128,
            progress: Callable[[int], None] | None = None) -> ReplayResult:
     """Decide every task in order against `fleet` (changed in place); see the module doc."""
     try:

@@ -16,6 +16,7 @@ it takes `num_gpu` whole GPUs on one node (0: a host-only task).
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -116,7 +117,7 @@ def load_openb_pods(path: Path) -> list[Task]:
 
 def _json_lines(path: Path) -> Iterable[tuple[str, dict]]:
     try:
-        with path.open() as handle:
+        with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as handle:
             for line, text in enumerate(handle, start=1):
                 if not text.strip():
                     continue

@@ -116,7 +116,7 @@ def whatif(
         "--policy", help=f"Placement policy: {', '.join(POLICIES)}.")] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Seed for tie-breaks.")] = 0,
     max_candidates: Annotated[int, typer.Option(
-        "--max-candidates", min=1, help="Candidate nodes scored per decision.")] = 32,
+        "--max-candidates", min=1, help="Candidate nodes scored per decision.")] = 128,
     placements_out: Annotated[Path | None, typer.Option(
         "--placements-out", help="Write every decision as JSON lines, in request order "
                                  "(openb format).")] = None,

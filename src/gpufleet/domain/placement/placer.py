@@ -66,7 +66,7 @@ class Placer:
     """
 
     def __init__(self, fleet: FleetState, policy: str = "default", *, seed: int = 0,
-                 whole_gpus_from_shared: bool = False, max_candidates: int = 32,
+                 whole_gpus_from_shared: bool = False, max_candidates: int = 128,
                  workload: Workload | None = None, learn: bool = True):
         if policy not in POLICIES:
             raise ValueError(f"unknown placement policy {policy!r}; "
