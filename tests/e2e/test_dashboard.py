@@ -85,6 +85,8 @@ def test_the_keyboard_reaches_the_skip_link_and_sign_out(new_page, server):
     page.keyboard.press("Tab")
     assert _focused(page) == "A Skip to content"
     page.keyboard.press("Enter")
+    # The fragment navigation lands after the key press returns: wait for it, do not race it.
+    page.wait_for_function("() => location.hash === '#main'", timeout=5000)
     assert urlsplit(page.url).fragment == "main"
     page.locator("body").focus()
     for _ in range(30):
