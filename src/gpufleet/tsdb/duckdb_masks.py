@@ -70,10 +70,16 @@ def _range_mask(lo: str, hi: str) -> str:
 
 
 def _highest_minute(mask: str) -> str:
-    """SQL: the start (ms) of the last minute set in `mask` of hour `hour_ms` (log2 of a
-    double is exact below 2^52, so the top byte is shifted off first)."""
-    return (f"hour_ms + {MINUTE_MS} * CASE WHEN {mask} >= (1::UBIGINT << 52) "
-            f"THEN 8 + floor(log2(({mask} >> 8)::DOUBLE)) ELSE floor(log2(({mask})::DOUBLE)) END")
+    """SQL: the start (ms) of the last minute set in `mask` of hour `hour_ms`.
+
+    `floor(log2(mask))` alone is not exact: log2 of a mask whose lower bits are all set
+    rounds up to the next power (log2(2^52 - 1) is 52.0 in a double), so a minute past the
+    last active one was reported. The estimate is never low and at most one high, so one
+    shift corrects it."""
+    # greatest(…, 1): DuckDB may evaluate this on the rows a FILTER drops (mask 0, -inf).
+    guess = f"floor(log2(greatest({mask}, 1)::DOUBLE))::INTEGER"
+    return (f"hour_ms + {MINUTE_MS} * ({guess} - CASE WHEN (1::UBIGINT << {guess}) > ({mask}) "
+            "THEN 1 ELSE 0 END)")
 
 
 class DuckDBMinuteMasks:
