@@ -43,6 +43,10 @@ pytestmark = pytest.mark.postgres
 LOOP_INTERVAL_S = 0.5  # lifecycle rounds: expiry and the queue
 SHAPE, HOSTNAME = "dgx-h100", "replica-node"
 EACH = 3  # requests per kind of work
+# Seconds from now to the starts and ends the loops act on: room for the test to create and
+# approve its requests first on a loaded machine (then a start already passed would be
+# granted by the approval itself, not by a loop).
+MARGIN_S = 4
 
 
 @pytest.fixture
@@ -187,10 +191,10 @@ def test_two_replicas_share_the_work_and_survive_a_killed_one(
         # The loops act once: allocations ending soon expire once each, approved requests
         # waiting for their start are granted once each, whichever replica's round it is.
         now = datetime.now(UTC)
-        ending = [a.request(ends_at=(now + timedelta(seconds=3)).isoformat())
+        ending = [a.request(ends_at=(now + timedelta(seconds=MARGIN_S)).isoformat())
                   for _ in range(EACH)]
-        queued = [b.request(starts_at=(now + timedelta(seconds=2)).isoformat(),
-                            ends_at=(now + timedelta(seconds=4)).isoformat())
+        queued = [b.request(starts_at=(now + timedelta(seconds=MARGIN_S)).isoformat(),
+                            ends_at=(now + timedelta(seconds=MARGIN_S + 2)).isoformat())
                   for _ in range(EACH)]
         for n, request in enumerate(ending + queued):
             (a if n % 2 else b).approve(request)
@@ -198,7 +202,7 @@ def test_two_replicas_share_the_work_and_survive_a_killed_one(
             a.show(c)["state"] == "expired" for c in ending + queued))
 
         # SIGKILL replica A with work it took in still to do: B grants and expires it.
-        start = datetime.now(UTC) + timedelta(seconds=2)
+        start = datetime.now(UTC) + timedelta(seconds=MARGIN_S)
         orphans = [a.request(starts_at=start.isoformat(),
                              ends_at=(start + timedelta(seconds=2)).isoformat())
                    for _ in range(EACH)]
