@@ -150,11 +150,14 @@ def test_two_replicas_share_the_work_and_survive_a_killed_one(
             [tmp_path / "a", tmp_path / "b"],
             on_start=lambda p: processes.setdefault("ab"[len(processes)], p), **settings))
         a, b = Replica(url_a, token_a), Replica(url_b, token_b)
+        stack.callback(a.http.close)
+        stack.callback(b.http.close)
 
         # Both answer reads and writes, on one state: a token minted on A works on B.
         minted = a.ok("POST", "/api/v1/tokens", 201,
                       json={"name": "both-replicas", "role": "admin"})["token"]
-        assert Replica(url_b, minted).ok("GET", "/api/v1/whoami")["role"] == "admin"
+        with httpx.Client(base_url=url_b, headers={"Authorization": f"Bearer {minted}"}) as c:
+            assert c.get("/api/v1/whoami").json()["role"] == "admin"
         a.ok("POST", "/api/v1/environments", 201, json={"name": "lab", "kind": "onprem"})
         b.ok("POST", "/api/v1/projects", 201, json={"name": "vision",
                                                     "organisation": "research"})
