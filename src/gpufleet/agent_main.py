@@ -15,10 +15,11 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpufleet.agent.backend import GpuBackend, SourceUnavailable
+from gpufleet.agent.client import server_urls
 from gpufleet.agent.options import BACKENDS, DEFAULT_BACKEND, MIB, TelemetryOptions
 from gpufleet.agent.runner import AgentRunner, StopReason
 from gpufleet.settings import default_data_dir
@@ -152,6 +153,13 @@ def _metrics(runner: AgentRunner, backend: GpuBackend, flags: AgentFlags):
                               f"{flags.metrics_port}: {exc.strerror or exc}") from None
 
 
+def _server_urls(server: str | Sequence[str]) -> list[str]:
+    try:
+        return server_urls(server)
+    except ValueError as exc:
+        raise AgentSetupError(f"--server: {exc}") from None
+
+
 async def _run(runner: AgentRunner) -> StopReason:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -171,8 +179,8 @@ async def _once(runner: AgentRunner) -> int:
     return EXIT_CODES[result.reason] if result.reason is not None else EXIT_ONCE_FAILED
 
 
-def main(*, backend: str, server: str, join_token: str | None, state_dir: Path | None,
-         **options) -> int:
+def main(*, backend: str, server: str | Sequence[str], join_token: str | None,
+         state_dir: Path | None, **options) -> int:
     """Run one agent; `options` are `AgentFlags`' fields. The exit code: 0 stopped (or
     --once all acknowledged), 1 --once not all acknowledged, 2 not joined or a setup
     problem, 3 token refused."""
@@ -181,8 +189,9 @@ def main(*, backend: str, server: str, join_token: str | None, state_dir: Path |
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     metrics = None
     try:
+        servers = _server_urls(server)
         gpu_backend = make_backend(flags)
-        runner = AgentRunner(server.rstrip("/"), gpu_backend, state_dir or default_state_dir(),
+        runner = AgentRunner(servers, gpu_backend, state_dir or default_state_dir(),
                              join_token=join_token, telemetry=telemetry_options(flags))
         metrics = _metrics(runner, gpu_backend, flags)
     except AgentSetupError as exc:

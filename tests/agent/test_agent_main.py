@@ -51,6 +51,20 @@ def test_an_unknown_backend_or_bad_interval_is_refused(tmp_path, capsys):
     assert "interval" in capsys.readouterr().err
 
 
+def test_a_server_url_that_is_not_http_is_one_clear_line(tmp_path, capsys):
+    assert agent_main.main(backend="sim", server=["http://127.0.0.1:9", "gpufleet-b:8080"],
+                           join_token="join-x", state_dir=tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --server: server URL 'gpufleet-b:8080'") and \
+        err.count("\n") == 1
+
+
+def test_once_against_replicas_that_do_not_answer_fails_with_a_message(tmp_path, capsys):
+    assert agent_main.main(backend="sim", server="http://127.0.0.1:9,http://127.0.0.1:7",
+                           join_token="join-x", state_dir=tmp_path, once=True) == 1
+    assert "error: registration failed" in capsys.readouterr().err
+
+
 def test_once_against_a_server_that_does_not_answer_fails_with_a_message(tmp_path, capsys):
     assert run_main(tmp_path, once=True, sim_shape="l40s-8") == 1
     assert "error: registration failed" in capsys.readouterr().err

@@ -197,12 +197,23 @@ def test_agent_takes_the_join_token_from_the_environment(fake_module, tmp_path, 
     result = invoke("agent", "--server", "http://fleet:8080", "--state-dir", tmp_path,
                     "--sim-shape", "dgx-h100", "--hostname", "gpu-1", "--seed", "4")
     assert result.exit_code == 2
-    assert calls == [{"args": (), "backend": "sim", "server": "http://fleet:8080",
+    assert calls == [{"args": (), "backend": "sim", "server": ["http://fleet:8080"],
                       "join_token": "gfj_from-env", "state_dir": tmp_path,
                       "sim_shape": "dgx-h100", "hostname": "gpu-1", "seed": 4,
                       "dcgm_exporter_url": None, "collect_interval_s": 10.0,
                       "upload_interval_s": 60.0, "spool_max_mb": 256.0, "once": False,
                       "metrics_port": None, "metrics_address": "0.0.0.0"}]
+
+
+def test_agent_takes_several_servers_repeated_or_from_the_environment(fake_module, tmp_path,
+                                                                     monkeypatch):
+    calls = fake_module("gpufleet.agent_main", "main", result=0)
+    invoke("agent", "--server", "http://a:8080", "--server", "http://b:8080,http://c:8080",
+           "--state-dir", tmp_path)
+    monkeypatch.setenv("GPUFLEET_AGENT_SERVERS", "http://a:8080,http://b:8080")
+    invoke("agent", "--state-dir", tmp_path)
+    assert [call["server"] for call in calls] == [
+        ["http://a:8080", "http://b:8080,http://c:8080"], ["http://a:8080,http://b:8080"]]
 
 
 # --- formatting and query building -------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -65,11 +65,14 @@ class OnceResult:
 
 
 class AgentRunner:
-    """One agent. `http`, `wait`, `telemetry_wait` and `spool` are injectable for tests; an
-    `http` client passed in is the caller's to close, one created here is closed by
-    `aclose()`. `on_snapshot` sees every collected snapshot (the agent's /metrics)."""
+    """One agent, of the server at `servers` (one URL, or several replicas' in order of
+    preference: `AgentClient`). `http`, `wait`, `telemetry_wait` and `spool` are
+    injectable for tests; an `http` client passed in is the caller's to close, one created
+    here is closed by `aclose()`. `on_snapshot` sees every collected snapshot (the agent's
+    /metrics)."""
 
-    def __init__(self, server_url: str, backend: GpuBackend, state_dir: str | Path,
+    def __init__(self, servers: str | Sequence[str], backend: GpuBackend,
+                 state_dir: str | Path,
                  join_token: str | None = None, *, http: httpx.AsyncClient | None = None,
                  backoff: Backoff | None = None, wait: Wait = wait_or_stop,
                  agent_version: str | None = __version__,
@@ -80,7 +83,7 @@ class AgentRunner:
         self._http = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0))
         self.backoff = backoff or Backoff()
         self._wait = wait
-        client = AgentClient(server_url, self._http)
+        client = AgentClient(servers, self._http)
         self.session = AgentSession(
             client, backend, credential=self.state.read_credential(),
             join_token=join_token, on_credential=self._store_credential,

@@ -17,7 +17,7 @@ from gpufleet import __version__
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.billing.charges import Window
-from gpufleet.domain.errors import InvalidInput, Unauthenticated, Unavailable
+from gpufleet.domain.errors import Conflict, InvalidInput, Unauthenticated, Unavailable
 from gpufleet.domain.inventory import GpuHealth, NodeStatus
 from gpufleet.domain.operations.alert_state import FlapPolicy
 from gpufleet.domain.operations.health_rules import default_pack
@@ -182,6 +182,12 @@ class Gpufleet:
             except Unauthenticated:
                 pass
             log.warning("the stored admin token is no longer valid; issuing a new one")
+        try:
+            return self._issue_admin_token()
+        except Conflict:  # a replica started beside this one created user `admin` first
+            return self._issue_admin_token()
+
+    def _issue_admin_token(self) -> str:
         now = self.clock.now()
         with self.store.write() as session:
             user = session.query(User).filter_by(name="admin").one_or_none()

@@ -13,7 +13,11 @@ Everything that differs between the two databases lives in this module:
   key violation that slipped past the services' own checks becomes `Conflict` (409); a
   value the database cannot hold (an integer beyond 64 bits, a NUL character in text on
   PostgreSQL) becomes `InvalidInput` (400) — SQLite says so with `OverflowError`,
-  PostgreSQL with a `DataError`.
+  PostgreSQL with a `DataError`; an update whose row another transaction changed first (a
+  versioned row, `StaleDataError`) becomes `Conflict` `concurrent_update` (409).
+* Several server processes (replicas) on one PostgreSQL: `migrate` runs under an advisory
+  lock, so replicas started together migrate one after the other; `try_leader_lock` picks
+  the one replica that runs a background loop's round.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
 
 from gpufleet.domain.errors import Conflict, InvalidInput, Unavailable
 from gpufleet.private_files import ensure_private_dir, ensure_private_file, make_private
@@ -146,6 +151,10 @@ class StateStore:
             raise Conflict("the change conflicts with existing records",
                            code="integrity_conflict",
                            details={"database": _first_line(exc.orig)}) from exc
+        except StaleDataError as exc:
+            session.rollback()
+            raise Conflict("the record changed in another transaction meanwhile; retry",
+                           code="concurrent_update") from exc
         except (DataError, OverflowError) as exc:
             session.rollback()
             raise InvalidInput("a value is out of the range or form the state store accepts",
@@ -175,6 +184,9 @@ class StateStore:
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS_DIR))
         with self._write_engine.begin() as connection:
+            if not self.is_sqlite:  # replicas started together: one migrates, then the next
+                connection.execute(text("SELECT pg_advisory_xact_lock(:k)"),
+                                   {"k": _lock_key("migrate")})
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
 
@@ -192,12 +204,8 @@ class StateStore:
         """
         if self.is_sqlite:
             return True
-        # The whole name, hashed: two loops whose names share a prefix must not block each
-        # other (a key of the name's first 8 bytes made "reclamation" and "reclamat…" one).
-        key = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big",
-                             signed=True)
         return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"),
-                                    {"k": key}).scalar())
+                                    {"k": _lock_key(name)}).scalar())
 
     def dispose(self) -> None:
         self._write_engine.dispose()
@@ -205,6 +213,14 @@ class StateStore:
             self._dedicated_engine.dispose()
         if self._read_engine is not self._write_engine:
             self._read_engine.dispose()
+
+
+def _lock_key(name: str) -> int:
+    """The advisory lock key of `name`: the whole name, hashed, so two names sharing a
+    prefix never block each other (a key of the first 8 bytes made "reclamation" and
+    "reclamat…" one). Advisory locks are per database: replicas share them."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big",
+                          signed=True)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -402,6 +402,11 @@ class GpuRequest(Base):
     project: Mapped[Project] = relationship(lazy="joined")
 
     __table_args__ = (Index("ix_gpu_requests_state_ends", "state", "ends_at"),)
+    # Every UPDATE of a request says `WHERE state = <the state it was read in>`: two
+    # server replicas (or two threads) acting on one request — a grant racing a cancel, two
+    # approvals, a release racing the expiry — cannot both win; the later one's flush
+    # finds no row and its transaction ends in a 409 `concurrent_update` (StateStore).
+    __mapper_args__ = {"version_id_col": state, "version_id_generator": False}
 
 
 class Binding(Base):

@@ -46,7 +46,11 @@ def demo(
 
 
 def agent(
-    server: Annotated[str, typer.Option("--server", help="The gpufleet server's URL.")],
+    server: Annotated[list[str], typer.Option(
+        "--server", envvar="GPUFLEET_AGENT_SERVERS", show_envvar=True,
+        help="The gpufleet server's URL; for replicas, repeat it or separate URLs with "
+        "commas: the agent moves to the next one when a server cannot be reached or "
+        "answers 502/503/504.")],
     backend: Annotated[str, typer.Option(
         "--backend", help="Where GPU data comes from: nvml (the driver's NVML), "
         "dcgm-exporter (scrape the node's exporter) or sim (the simulator).")

@@ -19,7 +19,10 @@ all of them).
 
 Decisions come from the placement cache. If the database refuses a batch (a unit another
 server took, a MIG layout that changed), nothing of it is kept: the nodes it touched are
-re-read, and its requests are granted one at a time, each retried a few times.
+re-read, and its requests are granted one at a time, each retried a few times. A request
+another replica changed meanwhile (granted it, cancelled it) refuses the batch the same way
+(`concurrent_update`: requests' updates are checked against the state they were read in),
+and the retry reads it as it now is, so a request is never granted twice.
 """
 
 from __future__ import annotations
@@ -257,6 +260,7 @@ def _raise_unless_refused(exc: Exception) -> None:
     """A refused grant — a unit taken, a slot claimed meanwhile, a decision the cache no
     longer supports — is tried again; any other conflict is the caller's to see."""
     refused = (isinstance(exc, (UnitTaken, StaleDecision))
-               or (isinstance(exc, Conflict) and exc.code == "integrity_conflict"))
+               or (isinstance(exc, Conflict)
+                   and exc.code in ("integrity_conflict", "concurrent_update")))
     if not refused:
         raise exc
