@@ -99,10 +99,11 @@ class FragmentationScorer(Scorer):
 
         Why first, before the fragmentation measure: the measure weighs each task kind by
         how often it arrives, so a kind that is rare but asks for many GPUs counts for
-        little, and a 2- or 4-GPU task was often put on a node with more free GPUs than it
-        needs — breaking up a node a later 8-GPU task could have used, while nodes with
-        exactly its GPUs free stayed half empty. On the openb family this lifted the
-        multigpu variants (bench_placement_quality.py, BENCHMARKS.md). Single GPUs and
+        little, and a 2- or 4-GPU task can be put on a node with more free GPUs than it
+        needs — breaking up a node a later larger task could have used, while a node with
+        exactly its GPUs free stays part empty. On the openb family this lifted
+        `multigpu40` by 0.1-0.2 points and moved the rest by at most 0.15 either way
+        (bench_placement_quality.py, BENCHMARKS.md). Single GPUs and
         fractions are left to the measure: the same rule for one whole GPU lost 0.2-0.3
         points on each of the five sequences it was tried on.
         """
