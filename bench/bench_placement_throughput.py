@@ -73,6 +73,7 @@ def run(fleet: FleetState, policy: str, decisions: int, fill: float, seed: int,
     decide_ms: list[float] = []
     placed = refused = 0
     started = time.perf_counter()
+    started_cpu_s = time.process_time()  # this process only: steady on a shared machine
     for _ in range(decisions):
         demand = rng.choices(demands, weights)[0]
         t0 = time.perf_counter()
@@ -90,12 +91,15 @@ def run(fleet: FleetState, policy: str, decisions: int, fill: float, seed: int,
             placer.release(old)
             allocated -= old.milli
     elapsed = time.perf_counter() - started
+    cpu_s = time.process_time() - started_cpu_s
     print(f"policy {policy}: filled to {allocated / total:.1%} with {warm} decisions in "
           f"{fill_s:.1f} s ({warm / fill_s:,.0f}/s)")
     print(f"  steady state: {decisions} decisions ({placed} placed, {refused} refused) in "
           f"{elapsed:.1f} s = {decisions / elapsed:,.0f} decide+commit+release per s")
     print(f"  decide alone: {decisions / (sum(decide_ms) / 1000):,.0f} decisions/s;  "
           f"{describe_ms(decide_ms)}")
+    print(f"  steady state in CPU time: {cpu_s:.1f} CPU s = "
+          f"{decisions / cpu_s:,.0f} decide+commit+release per CPU s")
 
 
 def main() -> None:

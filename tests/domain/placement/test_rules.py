@@ -327,6 +327,25 @@ def test_default_policy_keeps_whole_gpus_free_for_the_workload_it_expects():
     assert placed(spread, shared(400)).units[0].gpu == "s/1"
 
 
+def test_default_policy_gives_several_whole_gpus_the_node_they_fill_exactly():
+    # On "four" the expected single-GPU tasks would run out of host CPU before GPUs, so
+    # the fragmentation measure alone takes it for the 2-GPU task (it strands less
+    # there); the exact-fit rule keeps its free GPUs together and fills "two" instead.
+    def build() -> FleetState:
+        state = fleet(node("four", 4, cpu=3000), node("two", 4, cpu=64000))
+        for gpu in state.node("two").gpus[:2]:
+            gpu.whole_bound = True
+        state.refresh("two")
+        return state
+
+    expected = Workload([whole(1, cpu_milli=1000)] * 8)
+    demand = whole(2, cpu_milli=1000)
+    assert placed(Placer(build(), workload=expected), demand).units[0].node == "two"
+    measure_alone = Placer(build(), workload=expected)
+    measure_alone._scorer._leaves_whole_gpus = lambda plan: False
+    assert placed(measure_alone, demand).units[0].node == "four"
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_plan_made_on_one_node_is_reused_on_another_of_the_same_shape(policy):
     # Plans are cached by node shape: the second decision reuses the plan made on the
