@@ -408,9 +408,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-force-merge", action="store_true",
                         help="query VictoriaMetrics without merging its parts first")
+    parser.add_argument("--data-dir", type=Path,
+                        help="keep the loaded stores here; a later run with the same "
+                             "--gpus and --seed asks its questions without loading again")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tvm-") as tmp:
-        root = Path(tmp)
+        root = args.data_dir or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
         vm, vm_url = start_victoria_metrics(
             root / "vm", "-search.maxQueryDuration=600s")
         try:
@@ -421,8 +425,19 @@ def main() -> None:
 
 
 def run(args, root: Path, vm, vm_url: str) -> None:
-    t = time.perf_counter()
+    loaded = root / f"loaded-{args.gpus}-{args.seed}"
     state = StateStore(f"sqlite:///{root / 'state.db'}")
+    if loaded.exists():
+        telemetry = DuckDBTelemetryStore(root / "telemetry.duckdb")
+        print(f"stores loaded earlier, in {root}")
+    else:
+        telemetry = load(args, root, vm, vm_url, state)
+        loaded.touch()
+    ask(args, root, vm, vm_url, state, telemetry)
+
+
+def load(args, root: Path, vm, vm_url: str, state: StateStore) -> DuckDBTelemetryStore:
+    t = time.perf_counter()
     state.migrate()
     owners = load_state(state, args.gpus, random.Random(args.seed))
     fleet = read_fleet(state, args.gpus, args.seed)
@@ -442,6 +457,8 @@ def run(args, root: Path, vm, vm_url: str) -> None:
         g = time.perf_counter()
         lines += vml.add_hour(hour_ms, gr, sm, memory)
         generate_s += time.perf_counter() - g
+        if hour % 6 == 5:
+            print(f"  {hour + 1} h of 24 loaded, {time.perf_counter() - t:.0f} s")
     vml.finish()
     telemetry = duck.finish(hi)
     samples = args.gpus * len(METRICS) * HOURS * PER_HOUR
@@ -454,6 +471,11 @@ def run(args, root: Path, vm, vm_url: str) -> None:
         httpx.get(f"{vm_url}/internal/force_merge", timeout=3600).raise_for_status()
         print(f"VictoriaMetrics force_merge: {time.perf_counter() - t:.1f} s, "
               f"{cpu_seconds(vm.pid) - c:.1f} CPU-s")
+    return telemetry
+
+
+def ask(args, root: Path, vm, vm_url: str, state: StateStore,
+        telemetry: DuckDBTelemetryStore) -> None:
     settings = Settings(data_dir=root / "data")
     gf = Gpufleet(state, settings, ManualClock(NOW), telemetry=telemetry)
     token = bootstrap_admin_token(gf, settings.data_dir / "admin-token")
