@@ -408,6 +408,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-force-merge", action="store_true",
                         help="query VictoriaMetrics without merging its parts first")
+    parser.add_argument("--vm-repeats", type=int,
+                        help="repeats of each VictoriaMetrics question (default: --repeats)")
+    parser.add_argument("--no-vm", action="store_true",
+                        help="gpufleet's side only (comparing two versions of gpufleet)")
     parser.add_argument("--data-dir", type=Path,
                         help="keep the loaded stores here; a later run with the same "
                              "--gpus and --seed asks its questions without loading again")
@@ -498,11 +502,16 @@ def ask(args, root: Path, vm, vm_url: str, state: StateStore,
             here, _ = timed(ask, time.process_time, args.repeats)
             whole = ask() if question != "idle list" else \
                 every_page(client, path, headers, settings.page_size_max)
+            if args.no_vm:
+                print(f"{question}: gpufleet p50 {here.p50:8.1f} ms  CPU p50 "
+                      f"{here.cpu_p50:8.1f} ms  mean {here.cpu_mean:8.1f} ms")
+                continue
             expr = VM_QUESTIONS[question]
+            vm_repeats = args.vm_repeats or args.repeats
             computed, theirs = timed(lambda e=expr: vm_query(http, vm_url, e, cache=False),
-                                     lambda: cpu_seconds(vm.pid), args.repeats)
+                                     lambda: cpu_seconds(vm.pid), vm_repeats)
             cached, _ = timed(lambda e=expr: vm_query(http, vm_url, e, cache=True),
-                              lambda: cpu_seconds(vm.pid), args.repeats)
+                              lambda: cpu_seconds(vm.pid), vm_repeats)
             print(f"{question}:\n"
                   f"  gpufleet         first {here.first_ms:8.1f} ms  p50 {here.p50:8.1f} ms"
                   f"  CPU p50 {here.cpu_p50:8.1f} ms  mean {here.cpu_mean:8.1f} ms\n"
@@ -513,6 +522,9 @@ def ask(args, root: Path, vm, vm_url: str, state: StateStore,
                   f"  CPU p50 {cached.cpu_p50:8.1f} ms  mean {cached.cpu_mean:8.1f} ms\n"
                   f"  answers: {compare(question, whole, theirs)}")
             rows.append((question, here, computed, cached))
+    if not rows:
+        gf.close()
+        return
     print(f"\n{'question':20s} {'gpufleet p50':>13s} {'VM p50':>10s} {'ratio':>7s}"
           f" {'gpufleet CPU':>13s} {'VM CPU':>10s} {'CPU ratio':>10s} {'VM p50 cached':>14s}")
     for question, here, computed, cached in rows:  # CPU: mean per call

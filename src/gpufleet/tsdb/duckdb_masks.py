@@ -75,11 +75,14 @@ def _range_mask(lo: str, hi: str) -> str:
 
 
 def _highest_minute(mask: str) -> str:
-    """SQL: the start (ms) of the last minute set in `mask` of hour `hour_ms` (log2 of a
-    double is exact below 2^52, so the top byte is shifted off first)."""
-    return (f"hour_ms + {MINUTE_MS} * CASE WHEN {mask} >= {1 << 52}::UBIGINT "
-            f"THEN 8 + floor(log2(({mask} >> 8::UBIGINT)::DOUBLE)) "
-            f"ELSE floor(log2(({mask})::DOUBLE)) END")
+    """SQL: the start (ms) of the last minute set in `mask` of hour `hour_ms`. log2 of the
+    mask as a double gives the top bit's place, or one more: the double rounds (2^60 − 1
+    becomes 2^60) and so does log2 (log2(2^52 − 1) is 52.0 in IEEE doubles), so a mask
+    whose minutes below its top one are (nearly) all set came out a minute late; a check
+    against the bit itself takes that one back."""
+    top = f"floor(log2(greatest({mask}, 1::UBIGINT)::DOUBLE))::UBIGINT"  # 0: filtered later
+    return (f"hour_ms + {MINUTE_MS} * ({top} - CASE WHEN (1::UBIGINT << {top}) > {mask} "
+            "THEN 1 ELSE 0 END)")
 
 
 class DuckDBMinuteMasks:
