@@ -2,8 +2,8 @@
 
 DuckDB's Python client converts a list passed as a statement's parameter value by value
 (~1 µs each): a project average at 10,000 GPUs passes 7,500 slots × 5 columns and the idle
-list 7,500 spans × 5, which cost more than the statements' own work (~25 ms for three
-columns of 7,500, against ~3 ms as arrays: BENCHMARKS.md, "Side by side with
+list 7,500 spans × 5, which cost about as much CPU as the statements' own work (~26 ms for
+three columns of 7,500, against ~3 ms as arrays: BENCHMARKS.md, "Side by side with
 VictoriaMetrics"). Arrays registered on the read's cursor are scanned in place, as a
 view that lives as long as the `with` block.
 
