@@ -108,12 +108,13 @@ def timed_push(pid: int, url: str, token: str, body_file: Path, concurrency: int
     return cpu_s / samples * 1e6
 
 
-def start_victoria_metrics(data_dir: Path) -> tuple[subprocess.Popen, str]:
+def start_victoria_metrics(data_dir: Path, *flags: str) -> tuple[subprocess.Popen, str]:
+    """Debian's VictoriaMetrics on a free loopback port; `flags` are added to its command."""
     binary = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
     port = free_port()
     process = subprocess.Popen([binary, f"-httpListenAddr=127.0.0.1:{port}",
                                 f"-storageDataPath={data_dir}", "-retentionPeriod=100y",
-                                "-loggerLevel=ERROR"])
+                                "-loggerLevel=ERROR", *flags])
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -32,8 +32,10 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from itertools import repeat
 
 from gpufleet.domain.telemetry.funnel import Thresholds
+from gpufleet.tsdb.duckdb_columns import FLOAT64, INT32, INT64, registered
 from gpufleet.tsdb.masks import (
     GR,
     PMEM,
@@ -50,7 +52,7 @@ from gpufleet.tsdb.masks import (
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SeriesLabels
 
 CACHE = "gpufleet_masks"  # the attached in-memory database
-_BIT = f"(1::UBIGINT << ((bucket_ms % {HOUR_MS}) // {MINUTE_MS})::INTEGER)"
+_BIT = f"(1::UBIGINT << ((bucket_ms % {HOUR_MS}) // {MINUTE_MS})::UBIGINT)"
 _MASK_COLUMNS = ("gr_known", "gr_hot", "util_known", "util_hot", "sm_known", "sm_hot",
                  "pmem_known", "proc_known")
 # The activity of each minute of a unit-hour: the first signal present in that minute, in
@@ -62,23 +64,24 @@ _ACT_HOT = ("(gr_hot | (util_hot & ~gr_known) "
 
 
 def _range_mask(lo: str, hi: str) -> str:
-    """SQL: the bits of the minutes of hour `hour_ms` whose start lies in [lo, hi)."""
+    """SQL: the bits of the minutes of hour `hour_ms` whose start lies in [lo, hi). UBIGINT
+    throughout (shift amounts included): `1::UBIGINT << n` with an INTEGER n is a HUGEINT
+    in DuckDB, and every `&` and `bit_count` with the masks then widened them too."""
     def minute(edge: str) -> str:
         return (f"least(greatest(({edge} - hour_ms + {MINUTE_MS - 1}) // {MINUTE_MS}, 0), 60)"
-                "::INTEGER")
-    return f"xor((1::UBIGINT << {minute(hi)}) - 1, (1::UBIGINT << {minute(lo)}) - 1)"
+                "::UBIGINT")
+    return (f"xor((1::UBIGINT << {minute(hi)}) - 1::UBIGINT, "
+            f"(1::UBIGINT << {minute(lo)}) - 1::UBIGINT)")
 
 
 def _highest_minute(mask: str) -> str:
-    """SQL: the start (ms) of the last minute set in `mask` of hour `hour_ms`.
-
-    `floor(log2(mask))` alone is not exact: log2 of a mask whose lower bits are all set
-    rounds up to the next power (log2(2^52 - 1) is 52.0 in a double), so a minute past the
-    last active one was reported. The estimate is never low and at most one high, so one
-    shift corrects it."""
-    # greatest(…, 1): DuckDB may evaluate this on the rows a FILTER drops (mask 0, -inf).
-    guess = f"floor(log2(greatest({mask}, 1)::DOUBLE))::INTEGER"
-    return (f"hour_ms + {MINUTE_MS} * ({guess} - CASE WHEN (1::UBIGINT << {guess}) > ({mask}) "
+    """SQL: the start (ms) of the last minute set in `mask` of hour `hour_ms`. log2 of the
+    mask as a double gives the top bit's place, or one more: the double rounds (2^60 − 1
+    becomes 2^60) and so does log2 (log2(2^52 − 1) is 52.0 in IEEE doubles), so a mask
+    whose minutes below its top one are (nearly) all set came out a minute late; a check
+    against the bit itself takes that one back."""
+    top = f"floor(log2(greatest({mask}, 1::UBIGINT)::DOUBLE))::UBIGINT"  # 0: filtered later
+    return (f"hour_ms + {MINUTE_MS} * ({top} - CASE WHEN (1::UBIGINT << {top}) > {mask} "
             "THEN 1 ELSE 0 END)")
 
 
@@ -243,22 +246,11 @@ class DuckDBMinuteMasks:
         # Columns as given (`SpanColumns`) or from the named tuples; clipping to the
         # question's window and dropping units the store never heard of happen in the
         # engine (a question at 100,000 GPUs passes 75,000 spans).
-        if isinstance(spans, SpanColumns):
-            units, los, his, groups, weights = (spans.units, spans.lo_ms, spans.hi_ms,
-                                                spans.groups, spans.weights)
-        else:
-            units, los, his, groups, weights = zip(*spans, strict=True)
-        params = [list(map(self._units.get, units)), list(los), list(his), list(groups),
-                  list(weights)]
+        columns = self._span_columns(spans)
         rm = _range_mask("s.lo_ms", "s.hi_ms")
         last = (f", (max({_highest_minute('(rm & hot)')}) "
                 "FILTER (WHERE (rm & hot) <> 0))::BIGINT" if last_active else ", NULL")
-        sql = f"""WITH s AS (SELECT * FROM (
-                      SELECT unnest($1::INTEGER[]) AS unit_id,
-                             greatest(unnest($2::BIGINT[]), {int(lo_ms)}) AS lo_ms,
-                             least(unnest($3::BIGINT[]), {int(hi_ms)}) AS hi_ms,
-                             unnest($4::INTEGER[]) AS grp, unnest($5::DOUBLE[]) AS w)
-                      WHERE unit_id IS NOT NULL AND lo_ms < hi_ms),
+        sql = f"""WITH s AS ({_spans_sql("{view}", lo_ms, hi_ms)}),
             a AS (SELECT unit_id, hour_ms, {_ACT_KNOWN} AS known, {_ACT_HOT} AS hot,
                          sm_known, sm_hot, sm_sum FROM ({self._rows(lo_ms, hi_ms)})),
             j AS (SELECT s.grp, s.w, a.hour_ms, a.known, a.hot, a.sm_known, a.sm_hot, a.sm_sum,
@@ -272,7 +264,7 @@ class DuckDBMinuteMasks:
                                 * bit_count(rm & sm_known) / bit_count(sm_known)
                                 ELSE 0 END), 0)::DOUBLE {last}
             FROM j GROUP BY grp"""
-        return TallyRows(self._read(lambda cur: cur.execute(sql, params).fetchall()))
+        return TallyRows(self._read(lambda cur: _run(cur, sql, columns)))
 
     def step_tallies(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int, done_ms: int,
                      step_ms: int) -> dict[tuple[int, int], Tally]:
@@ -284,25 +276,15 @@ class DuckDBMinuteMasks:
         if not spans or lo_ms >= hi_ms:
             return {}
         assert steps_fit_hours(step_ms), step_ms
-        if isinstance(spans, SpanColumns):
-            units, los, his, groups, weights = (spans.units, spans.lo_ms, spans.hi_ms,
-                                                spans.groups, spans.weights)
-        else:
-            units, los, his, groups, weights = zip(*spans, strict=True)
-        params = [list(map(self._units.get, units)), list(los), list(his), list(groups),
-                  list(weights)]
+        columns = self._span_columns(spans)
         parts = max(HOUR_MS // step_ms, 1)  # steps in an hour (1: the hour is in one step)
         minutes = 60 // parts
         start = (f"hour_ms // {step_ms} * {step_ms}" if step_ms >= HOUR_MS
                  else f"hour_ms + k * {step_ms}")
-        part = f"(rm & (((1::UBIGINT << {minutes}) - 1) << (k * {minutes})))"
+        part = (f"(rm & (((1::UBIGINT << {minutes}::UBIGINT) - 1::UBIGINT) "
+                f"<< (k * {minutes})::UBIGINT))")
         rm = _range_mask("s.lo_ms", "s.hi_ms")
-        sql = f"""WITH s AS (SELECT * FROM (
-                      SELECT unnest($1::INTEGER[]) AS unit_id,
-                             greatest(unnest($2::BIGINT[]), {int(lo_ms)}) AS lo_ms,
-                             least(unnest($3::BIGINT[]), {int(hi_ms)}) AS hi_ms,
-                             unnest($4::INTEGER[]) AS grp, unnest($5::DOUBLE[]) AS w)
-                      WHERE unit_id IS NOT NULL AND lo_ms < hi_ms),
+        sql = f"""WITH s AS ({_spans_sql("{view}", lo_ms, hi_ms)}),
             a AS (SELECT unit_id, hour_ms, {_ACT_KNOWN} AS known, {_ACT_HOT} AS hot,
                          sm_hot FROM ({self._rows(lo_ms, hi_ms)})),
             j AS (SELECT s.grp, s.w, a.hour_ms, a.known, a.hot, a.sm_hot,
@@ -315,9 +297,22 @@ class DuckDBMinuteMasks:
                    coalesce(sum(w * bit_count(pm & hot & sm_hot)), 0)::DOUBLE,
                    coalesce(sum(w * bit_count(pm & known)), 0)::DOUBLE
             FROM p WHERE pm <> 0 GROUP BY grp, step_ms"""
-        rows = self._read(lambda cur: cur.execute(sql, params).fetchall())
+        rows = self._read(lambda cur: _run(cur, sql, columns))
         return {(grp, at): Tally(active, effective, known, 0.0, None)
                 for grp, at, active, effective, known in rows}
+
+    def _span_columns(self, spans: Sequence[SlotSpan]) -> dict[str, tuple[str, Sequence]]:
+        """The spans as columns for `duckdb_columns.registered`: units as the cache's unit
+        ids (-1: a unit the store never heard of, dropped in the engine, as is clipping to
+        the question's window — a question at 100,000 GPUs passes 75,000 spans)."""
+        if isinstance(spans, SpanColumns):
+            units, los, his, groups, weights = (spans.units, spans.lo_ms, spans.hi_ms,
+                                                spans.groups, spans.weights)
+        else:
+            units, los, his, groups, weights = zip(*spans, strict=True)
+        return {"unit_id": (INT32, list(map(self._units.get, units, repeat(-1)))),
+                "lo_ms": (INT64, los), "hi_ms": (INT64, his), "grp": (INT64, groups),
+                "w": (FLOAT64, weights)}
 
     def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int,
                           done_ms: int) -> dict[tuple, int]:
@@ -370,6 +365,21 @@ class DuckDBMinuteMasks:
         for row in rows:
             found[row[0]][tuple(row[1:-1]) if columns else ()] = int(row[-1] or 0)
         return found
+
+
+def _spans_sql(view: str, lo_ms: int, hi_ms: int) -> str:
+    """SQL: the spans of the view `_span_columns` registered, clipped to [lo, hi); units
+    the store never heard of left out."""
+    return f"""SELECT * FROM (
+                   SELECT unit_id, greatest(lo_ms, {int(lo_ms)}) AS lo_ms,
+                          least(hi_ms, {int(hi_ms)}) AS hi_ms, grp, w FROM {view})
+               WHERE unit_id >= 0 AND lo_ms < hi_ms"""
+
+
+def _run(cur, sql: str, columns: dict[str, tuple[str, Sequence]]) -> list[tuple]:
+    """`sql` (naming the view as `{view}`) over `columns` registered on `cur`."""
+    with registered(cur, columns) as view:
+        return cur.execute(sql.replace("{view}", view)).fetchall()
 
 
 def series_minutes(read: Callable, ids: dict[int, SeriesLabels], lo_ms: int, hi_ms: int,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
+from gpufleet.tsdb.duckdb_columns import INT32, INT64
 from gpufleet.tsdb.edge_pieces import EdgePieces
 from gpufleet.tsdb.mixed_tiers import MixedTiers, aliased_row
 from gpufleet.tsdb.protocol import (
@@ -39,10 +40,15 @@ _SELECTION = ("SELECT unnest($slots::INTEGER[]) AS slot, unnest($ids::INTEGER[])
               " unnest($groups::INTEGER[]) AS grp, unnest($froms::BIGINT[]) AS from_ms,"
               " unnest($tos::BIGINT[]) AS to_ms")
 _SLOTS = f"WITH sel AS ({_SELECTION})"
-# The query's selection as a temporary table of its read cursor, filled in one statement:
-# as a CTE over parameter lists, every reference to it copies the lists into the plan (at
-# 10,000 GPUs the planner spent more time on that than the query ran).
-SLOTS_TABLE = f"CREATE TEMP TABLE sel AS {_SELECTION}"
+
+
+def slots_table(view: str) -> str:
+    """SQL: the query's selection as a temporary table of its read cursor, from the view
+    `Slots.columns()` registered as (duckdb_columns.py): as a CTE over parameter lists,
+    every reference to it copied the lists into the plan (at 10,000 GPUs the planner spent
+    more time on that than the query ran), and the lists cost ~1 µs a value to pass."""
+    return f"CREATE TEMP TABLE sel AS SELECT slot, sid, grp, from_ms, to_ms FROM {view}"
+
 _IN_SLOTS = "series_id IN (SELECT sid FROM sel)"
 _FOREVER_MS = 2**62
 _OVER_TIME = {OverTime.MEAN: "v_mean", OverTime.LAST: "v_last", OverTime.INCREASE: "inc"}
@@ -68,6 +74,12 @@ class Slots:
         self.froms.append(-_FOREVER_MS if binding is None else binding.start_ms)
         self.tos.append(_FOREVER_MS if binding is None or binding.end_ms is None
                         else binding.end_ms)
+
+    def columns(self) -> dict[str, tuple[str, Sequence[int]]]:
+        """The selection as columns for `duckdb_columns.registered` (`slots_table`)."""
+        return {"slot": (INT32, range(len(self.ids))), "sid": (INT32, self.ids),
+                "grp": (INT32, self.groups), "from_ms": (INT64, self.froms),
+                "to_ms": (INT64, self.tos)}
 
     def parameters(self) -> dict[str, list[int]]:
         return {"slots": list(range(len(self.ids))), "ids": self.ids, "groups": self.groups,
@@ -140,7 +152,7 @@ class RangePlan:
 
     def sql(self, minute_done_ms: int, hour_done_ms: int,
             pieces: tuple[int, int] = (0, 0), where: ValueFilter | None = None) -> str:
-        """The statement (over the table `SLOTS_TABLE` makes of `Slots.parameters()`)
+        """The statement (over the table `slots_table` makes of `Slots.columns()`)
         answering (group, step start, value) rows, given how far the rollups have been
         folded, and the hours [from, to) whose edge pieces are kept for this query's slots
         (`fill_pieces`); with `where`, the rows whose value passes it."""

@@ -46,8 +46,9 @@ from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.private_files import make_private
 from gpufleet.tsdb.compaction import compact_rollups, compact_samples
+from gpufleet.tsdb.duckdb_columns import INT32, registered
 from gpufleet.tsdb.duckdb_masks import DuckDBMinuteMasks, series_minutes
-from gpufleet.tsdb.duckdb_query import SLOTS_TABLE, fill_pieces, plan_range, select_slots
+from gpufleet.tsdb.duckdb_query import fill_pieces, plan_range, select_slots, slots_table
 from gpufleet.tsdb.edge_pieces import EdgePieces
 from gpufleet.tsdb.journal import Journal, JournalRecord, packed
 from gpufleet.tsdb.journal_applier import JournalApplier
@@ -75,9 +76,6 @@ from gpufleet.tsdb.rollups import TierSources, fold
 from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labels
 from gpufleet.tsdb.series_ids import SeriesIds
 
-_SELECTION = ("WITH sel AS (SELECT unnest($ids::INTEGER[]) AS series_id, "
-              "unnest($groups::INTEGER[]) AS grp)")
-_IN_SELECTION = "series_id IN (SELECT series_id FROM sel)"
 _UNNEST_SERIES = ", ".join(f"unnest(${n}::{kind}[])" for n, kind in enumerate(
     ("INTEGER", *["VARCHAR"] * 7), start=1))
 
@@ -306,7 +304,8 @@ class DuckDBTelemetryStore:
         pieces = fill_pieces(plan, self._pieces, slots)
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
-            cur.execute(SLOTS_TABLE, slots.parameters())  # gone with the read's rollback
+            with registered(cur, slots.columns()) as view:
+                cur.execute(slots_table(view))  # gone with the read's rollback
             return cur.execute(plan.sql(*self._state(cur), pieces, where)).fetchall()
 
         # A result is made for the groups answered only: with a value filter, a handful.
@@ -337,13 +336,13 @@ class DuckDBTelemetryStore:
         self._catch_up()
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
-            return cur.execute(f"""{_SELECTION}
-                SELECT series_id, max(ts_ms), arg_max(value, ts_ms) FROM samples
-                WHERE {_IN_SELECTION} AND ts_ms >= $since GROUP BY series_id
-                {'' if where is None else 'HAVING ' + where.sql('arg_max(value, ts_ms)')}
-                ORDER BY series_id""",
-                {"ids": [sid for sid, _ in chosen], "groups": [0] * len(chosen),
-                 "since": since_ms}).fetchall()
+            with registered(cur, {"series_id": (INT32, [sid for sid, _ in chosen])}) as view:
+                return cur.execute(f"""
+                    SELECT series_id, max(ts_ms), arg_max(value, ts_ms) FROM samples
+                    WHERE series_id IN (SELECT series_id FROM {view}) AND ts_ms >= $since
+                    GROUP BY series_id
+                    {'' if where is None else 'HAVING ' + where.sql('arg_max(value, ts_ms)')}
+                    ORDER BY series_id""", {"since": since_ms}).fetchall()
 
         labels = dict(chosen)
         return [LatestValue(labels[sid], from_ms(ms), value) for sid, ms, value in self._read(run)]

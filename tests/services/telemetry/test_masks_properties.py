@@ -375,20 +375,3 @@ def test_the_activity_source_is_chosen_per_minute(fresh_store):
     assert (tallies[1].known, tallies[1].active) == (60, 20)
     assert tallies[1].last_active_ms == lo + 49 * MINUTE_MS
 
-
-@pytest.mark.parametrize("last_minute", [51, 52, 58])
-def test_the_last_active_minute_of_a_full_run_is_exact(fresh_store, last_minute):
-    """A unit active from the hour's start to minute 51 has a mask of 2^52 - 1, whose log2
-    is 52.0 in a double: the store once reported minute 52 as the last active one (found by
-    the property above, which draws such runs rarely)."""
-    store = fresh_store()
-    history = History(0, 60, {u: {m: [None] * 60 for m in METRICS} for u in range(len(UNITS))})
-    history.values[3][GR_ENGINE_ACTIVE] = [80.0] * (last_minute + 1) + [None] * (59 - last_minute)
-    write(store, history)
-    masks = store.minute_masks(T)
-    store.rollup(HOUR0 + timedelta(hours=1))
-    done = masks.refresh()
-    lo = to_ms(HOUR0)
-    tallies = masks.tallies([SlotSpan(UNITS[3].key, lo, done, 0, 1.0)], lo, done, done,
-                            last_active=True)
-    assert tallies[0].last_active_ms == lo + last_minute * MINUTE_MS
