@@ -4,7 +4,7 @@
     cd bench && ../.venv/bin/python -u bench_vm_funnel.py --gpus 10000
     cd bench && ../.venv/bin/python -u bench_vm_funnel.py --gpus 100000 --raw-hours 2
 
-Starts Debian's `victoria-metrics` on a loopback port and loads `--raw-hours` (25) of one
+Starts Debian's `victoria-metrics` on a loopback port and loads `--raw-hours` (24) of one
 sample per minute of gr_engine_active, sm_active and memory_used per GPU through
 `/api/v1/import` (JSON lines made from a few precomputed value arrays: remote-write from
 Python takes ~1 min per million samples), and the state store's inventory and bindings as
@@ -12,7 +12,7 @@ bench_telemetry_queries.py does. Then:
 
 1. the leader: `record_closed_hours()` computes every closed hour of the cache's 25 in the
    engine and records it (what the first deployment pays; then one hour per hour);
-2. with `--raw-hours` under 25, the bench copies the newest closed hour's recorded masks to
+2. with `--raw-hours` under 24, the bench copies the newest closed hour's recorded masks to
    the older hours (so a cold replica finds 24 recorded hours of the full fleet) — said in
    the output;
 3. a cold replica (a new store object and services): the first funnel (reads the recorded
@@ -52,13 +52,13 @@ from gpufleet.services.telemetry.queries import thresholds_of
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import series
-from gpufleet.tsdb.engine_masks import marker_line, recorded_lines
+from gpufleet.tsdb.engine_masks import RECORDED_NAMES, marker_line, threshold_labels
 from gpufleet.tsdb.prometheus_names import exposition_labels
 from gpufleet.tsdb.prometheus_store import PrometheusTelemetryStore
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, to_ms
 
 GIB = 1024**3
-HISTORY_HOURS = 25
+HISTORY_HOURS = 24  # up to NOW (an hour's start): 23 closed hours and the open one
 
 
 def value(metric: int, kind: int, minute: int) -> float:
@@ -82,10 +82,10 @@ def kind_class(kind: int) -> int:
 
 def load_telemetry(store: PrometheusTelemetryStore, gpus: int, vm_url: str,
                    raw_hours: int) -> None:
-    lo = to_ms(NOW) // HOUR_MS * HOUR_MS - (raw_hours - 1) * HOUR_MS
+    lo = to_ms(NOW) - raw_hours * HOUR_MS
     minutes = (to_ms(NOW) - lo) // MINUTE_MS
-    first_minute = (lo - (to_ms(NOW) // HOUR_MS * HOUR_MS - (HISTORY_HOURS - 1) * HOUR_MS)
-                    ) // MINUTE_MS  # `value` switches on minutes of the 25 h history
+    # `value` switches on the minutes since the full history's start
+    first_minute = (lo - (to_ms(NOW) - HISTORY_HOURS * HOUR_MS)) // MINUTE_MS
     # Every GPU of one class sends the same values: one JSON array per (metric, class).
     runs = {(m, c): orjson.dumps([value(m, kind, minute)
                                   for minute in range(first_minute, first_minute + minutes)])
@@ -154,26 +154,36 @@ def start_engine(data_dir: Path) -> tuple[subprocess.Popen, str]:
 
 def copy_recorded_hour(telemetry: PrometheusTelemetryStore, leader, source_ms: int) -> int:
     """Record the masks of hour `source_ms` again at every older hour of the cache's window
-    that holds no raw data (a bench with fewer raw hours than 25): the same import path as
-    the leader's, so a cold replica reads 24 recorded hours of the whole fleet."""
+    that holds no raw data (a bench with fewer raw hours than 25), as the leader's import
+    would (the same series, values and marker), but one line per series for all the copied
+    hours: a cold replica then reads 24 recorded hours of the whole fleet."""
     hour = leader._hours[source_ms]
+    hours = [h for h in range(to_ms(NOW) - HISTORY_HOURS * HOUR_MS, source_ms, HOUR_MS)
+             if h not in leader._hours or not len(leader._hours[h].units())]
+    uids = hour.units()
+    columns = hour.codes(uids)
+    extra = threshold_labels(leader.thresholds)
+    stamps = orjson.dumps(hours)
     engine = telemetry._mask_engine()
-    copied = 0
-    for hour_ms in range(source_ms - (HISTORY_HOURS - 1) * HOUR_MS, source_ms, HOUR_MS):
-        if hour_ms in leader._hours and len(leader._hours[hour_ms].units()):
-            continue
-        body, units = recorded_lines(hour_ms, hour, leader._unit_labels, leader.thresholds)
-        engine.import_lines(body)
-        engine.import_lines(marker_line(hour_ms, units, leader.thresholds))
-        copied += 1
-    return copied
+    for name, column in zip(RECORDED_NAMES, columns, strict=True):
+        lines = [b'{"metric":' + orjson.dumps({"__name__": name, **leader._unit_labels[uid],
+                                               **extra})
+                 + b',"values":' + orjson.dumps([value] * len(hours))
+                 + b',"timestamps":' + stamps + b"}"
+                 for uid, value in zip(uids.tolist(), column.tolist(), strict=True)]
+        for at in range(0, len(lines), 50_000):
+            engine.import_lines(b"\n".join(lines[at:at + 50_000]) + b"\n")
+    for hour_ms in hours:
+        engine.import_lines(marker_line(hour_ms, len(uids), leader.thresholds))
+    return len(hours)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--raw-hours", type=int, default=HISTORY_HOURS,
-                        help="hours of raw samples loaded (the rest recorded as copies)")
+                        help="hours of raw samples up to NOW (the older ones of the 24 are "
+                        "recorded as copies of the newest closed hour)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-vmf-") as tmp:
@@ -195,15 +205,20 @@ def main() -> None:
             measured("leader: refresh (cold, nothing recorded)", vm.pid, leader,
                      leader.refresh)
             computed = leader.hours_computed
-            recorded = measured("leader: record the closed hours", vm.pid, leader,
-                                leader.record_closed_hours)
-            print(f"  {recorded} hours recorded; {computed} computed in the engine by the "
-                  f"refresh ({args.raw_hours - 1} of them with data)")
-            if args.raw_hours < HISTORY_HOURS:
-                newest = to_ms(NOW - grace) // HOUR_MS * HOUR_MS - HOUR_MS
+            print(f"  {computed} closed hours computed in the engine "
+                  f"({min(args.raw_hours, HISTORY_HOURS) - 1} of them with data), and the "
+                  "open hour")
+            newest = to_ms(NOW - grace) // HOUR_MS * HOUR_MS - HOUR_MS
+            measured("leader: compute one closed hour again", vm.pid, leader,
+                     lambda: leader._compute(newest, newest + HOUR_MS))
+            if args.raw_hours < HISTORY_HOURS - 1:
                 copied = measured("bench: copy the newest closed hour", vm.pid, None,
                                   lambda: copy_recorded_hour(writer, leader, newest))
                 print(f"  {copied} older hours recorded as copies of the newest closed one")
+                writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
+            recorded = measured("leader: record the closed hours", vm.pid, leader,
+                                leader.record_closed_hours)
+            print(f"  {recorded} hours recorded, from the leader's cache")
             writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
             writer.close()
 

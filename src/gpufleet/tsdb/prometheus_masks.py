@@ -3,7 +3,8 @@ and zombies (the `MinuteMasks` and `series_minutes` of masks.py) answered from a
 VictoriaMetrics engine the same way the embedded store answers them.
 
 The masks are computed inside the engine (engine_masks.py): per half hour, one instant
-query returns each series' minutes as a base-3 code, decoded here with numpy into the 60-bit
+query per signal returns each series' minutes as a base-3 code, decoded here with numpy
+into the 60-bit
 masks the DuckDB store keeps (activity known / hot, sm_active known / hot, the hour's
 sm_active sum; per GPU "any signal" is activity or sm_active known). Each minute
 [b, b + 60 s) holds exactly the samples the DuckDB store's minute rollup holds.
@@ -45,7 +46,7 @@ from gpufleet.tsdb.engine_masks import (
     HourMasks,
     export_selector,
     fold_answer,
-    half_query,
+    half_queries,
     halves,
     marker_line,
     read_export,
@@ -149,12 +150,12 @@ class PrometheusMinuteMasks:
         """The masks of the minutes [lo, hi) of one hour, computed in the engine."""
         hour = HourMasks(0)
         for half_lo, half_hi in halves(lo_ms, hi_ms):
-            results = self._engine.instant(half_query(half_lo, half_hi, self.thresholds),
-                                           half_hi)
+            answers = {part: self._engine.instant(query, half_hi) for part, query in
+                       half_queries(half_lo, half_hi, self.thresholds).items()}
             with self._lock:
-                folded = fold_answer(results, half_lo, self._unit_id,
+                folded = fold_answer(answers, half_lo, self._unit_id,
                                      lambda: len(self._gpu_of_unit))
-            self.values_fetched += len(results)
+            self.values_fetched += sum(map(len, answers.values()))
             hour.merge(folded)
         if hi_ms - lo_ms == HOUR_MS:
             self.hours_computed += 1
