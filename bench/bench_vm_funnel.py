@@ -15,9 +15,10 @@ bench_telemetry_queries.py does. Then:
 2. with `--raw-hours` under 24, the bench copies the newest closed hour's recorded masks to
    the older hours (so a cold replica finds 24 recorded hours of the full fleet) — said in
    the output;
-3. a cold replica (a new store object and services): the first funnel (reads the recorded
-   hours, computes the open hour), the funnel again (cached), the idle list, and one
-   refresh after one more minute is rolled up (what the upkeep loop pays each minute).
+3. a cold start's two parts measured apart (reading the recorded hours; computing the open
+   hour), then a cold replica (a new store object and services): the first funnel (both),
+   the idle list, the funnel again (warm), the idle list again, and one refresh after one
+   more minute is rolled up (what the upkeep loop pays each minute).
 
 For each: wall time, this process's CPU time and VictoriaMetrics' (from /proc), and the
 numbers the engine returned.
@@ -38,6 +39,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
+import numpy as np
 import orjson
 from fastapi.testclient import TestClient
 
@@ -52,7 +54,13 @@ from gpufleet.services.telemetry.queries import thresholds_of
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import series
-from gpufleet.tsdb.engine_masks import RECORDED_NAMES, marker_line, threshold_labels
+from gpufleet.tsdb.engine_masks import (
+    RECORDED_NAME,
+    SLOT_MS,
+    SLOTS,
+    marker_line,
+    threshold_labels,
+)
 from gpufleet.tsdb.prometheus_names import exposition_labels
 from gpufleet.tsdb.prometheus_store import PrometheusTelemetryStore
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, to_ms
@@ -161,18 +169,16 @@ def copy_recorded_hour(telemetry: PrometheusTelemetryStore, leader, source_ms: i
     hours = [h for h in range(to_ms(NOW) - HISTORY_HOURS * HOUR_MS, source_ms, HOUR_MS)
              if h not in leader._hours or not len(leader._hours[h].units())]
     uids = hour.units()
-    columns = hour.codes(uids)
+    rows = np.column_stack([c.astype(np.float64) for c in hour.codes(uids)]).tolist()
     extra = threshold_labels(leader.thresholds)
-    stamps = orjson.dumps(hours)
+    stamps = orjson.dumps([h + slot * SLOT_MS for h in hours for slot in range(len(SLOTS))])
     engine = telemetry._mask_engine()
-    for name, column in zip(RECORDED_NAMES, columns, strict=True):
-        lines = [b'{"metric":' + orjson.dumps({"__name__": name, **leader._unit_labels[uid],
-                                               **extra})
-                 + b',"values":' + orjson.dumps([value] * len(hours))
-                 + b',"timestamps":' + stamps + b"}"
-                 for uid, value in zip(uids.tolist(), column.tolist(), strict=True)]
-        for at in range(0, len(lines), 50_000):
-            engine.import_lines(b"\n".join(lines[at:at + 50_000]) + b"\n")
+    lines = [b'{"metric":' + orjson.dumps({"__name__": RECORDED_NAME,
+                                           **leader._unit_labels[uid], **extra})
+             + b',"values":' + orjson.dumps(row * len(hours)) + b',"timestamps":' + stamps
+             + b"}" for uid, row in zip(uids.tolist(), rows, strict=True)]
+    for at in range(0, len(lines), 20_000):
+        engine.import_lines(b"\n".join(lines[at:at + 20_000]) + b"\n")
     for hour_ms in hours:
         engine.import_lines(marker_line(hour_ms, len(uids), leader.thresholds))
     return len(hours)
@@ -222,7 +228,20 @@ def main() -> None:
             writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
             writer.close()
 
-            # 2. A replica starting cold.
+            # 2. What a cold start costs, in its two parts (a throwaway masks object).
+            parts = PrometheusTelemetryStore(vm_url, timeout_s=1200)
+            parts.rollup(NOW - grace)
+            probe = parts.minute_masks(thresholds_of(settings))
+            done = to_ms(NOW - grace) // MINUTE_MS * MINUTE_MS
+            open_hour = done // HOUR_MS * HOUR_MS
+            read = measured("cold part: read the recorded hours", vm.pid, probe,
+                            lambda: probe._read_recorded(open_hour - 25 * HOUR_MS, open_hour))
+            print(f"  {len(read)} hours read")
+            measured("cold part: compute the open hour so far", vm.pid, probe,
+                     lambda: probe._compute(open_hour, done))
+            parts.close()
+
+            # 3. A replica starting cold.
             telemetry = PrometheusTelemetryStore(vm_url, timeout_s=1200)
             clock = ManualClock(NOW)
             gf = Gpufleet(state, settings, clock, telemetry=telemetry)

@@ -129,9 +129,9 @@ class Gpufleet:
         # request (the first fold after a start reads every kept minute).
         with contextlib.suppress(Unavailable):  # a store the masks cannot read
             self.queries.masks.refresh()
-            self._record_mask_hours()
             self.queries.warm_recent_funnels()
             self.queries.warm_recent_idle()
+            self._record_mask_hours()  # last: the pages' answers do not wait for it
         self.billing.warm_asked_windows()  # statements asked lately, kept up to date
         self.billing.warm_showback()  # this month's, for the gpufleet_cost_* series
 

@@ -25,15 +25,16 @@ on instances that reported and have neither engine signal).
 
 **Recorded.** The leader replica records each closed hour's masks back into the engine by
 `/api/v1/import` (JSON lines; vminsert's `/insert/<tenant>/prometheus` accepts it too): per
-unit, five series with one sample at the hour's start — `gpufleet_masks_activity_lo` /
-`_hi` and `gpufleet_masks_sm_lo` / `_hi` (the unit's combined masks as base-3 codes of minutes
-0–29 and 30–59) and `gpufleet_masks_sm_sum` — labelled like the unit's series plus the
-thresholds they were judged at (`activity_at`, `effective_at`), then one
-`gpufleet_masks_recorded` sample for the hour whose value is the number of units recorded. A
-replica reads 25 hours of them with one `/api/v1/export` (JSON lines, numeric values), and
-takes an hour only where the count of units found matches the marker (an import seen half
-searchable is not taken). One sample per series and hour: any `-dedup.minScrapeInterval`
-below an hour keeps them.
+unit one series, `gpufleet_masks`, labelled like the unit's series plus the thresholds the
+masks were judged at (`activity_at`, `effective_at`), with five samples in the hour, 10
+minutes apart (`SLOTS`): the unit's activity and sm_active masks as base-3 codes of
+minutes 0–29 and 30–59, and the sm_active sum. Then one `gpufleet_masks_recorded` sample
+at the hour's start whose value is the number of units recorded. A replica reads 25 hours
+of them with one `/api/v1/export` (JSON lines, numeric values), and takes an hour only
+where every slot holds as many units as the marker says (an import seen half searchable
+is not taken). One series per unit, not one per number: the export's cost goes with the
+series (5 series per unit cost ~2× as much to read). Samples 10 minutes apart survive any
+`-dedup.minScrapeInterval` up to 10 minutes.
 """
 
 from __future__ import annotations
@@ -63,9 +64,10 @@ ROLES = 5  # GR, UTIL, SM, PMEM, PROC
 _POWERS = 3 ** np.arange(HALF_MINUTES, dtype=np.int64)
 _U64 = np.uint64
 
-# The recorded series, in the order of `HourMasks.codes()`'s columns.
-RECORDED_NAMES = ("gpufleet_masks_activity_lo", "gpufleet_masks_activity_hi",
-                  "gpufleet_masks_sm_lo", "gpufleet_masks_sm_hi", "gpufleet_masks_sm_sum")
+# The recorded series: one per unit, its samples in the hour at SLOT_MS × slot.
+RECORDED_NAME = "gpufleet_masks"
+SLOTS = ("activity_lo", "activity_hi", "sm_lo", "sm_hi", "sm_sum")  # `HourMasks.codes()`
+SLOT_MS = 10 * MINUTE_MS
 MARKER_NAME = "gpufleet_masks_recorded"
 
 
@@ -207,7 +209,7 @@ class HourMasks:
         return np.flatnonzero(self.act_known | self.sm_known)
 
     def codes(self, uids: np.ndarray) -> list[np.ndarray]:
-        """The recorded columns of `uids` (RECORDED_NAMES' order)."""
+        """The recorded columns of `uids` (in SLOTS' order)."""
         act_lo, act_hi = split(self.act_known[uids])
         hot_lo, hot_hi = split(self.act_hot[uids])
         sm_lo, sm_hi = split(self.sm_known[uids])
@@ -303,15 +305,12 @@ def recorded_lines(hour_ms: int, hour: HourMasks, labels_of: Sequence[Mapping[st
     `labels_of[uid]` is each unit's label set (gpu_uuid, mig_uuid, node, …)."""
     uids = hour.units()
     extra = threshold_labels(thresholds)
-    columns = hour.codes(uids)
-    lines = []
-    stamp = b',"timestamps":[%d]}' % hour_ms
-    for column_index, name in enumerate(RECORDED_NAMES):
-        values = columns[column_index].tolist()
-        for uid, value in zip(uids.tolist(), values, strict=True):
-            metric = {"__name__": name, **labels_of[uid], **extra}
-            lines.append(b'{"metric":' + orjson.dumps(metric) + b',"values":['
-                         + orjson.dumps(value) + b"]" + stamp)
+    rows = np.column_stack([c.astype(np.float64) for c in hour.codes(uids)]).tolist()
+    stamp = b',"timestamps":' + orjson.dumps(
+        [hour_ms + slot * SLOT_MS for slot in range(len(SLOTS))]) + b"}"
+    lines = [b'{"metric":' + orjson.dumps({"__name__": RECORDED_NAME, **labels_of[uid], **extra})
+             + b',"values":' + orjson.dumps(row) + stamp
+             for uid, row in zip(uids.tolist(), rows, strict=True)]
     return b"\n".join(lines) + b"\n", len(uids)
 
 
@@ -320,19 +319,19 @@ def marker_line(hour_ms: int, units: int, thresholds: Thresholds) -> bytes:
     return orjson.dumps({"metric": metric, "values": [units], "timestamps": [hour_ms]}) + b"\n"
 
 
-def export_selector(thresholds: Thresholds) -> str:
+def export_selector(thresholds: Thresholds, name: str = f"{RECORDED_NAME}|{MARKER_NAME}"
+                    ) -> str:
     matchers = ", ".join(f'{k}="{v}"' for k, v in threshold_labels(thresholds).items())
-    return f'{{__name__=~"gpufleet_masks_.+", {matchers}}}'
+    return f'{{__name__=~"{name}", {matchers}}}'
 
 
 def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
                 units: Callable[[], int]) -> dict[int, HourMasks]:
-    """The hours recorded in an export's JSON lines whose unit count matches their marker."""
-    column_of = {name: i for i, name in enumerate(RECORDED_NAMES)}
-    uid_runs: list[list[int]] = [[] for _ in RECORDED_NAMES]  # per column: (uid, count)
-    counts: list[list[int]] = [[] for _ in RECORDED_NAMES]
-    values: list[list[float]] = [[] for _ in RECORDED_NAMES]
-    stamps: list[list[int]] = [[] for _ in RECORDED_NAMES]
+    """The hours recorded in an export's JSON lines whose units match their marker."""
+    line_uids: list[int] = []
+    counts: list[int] = []
+    values: list[float] = []
+    stamps: list[int] = []
     markers: dict[int, int] = {}
     for line in lines:
         if not line:
@@ -344,42 +343,40 @@ def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
             for at_ms, value in zip(found["timestamps"], found["values"], strict=True):
                 markers[at_ms] = int(value)
             continue
-        column = column_of.get(name)
-        if column is None or "gpu_uuid" not in labels:
+        if name != RECORDED_NAME or "gpu_uuid" not in labels:
             continue
         at = found["timestamps"]
-        uid_runs[column].append(unit_id(labels, min(at)))
-        counts[column].append(len(at))
-        values[column].extend(found["values"])
-        stamps[column].extend(at)
+        line_uids.append(unit_id(labels, at[0]))
+        counts.append(len(at))
+        values.extend(found["values"])
+        stamps.extend(at)
     n = units()
-    by_hour: list[dict[int, tuple[np.ndarray, np.ndarray]]] = []  # per column
-    for column in range(len(RECORDED_NAMES)):
-        uids = np.repeat(np.array(uid_runs[column], np.int64),
-                         np.array(counts[column], np.int64))
-        at = np.array(stamps[column], np.int64)
-        if not len(at):
-            by_hour.append({})
-            continue
-        order = np.argsort(at, kind="stable")
-        hour_starts, first = np.unique(at[order], return_index=True)
-        pieces = np.split(order, first[1:])
-        column_values = np.array(values[column], np.float64)
-        by_hour.append({int(h): (uids[p], column_values[p])
-                        for h, p in zip(hour_starts, pieces, strict=True)})
+    if not stamps:
+        return {}
+    uids = np.repeat(np.array(line_uids, np.int64), np.array(counts, np.int64))
+    at = np.array(stamps, np.int64)
+    hour_of = at // HOUR_MS * HOUR_MS
+    slot_of = (at - hour_of) // SLOT_MS
+    order = np.lexsort((slot_of, hour_of))
+    starts, first = np.unique(hour_of[order], return_index=True)
+    all_values = np.array(values, np.float64)
     hours: dict[int, HourMasks] = {}
-    empty = (np.zeros(0, np.int64), np.zeros(0))
-    for hour_ms, expected in markers.items():
-        found = [column.get(hour_ms, empty) for column in by_hour]
-        if any(len(uids) != expected for uids, _ in found):
+    for hour_ms, rows in zip(starts.tolist(), np.split(order, first[1:]), strict=True):
+        expected = markers.get(hour_ms)
+        slots = slot_of[rows]
+        if expected is None or any(np.count_nonzero(slots == slot) != expected
+                                   for slot in range(len(SLOTS))):
             continue  # not (yet) all searchable: computed instead
-        uids = found[0][0]
         columns = []
-        for c_uids, c_values in found:
+        hour_uids = uids[rows][slots == 0]
+        for slot in range(len(SLOTS)):
             by_uid = np.zeros(n, np.float64)
-            by_uid[c_uids] = c_values
-            columns.append(by_uid[uids])
+            by_uid[uids[rows][slots == slot]] = all_values[rows][slots == slot]
+            columns.append(by_uid[hour_uids])
         hour = HourMasks(n)
-        hour.set_codes(uids, columns)
+        hour.set_codes(hour_uids, columns)
         hours[hour_ms] = hour
+    for hour_ms, expected in markers.items():  # hours recorded with no unit at all
+        if expected == 0 and hour_ms not in hours:
+            hours[hour_ms] = HourMasks(n)
     return hours

@@ -11,7 +11,7 @@ sm_active sum; per GPU "any signal" is activity or sm_active known). Each minute
 
 **Recorded hours.** The leader replica (`record_closed_hours`, run by the upkeep loop under
 the `telemetry-masks` leader lock) writes each closed hour's masks back into the engine as
-`gpufleet_masks_*` series; a replica filling its cache reads the recorded hours with one
+`gpufleet_masks` series; a replica filling its cache reads the recorded hours with one
 export (5 numbers per unit-hour) and computes in the engine only the hours not recorded yet
 (first deployment, a gap, an import not searchable yet) and the open hour.
 
@@ -185,8 +185,7 @@ class PrometheusMinuteMasks:
         first = max((done_ms // HOUR_MS - self.cache_hours) * HOUR_MS, 0)
         if last_whole <= max(first, self._recorded_until_ms):
             return 0  # checked (and recorded) since the last hour closed
-        marker = export_selector(self.thresholds).replace(
-            '__name__=~"gpufleet_masks_.+"', f'__name__="{MARKER_NAME}"')
+        marker = export_selector(self.thresholds, MARKER_NAME)
         recorded = set()
         for line in self._engine.export_lines(marker, first, last_whole - 1):
             if line:

@@ -14,7 +14,7 @@ import pytest
 
 from gpufleet.domain.telemetry.funnel import GR_ENGINE_ACTIVE, SM_ACTIVE, Thresholds
 from gpufleet.tsdb import Sample, series
-from gpufleet.tsdb.engine_masks import marker_line
+from gpufleet.tsdb.engine_masks import RECORDED_NAME, SLOT_MS, SLOTS, marker_line
 from gpufleet.tsdb.masks import MaskStore, SlotSpan
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, TelemetryStoreUnavailable, to_ms
 from tests.services.telemetry.test_masks_properties import (
@@ -148,13 +148,17 @@ def answers(masks, done: int) -> tuple:
             masks.reporting_minutes(("node",), lo, hi, done))
 
 
-def recorded_values(url: str, name: str) -> dict[tuple[str, int], float]:
-    lines = httpx.post(f"{url}/api/v1/export", data={"match[]": name}).text.splitlines()
+def recorded_values(url: str, slot: str) -> dict[tuple[str, int], float]:
+    """(GPU, hour) → the recorded value of `slot` (engine_masks.SLOTS)."""
+    lines = httpx.post(f"{url}/api/v1/export",
+                       data={"match[]": RECORDED_NAME}).text.splitlines()
     found = {}
     for line in lines:
         row = json.loads(line)
         for at, value in zip(row["timestamps"], row["values"], strict=True):
-            found[(row["metric"]["gpu_uuid"], at)] = value
+            hour = at // HOUR_MS * HOUR_MS
+            if SLOTS[(at - hour) // SLOT_MS] == slot:
+                found[(row["metric"]["gpu_uuid"], hour)] = value
     return found
 
 
@@ -167,12 +171,12 @@ def test_a_closed_hour_is_recorded_once_with_its_codes(victoria_metrics, fresh_s
     assert leader.record_closed_hours() == 0
     # Another replica (a new leader) finds them recorded.
     assert store.minute_masks(Thresholds()).record_closed_hours() == 0
-    codes = recorded_values(victoria_metrics, "gpufleet_masks_activity_lo")
+    codes = recorded_values(victoria_metrics, "activity_lo")
     h0, h1 = to_ms(HOUR0), to_ms(HOUR0) + HOUR_MS
     assert codes[("GPU-1", h0)] == 3**30 - 1  # minutes 0–29 hot: digit 2 each
     assert codes[("GPU-2", h0)] == sum(2 * 3**m for m in range(20, 30))
     assert codes[("GPU-2", h1)] == 0  # known minutes are in the hour's second half
-    codes = recorded_values(victoria_metrics, "gpufleet_masks_activity_hi")
+    codes = recorded_values(victoria_metrics, "activity_hi")
     assert codes[("GPU-2", h1)] == sum(3**(m - 30) for m in range(40, 50))  # cold: 1
     assert ("GPU-2", h1 - HOUR_MS * 2) not in codes  # hours without data hold no series
 
