@@ -272,9 +272,10 @@ class PrometheusTelemetryStore:
                 if where is None or key in found:
                     found[key][part] = got
         latest = []
+        matches = filter_matcher(leftover)  # once: its sets of a thousand GPUs, not per series
         for labels, got in found.items():
             described = series_of_labels(dict(labels))
-            if described is not None and filter_matcher(leftover)(described) and len(got) == 2 \
+            if described is not None and matches(described) and len(got) == 2 \
                     and (where is None or where.percent_of is not None
                          or where.holds(got["value"])):  # as compared here, exactly
                 latest.append(LatestValue(described, from_ms(round(got["at"] * 1000)),
