@@ -33,8 +33,8 @@ at the hour's start whose value is the number of units recorded. A replica reads
 of them with one `/api/v1/export` (JSON lines, numeric values), and takes an hour only
 where every slot holds as many units as the marker says (an import seen half searchable
 is not taken). One series per unit, not one per number: the export's cost goes with the
-series (5 series per unit cost the engine ~2.5× as much to export: BENCHMARKS.md). Samples 10 minutes apart survive any
-`-dedup.minScrapeInterval` up to 10 minutes.
+series (5 series per unit cost the engine ~2.5× as much to export: BENCHMARKS.md).
+Samples 10 minutes apart survive any `-dedup.minScrapeInterval` up to 10 minutes.
 """
 
 from __future__ import annotations
