@@ -226,6 +226,7 @@ def main() -> None:
                                 leader.record_closed_hours)
             print(f"  {recorded} hours recorded, from the leader's cache")
             writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
+            writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
             writer.close()
 
             # 2. What a cold start costs, in its two parts (a throwaway masks object).
