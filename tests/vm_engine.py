@@ -89,6 +89,16 @@ class FlushingStore(PrometheusTelemetryStore):
         self._flush()
         return answers
 
+    def _mask_engine(self):
+        engine = super()._mask_engine()
+        imported = engine.import_lines
+
+        def import_lines(body: bytes) -> None:  # the recorded masks, searchable at once
+            imported(body)
+            self._flush()
+        engine.import_lines = import_lines
+        return engine
+
     def _flush(self) -> None:
         self._client.get(f"{self.write_url}/internal/force_flush").raise_for_status()
 

@@ -131,8 +131,20 @@ class Gpufleet:
             self.queries.masks.refresh()
             self.queries.warm_recent_funnels()
             self.queries.warm_recent_idle()
+            self._record_mask_hours()  # last: the pages' answers do not wait for it
         self.billing.warm_asked_windows()  # statements asked lately, kept up to date
         self.billing.warm_showback()  # this month's, for the gpufleet_cost_* series
+
+    def _record_mask_hours(self) -> None:
+        """On a store that records its closed hours' masks in its engine (VictoriaMetrics:
+        tsdb/prometheus_masks.py), the leader replica records them, so that the others —
+        and one starting cold — read a few numbers per unit-hour instead of computing."""
+        record = getattr(self.queries.masks, "record_closed_hours", None)
+        if record is None:
+            return
+        with self.store.read() as session:  # the lock lasts while the recording does
+            if self.store.try_leader_lock(session, "telemetry-masks"):
+                record()
 
     def close_telemetry(self) -> None:
         """Close the telemetry store, if one was opened (the state store stays open)."""

@@ -2,82 +2,63 @@
 and zombies (the `MinuteMasks` and `series_minutes` of masks.py) answered from a
 VictoriaMetrics engine the same way the embedded store answers them.
 
-The embedded store folds its 1-minute rollups into 60-bit masks in SQL (duckdb_masks.py);
-here the engine gives the same 1-minute means and the fold is Python. For each minute bucket
-[b, b + 60 s) the store's range machinery asks `avg_over_time(x[60s])` at b + 60 s − 1 ms
-(range windows are left-open), so a minute's mean is the mean of exactly the samples the
-DuckDB store's minute rollup holds. One range query per hour asks for every signal at once
-(a union of parts): the activity signals' and sm_active's means, and the presence of a MIG
-instance's memory and processes (`count_over_time`, the processes counted per unit in the
-engine). Each series plays its role (`masks.signal_role`), and each unit-minute is judged
-as the DuckDB masks judge it: the first activity signal present wins, process presence
-stands in only where the instance reported and neither engine signal did.
+The masks are computed inside the engine (engine_masks.py): per half hour, one instant
+query per signal returns each series' minutes as a base-3 code, decoded here with numpy
+into the 60-bit
+masks the DuckDB store keeps (activity known / hot, sm_active known / hot, the hour's
+sm_active sum; per GPU "any signal" is activity or sm_active known). Each minute
+[b, b + 60 s) holds exactly the samples the DuckDB store's minute rollup holds.
+
+**Recorded hours.** The leader replica (`record_closed_hours`, run by the upkeep loop under
+the `telemetry-masks` leader lock) writes each closed hour's masks back into the engine as
+`gpufleet_masks` series; a replica filling its cache reads the recorded hours with one
+export (5 numbers per unit-hour) and computes in the engine only the hours not recorded yet
+(first deployment, a gap, an import not searchable yet) and the open hour.
 
 **Rolled up** has no engine-side meaning (the engine keeps no rollup state), so the store's
 `rollup(until)` — which the server's upkeep loop calls every minute with now −
 `telemetry_rollup_grace_s` — records `until`: minutes that end before it are final and
 judged, later ones are not known yet, as on the DuckDB store. The grace (120 s) covers the
-engine's `-search.latencyOffset` (30 s by default: a range query leaves out newer points)
-and the second or two before a written sample is searchable. A sample that arrives later
-than the grace is not counted in hours already cached (the DuckDB store does not re-fold
-late samples either).
+engine's `-search.latencyOffset` (30 s by default) and the second or two before a written
+sample is searchable. A sample that arrives later than the grace is not counted in hours
+already cached or recorded (the DuckDB store does not re-fold late samples either).
 
 Closed minutes are final, so the masks are kept in memory per hour for the last
-`cache_hours` hours (one array per column, indexed by unit): a refresh fetches only the
-minutes rolled up since the last one, in hour chunks, each merged once it has been fetched
-whole (a failed fetch leaves nothing half-counted). Questions about older hours fetch and
-fold them on demand, uncached.
-
-Where the engine holds one unit under two label sets in one minute (a unit that moved node
-mid-minute starts a new series there), a signal is known or hot if either series says so,
-and the sm_active sum takes the first series' mean.
+`cache_hours` hours (numpy columns indexed by unit): a refresh asks only for the minutes
+rolled up since the last one, each hour's part merged once fetched whole (a failed fetch
+leaves nothing half-counted). Questions about older hours read or compute them on demand,
+uncached. The questions are counted with numpy over the spans (no per-binding Python loop).
 """
 
 from __future__ import annotations
 
-import math
 import threading
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
-from gpufleet.domain.telemetry.funnel import (
-    GR_ENGINE_ACTIVE,
-    MEMORY_USED,
-    PROCESS_MEMORY,
-    SM_ACTIVE,
-    UTILIZATION,
-    Thresholds,
+import numpy as np
+import orjson
+
+from gpufleet.domain.telemetry.funnel import Thresholds
+from gpufleet.tsdb.engine_masks import (
+    HOUR_MS,
+    MARKER_NAME,
+    HourMasks,
+    export_selector,
+    fold_answer,
+    half_queries,
+    halves,
+    marker_line,
+    read_export,
+    recorded_lines,
+    threshold_labels,
 )
-from gpufleet.tsdb.masks import GR, PMEM, PROC, SM, UTIL, SlotSpan, Tally, UnitKey, signal_role
-from gpufleet.tsdb.prometheus_names import exposition_name, series_of_labels
-from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SeriesLabels
+from gpufleet.tsdb.masks import SlotSpan, SpanColumns, Tally, TallyRows, UnitKey
+from gpufleet.tsdb.prometheus_names import series_of_labels
+from gpufleet.tsdb.protocol import MINUTE_MS, SeriesLabels
 
-# One hour's columns, per unit: activity known / hot, sm_active known / hot; per GPU: any
-# signal known (reporting).
-ACT_KNOWN, ACT_HOT, SM_KNOWN, SM_HOT = range(4)
 DEFAULT_CACHE_HOURS = 25  # a 24-hour window ending now touches 25 hours
-# Points one fetch asks for at most: the answer's JSON (~25 bytes a point) stays ~25 MB.
-MAX_POINTS_PER_FETCH = 1_000_000
-UNIT_AXES = ("gpu_uuid", "mig_uuid", "node", "environment", "model")
-
-
-@dataclass(frozen=True)
-class Signal:
-    """One part of the hourly query: a metric, how its minute is read (`avg_over_time` for
-    a value, `count_over_time` for presence) and which units' series can matter."""
-
-    metric: str
-    over_time: str
-    matcher: str = ""  # extra selector matchers
-    per_unit: bool = False  # several series per unit (processes): counted in the engine
-
-
-SIGNALS = {"gr": Signal(GR_ENGINE_ACTIVE, "avg_over_time"),
-           "util": Signal(UTILIZATION, "avg_over_time", 'mig_uuid=""'),  # whole GPUs only
-           "sm": Signal(SM_ACTIVE, "avg_over_time"),
-           "pmem": Signal(MEMORY_USED, "count_over_time", 'mig_uuid!=""'),
-           "proc": Signal(PROCESS_MEMORY, "count_over_time", 'mig_uuid!=""', per_unit=True)}
+_U64 = np.uint64
 
 # fetch(lo_ms, hi_ms, parts): the engine's minutes of [lo, hi) for `parts` (part →
 # expression of the window in ms), per answer series: its labels, its part, and its
@@ -86,75 +67,46 @@ Fetch = Callable[[int, int, Mapping[str, Callable[[int], str]]],
                  Iterable[tuple[dict[str, str], str, list[tuple[int, float]]]]]
 
 
-class _Hour:
-    """One hour's masks: columns indexed by unit id, the reporting column by GPU id."""
+class MaskEngine(Protocol):
+    """What the masks ask of the store's engine."""
 
-    __slots__ = ("columns", "reported", "sm_sum")
+    def instant(self, query: str, at_ms: int) -> list[dict]:
+        """The result entries of an instant query (labels as "metric", "value")."""
 
-    def __init__(self) -> None:
-        self.columns = [array("Q") for _ in range(4)]
-        self.sm_sum = array("d")
-        self.reported = array("Q")
+    def import_lines(self, body: bytes) -> None:
+        """Store JSON lines (`/api/v1/import`); raise where the engine refused them."""
 
-    def add(self, uid: int, gid: int, bits: Sequence[int], sm_sum: float, reported: int
-            ) -> None:
-        for column in (*self.columns, self.sm_sum):
-            if len(column) <= uid:
-                column.extend([0] * (uid + 1 - len(column)))
-        for column, value in zip(self.columns, bits, strict=True):
-            column[uid] |= value
-        self.sm_sum[uid] += sm_sum
-        self.add_reported(gid, reported)
-
-    def add_reported(self, gid: int, bits: int) -> None:
-        if len(self.reported) <= gid:
-            self.reported.extend([0] * (gid + 1 - len(self.reported)))
-        self.reported[gid] |= bits
-
-    def merge(self, other: _Hour, units: Sequence[int]) -> None:
-        """Add another fold of the same hour (other minutes, or other units)."""
-        for uid in range(len(other.sm_sum)):
-            self.add(uid, units[uid], [c[uid] for c in other.columns], other.sm_sum[uid], 0)
-        for gid, bits in enumerate(other.reported):
-            self.add_reported(gid, bits)
-
-
-def range_mask(hour_ms: int, lo_ms: int, hi_ms: int) -> int:
-    """The bits of the minutes of the hour whose start lies in [lo, hi)."""
-    def minute(edge: int) -> int:
-        return min(max(-(-(edge - hour_ms) // MINUTE_MS), 0), 60)
-    return ((1 << minute(hi_ms)) - 1) ^ ((1 << minute(lo_ms)) - 1)
+    def export_lines(self, selector: str, lo_ms: int, hi_ms: int) -> Iterable[bytes]:
+        """The JSON lines of `/api/v1/export` for [lo, hi] (ms, both ends in)."""
 
 
 class PrometheusMinuteMasks:
-    """Made by `PrometheusTelemetryStore.minute_masks`: `fetch` asks the engine for minutes
-    (`Fetch`), `rolled_up()` says until when (ms) minutes are judged."""
+    """Made by `PrometheusTelemetryStore.minute_masks`: `engine` (`MaskEngine`) answers
+    the queries, `rolled_up()` says until when (ms) minutes are judged."""
 
-    def __init__(self, fetch: Fetch, rolled_up: Callable[[], int], thresholds: Thresholds, *,
-                 cache_hours: int = DEFAULT_CACHE_HOURS):
-        self._fetch = fetch
+    def __init__(self, engine: MaskEngine, rolled_up: Callable[[], int],
+                 thresholds: Thresholds, *, cache_hours: int = DEFAULT_CACHE_HOURS):
+        self._engine = engine
         self._rolled_up = rolled_up
         self.thresholds = thresholds
         self.cache_hours = cache_hours
         self._refresh_lock = threading.Lock()  # one refresher fetches at a time
         self._lock = threading.Lock()  # the cache and the unit registry
         self._units: dict[UnitKey, int] = {}
+        self._unit_labels: list[dict[str, str]] = []  # each unit's first label set
         self._gpu_of_unit: list[int] = []
         self._gpus: dict[str, int] = {}
         self._gpu_attrs: list[dict[str, str]] = []  # where each GPU first reported from
-        self._hours: dict[int, _Hour] = {}
-        self._cached_from_ms = 0  # hours from here to _filled_ms are cached
-        self._filled_ms = 0
-        self.points_fetched = 0  # minute points the engine returned (for benchmarks)
-        self._points_per_minute = 0.0  # what the last fetch returned: sizes the next one
-
-    def _chunk_minutes(self) -> int:
-        """Minutes one fetch may span: an hour, or fewer where the fleet answers so many
-        points a minute that an hour would pass MAX_POINTS_PER_FETCH; 10 before anything is
-        known (a 100,000-GPU fleet's first fetch stays ~3 million points)."""
-        if not self._points_per_minute:
-            return 10
-        return max(1, min(60, int(MAX_POINTS_PER_FETCH // self._points_per_minute)))
+        self._gpu_first_ms: list[int] = []  # ... as of when
+        self._hours: dict[int, HourMasks] = {}
+        self._cached_from_ms = 0  # hours from here to filled_ms are cached
+        self.filled_ms = 0
+        self._recorded_until_ms = 0  # record_closed_hours saw every hour before recorded
+        # For tests and benchmarks: numbers the engine returned (codes, sums, recorded
+        # values), hours read from the recording, hours computed in the engine.
+        self.values_fetched = 0
+        self.hours_read = 0
+        self.hours_computed = 0
 
     # -- the cache ------------------------------------------------------------------------
 
@@ -163,117 +115,185 @@ class PrometheusMinuteMasks:
         with self._refresh_lock:
             done_ms = self._rolled_up() // MINUTE_MS * MINUTE_MS
             oldest_ms = (done_ms // HOUR_MS - self.cache_hours) * HOUR_MS
-            lo_ms = max(self._filled_ms, oldest_ms)
+            lo_ms = max(self.filled_ms, oldest_ms)
             with self._lock:
                 self._hours = {h: m for h, m in self._hours.items() if h >= oldest_ms}
                 self._cached_from_ms = oldest_ms if lo_ms == oldest_ms else \
                     max(self._cached_from_ms, oldest_ms)
-            for chunk_lo, chunk_hi in _chunks(lo_ms, done_ms, self._chunk_minutes):
-                folded = self._fold(chunk_lo, chunk_hi)  # fetched whole, then merged
+            for hour_ms, _, part_hi, hour in self._hours_between(lo_ms, done_ms):
                 with self._lock:
-                    for hour_ms, hour in folded.items():
-                        self._hours.setdefault(hour_ms, _Hour()).merge(hour, self._gpu_of_unit)
-                    self._filled_ms = chunk_hi
+                    self._hours.setdefault(hour_ms, HourMasks(0)).merge(hour)
+                    self.filled_ms = part_hi
             with self._lock:
-                self._filled_ms = max(self._filled_ms, done_ms)
+                self.filled_ms = max(self.filled_ms, done_ms)
             return done_ms
 
-    def _fold(self, lo_ms: int, hi_ms: int) -> dict[int, _Hour]:
-        """The masks of the minutes in [lo, hi) (within one hour), as the engine has them."""
-        answer = self._fetch(lo_ms, hi_ms, {part: _expression(signal)
-                                            for part, signal in SIGNALS.items()})
-        hour_ms = lo_ms // HOUR_MS * HOUR_MS
-        first_end_ms = hour_ms + MINUTE_MS - 1  # the end (its last ms) of the hour's minute 0
-        # unit id → known masks by role, hot masks by role, sm_active sum
-        acc: dict[int, list] = {}
-        points = 0
-        t = self.thresholds
-        hot_at = {GR: t.activity_percent, UTIL: t.activity_percent,
-                  SM: t.effective_sm_active_percent}
-        with self._lock:
-            for labels, part, ends in answer:
-                if "gpu_uuid" not in labels:
-                    continue
-                role = signal_role(SIGNALS[part].metric, labels.get("mig_uuid") or None,
-                                   labels.get("model", ""))
-                if role is None:
-                    continue
-                uid = self._unit_id(labels)
-                masks = acc.get(uid)
-                if masks is None:
-                    masks = acc[uid] = [0] * 10 + [0.0]
-                points += len(ends)
-                hot_from = hot_at.get(role, math.inf)
-                known = hot = 0
-                for end_ms, value in ends:  # the loop every point goes through: kept bare
-                    bit = 1 << (end_ms - first_end_ms) // MINUTE_MS
-                    if role == SM and not (masks[SM] | known) & bit:
-                        masks[10] += min(max(value, 0.0), 100.0)
-                    known |= bit
-                    if value >= hot_from:
-                        hot |= bit
-                masks[role] |= known
-                masks[5 + role] |= hot
-            self.points_fetched += points
-            self._points_per_minute = points / ((hi_ms - lo_ms) / MINUTE_MS)
-            hour = _Hour()
-            for uid, m in acc.items():
-                gr, util, sm, pmem, proc = m[GR], m[UTIL], m[SM], m[PMEM], m[PROC]
-                # A minute's activity is its first signal present (`unit_activity`).
-                active = m[5 + GR] | (m[5 + UTIL] & ~gr) | (pmem & proc & ~gr & ~util)
-                hour.add(uid, self._gpu_of_unit[uid], (gr | util | pmem, active, sm, m[5 + SM]),
-                         m[10], gr | util | sm | pmem)
-        return {hour_ms: hour} if acc else {}
+    def _hours_between(self, lo_ms: int, hi_ms: int
+                       ) -> Iterable[tuple[int, int, int, HourMasks]]:
+        """The masks of [lo, hi) hour by hour: (hour, part's lo, part's hi, masks) — whole
+        closed hours from the recording where recorded, the rest computed in the engine."""
+        first_whole = -(-lo_ms // HOUR_MS) * HOUR_MS
+        last_whole = hi_ms // HOUR_MS * HOUR_MS
+        recorded = self._read_recorded(first_whole, last_whole) \
+            if last_whole > first_whole else {}
+        part_lo = lo_ms
+        while part_lo < hi_ms:
+            hour_ms = part_lo // HOUR_MS * HOUR_MS
+            part_hi = min(hour_ms + HOUR_MS, hi_ms)
+            hour = recorded.get(hour_ms) if part_lo == hour_ms else None
+            if hour is None or part_hi != hour_ms + HOUR_MS:
+                hour = self._compute(part_lo, part_hi)
+            yield hour_ms, part_lo, part_hi, hour
+            part_lo = part_hi
 
-    def _unit_id(self, labels: Mapping[str, str]) -> int:
+    def _compute(self, lo_ms: int, hi_ms: int) -> HourMasks:
+        """The masks of the minutes [lo, hi) of one hour, computed in the engine."""
+        hour = HourMasks(0)
+        for half_lo, half_hi in halves(lo_ms, hi_ms):
+            answers = {part: self._engine.instant(query, half_hi) for part, query in
+                       half_queries(half_lo, half_hi, self.thresholds).items()}
+            with self._lock:
+                folded = fold_answer(answers, half_lo, self._unit_id,
+                                     lambda: len(self._gpu_of_unit))
+            self.values_fetched += sum(map(len, answers.values()))
+            hour.merge(folded)
+        if hi_ms - lo_ms == HOUR_MS:
+            self.hours_computed += 1
+        return hour
+
+    def _read_recorded(self, lo_ms: int, hi_ms: int) -> dict[int, HourMasks]:
+        """The hours of [lo, hi) recorded whole in the engine."""
+        lines = self._engine.export_lines(export_selector(self.thresholds), lo_ms, hi_ms - 1)
+        with self._lock:
+            hours = read_export(self._counted(lines), self._unit_id,
+                                lambda: len(self._gpu_of_unit))
+        self.hours_read += len(hours)
+        return {h: m for h, m in hours.items() if lo_ms <= h < hi_ms}
+
+    def _counted(self, lines: Iterable[bytes]) -> Iterable[bytes]:
+        for line in lines:
+            self.values_fetched += line.count(b",") // 2 if line else 0  # ~ values + stamps
+            yield line
+
+    def record_closed_hours(self) -> int:
+        """Record every closed hour of the cache's window not recorded yet (the leader's
+        part: the upkeep loop calls it under the `telemetry-masks` lock); returns the
+        hours recorded. Hours this cache holds whole are recorded from it; others are
+        computed in the engine first."""
+        done_ms = self.refresh()
+        last_whole = done_ms // HOUR_MS * HOUR_MS
+        first = max((done_ms // HOUR_MS - self.cache_hours) * HOUR_MS, 0)
+        if last_whole <= max(first, self._recorded_until_ms):
+            return 0  # checked (and recorded) since the last hour closed
+        marker = export_selector(self.thresholds, MARKER_NAME)
+        recorded = set()
+        for line in self._engine.export_lines(marker, first, last_whole - 1):
+            if line:
+                recorded.update(orjson.loads(line)["timestamps"])
+        written = 0
+        for hour_ms in range(first, last_whole, HOUR_MS):
+            if hour_ms in recorded:
+                continue
+            with self._lock:
+                hour = self._hours.get(hour_ms) if hour_ms >= self._cached_from_ms else None
+            if hour is None:
+                hour = self._compute(hour_ms, hour_ms + HOUR_MS)
+            with self._lock:
+                body, units = recorded_lines(hour_ms, hour, self._unit_labels, self.thresholds)
+            self._engine.import_lines(body)  # the masks first, then the marker that vouches
+            self._engine.import_lines(marker_line(hour_ms, units, self.thresholds))
+            written += 1
+        self._recorded_until_ms = last_whole
+        return written
+
+    def _unit_id(self, labels: Mapping[str, str], at_ms: int) -> int:
         unit = (labels["gpu_uuid"], labels.get("mig_uuid") or None)
         uid = self._units.get(unit)
+        attrs = None
         if uid is None:
             gid = self._gpus.get(unit[0])
-            if gid is None:  # a GPU counts towards where it first reported from
+            attrs = {name: labels.get(name, "") for name in ("node", "environment", "model")}
+            if gid is None:
                 gid = self._gpus[unit[0]] = len(self._gpu_attrs)
-                self._gpu_attrs.append({name: labels.get(name, "")
-                                        for name in ("node", "environment", "model")})
+                self._gpu_attrs.append(attrs)
+                self._gpu_first_ms.append(at_ms)
             uid = self._units[unit] = len(self._gpu_of_unit)
             self._gpu_of_unit.append(gid)
+            self._unit_labels.append({name: labels[name] for name in
+                                      ("gpu_uuid", "mig_uuid", "node", "environment", "model")
+                                      if labels.get(name)})
+        gid = self._gpu_of_unit[uid]
+        if at_ms < self._gpu_first_ms[gid]:  # a GPU counts towards where it first reported
+            self._gpu_first_ms[gid] = at_ms
+            self._gpu_attrs[gid] = attrs or {name: labels.get(name, "")
+                                             for name in ("node", "environment", "model")}
         return uid
 
-    def _hours_of(self, lo_ms: int, hi_ms: int) -> Callable[[int], _Hour | None]:
-        """The masks of each hour of [lo, hi): cached, or fetched now (hours the cache does
-        not keep)."""
-        older: dict[int, _Hour] = {}
-        for chunk_lo, chunk_hi in _chunks(lo_ms // HOUR_MS * HOUR_MS,
-                                          min(hi_ms, self._cached_from_ms), self._chunk_minutes):
-            for hour_ms, hour in self._fold(chunk_lo, chunk_hi).items():
-                older.setdefault(hour_ms, _Hour()).merge(hour, self._gpu_of_unit)
+    def _hours_of(self, lo_ms: int, hi_ms: int) -> Callable[[int], HourMasks | None]:
+        """The masks of each hour of [lo, hi): cached, or read / computed now (hours the
+        cache does not keep)."""
+        older: dict[int, HourMasks] = {}
+        below = min(hi_ms, self._cached_from_ms)
+        if lo_ms < below:
+            for hour_ms, _, _, hour in self._hours_between(lo_ms // HOUR_MS * HOUR_MS, below):
+                older.setdefault(hour_ms, HourMasks(0)).merge(hour)
         return lambda hour_ms: older.get(hour_ms) if hour_ms < self._cached_from_ms \
             else self._hours.get(hour_ms)
 
     # -- questions ------------------------------------------------------------------------
 
     def tallies(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int, done_ms: int,
-                *, last_active: bool = False) -> dict[int, Tally]:
-        """See masks.MinuteMasks."""
+                *, last_active: bool = False) -> Mapping[int, Tally]:
+        """See masks.MinuteMasks. Counted with numpy, hour by hour over all the spans."""
         hi_ms = min(hi_ms, done_ms)
-        if lo_ms >= hi_ms:
-            return {}
+        if not len(spans) or lo_ms >= hi_ms:
+            return TallyRows(())
         hour_of = self._hours_of(lo_ms, hi_ms)
-        sums: dict[int, list] = {}
+        if isinstance(spans, SpanColumns):
+            units, los, his, groups, weights = (spans.units, spans.lo_ms, spans.hi_ms,
+                                                spans.groups, spans.weights)
+        else:
+            units, los, his, groups, weights = zip(*spans, strict=True)
         with self._lock:
-            for span in spans:
-                uid = self._units.get(span.unit)
-                lo, hi = max(span.lo_ms, lo_ms), min(span.hi_ms, hi_ms)
-                if uid is None or lo >= hi:
+            uid = np.array([self._units.get(u, -1) for u in units], np.int64)
+            lo = np.maximum(np.array(los, np.int64), lo_ms)
+            hi = np.minimum(np.array(his, np.int64), hi_ms)
+            keep = (uid >= 0) & (lo < hi)
+            uid, lo, hi = uid[keep], lo[keep], hi[keep]
+            group_ids, group = np.unique(np.array(groups, np.int64)[keep], return_inverse=True)
+            weight = np.array(weights, np.float64)[keep]
+            if not len(uid):
+                return TallyRows(())
+            n = len(group_ids)
+            sums = np.zeros((4, n))
+            last = np.full(n, -1, np.int64)
+            for hour_ms in range(int(lo.min()) // HOUR_MS * HOUR_MS, int(hi.max()), HOUR_MS):
+                hour = hour_of(hour_ms)
+                if hour is None:
                     continue
-                total = sums.setdefault(span.group, [0, 0, 0, 0.0, None])
-                for hour_ms in range(lo // HOUR_MS * HOUR_MS, hi, HOUR_MS):
-                    hour = hour_of(hour_ms)
-                    if hour is None or uid >= len(hour.sm_sum):
-                        continue
-                    _add_hour(total, hour, uid, range_mask(hour_ms, lo, hi), span.weight,
-                              hour_ms if last_active else None)
-        return {group: Tally(float(a), float(e), float(k), s, last)
-                for group, (a, e, k, s, last) in sums.items()}
+                at = np.flatnonzero((lo < hour_ms + HOUR_MS) & (hi > hour_ms)
+                                    & (uid < len(hour)))
+                if not len(at):
+                    continue
+                u, g, w = uid[at], group[at], weight[at]
+                rm = _range_masks(hour_ms, lo[at], hi[at])
+                active = rm & hour.act_hot[u]
+                sums[0] += np.bincount(g, w * np.bitwise_count(active), n)
+                sums[1] += np.bincount(g, w * np.bitwise_count(active & hour.sm_hot[u]), n)
+                sums[2] += np.bincount(g, w * np.bitwise_count(rm & hour.act_known[u]), n)
+                sm_known = hour.sm_known[u]
+                of_hour = np.bitwise_count(sm_known).astype(np.float64)
+                share = np.divide(np.bitwise_count(rm & sm_known), of_hour,
+                                  out=np.zeros(len(u)), where=of_hour > 0)
+                sums[3] += np.bincount(g, w * hour.sm_sum[u] * share, n)
+                if last_active:
+                    busy = active != 0
+                    ends = hour_ms + (_bit_length(active[busy]) - 1) * MINUTE_MS
+                    np.maximum.at(last, g[busy], ends)
+        return TallyRows([(int(group_ids[i]), float(sums[0][i]), float(sums[1][i]),
+                           float(sums[2][i]), float(sums[3][i]),
+                           int(last[i]) if last_active and last[i] >= 0 else None)
+                          for i in range(n)])
 
     def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int,
                           done_ms: int) -> dict[tuple, int]:
@@ -283,53 +303,45 @@ class PrometheusMinuteMasks:
             return {}
         hour_of = self._hours_of(lo_ms, hi_ms)
         columns = [c for c in by if c in ("environment", "model", "node")]
-        counts: dict[tuple, int] = {}
         with self._lock:
-            keys = [tuple(attrs[c] for c in columns) for attrs in self._gpu_attrs]
+            key_index: dict[tuple, int] = {}
+            key_of_gpu = np.array([key_index.setdefault(tuple(attrs[c] for c in columns),
+                                                        len(key_index))
+                                   for attrs in self._gpu_attrs], np.int64)
+            gpu_of_unit = np.array(self._gpu_of_unit, np.int64)
+            totals = np.zeros(len(key_index), np.int64)
             for hour_ms in range(lo_ms // HOUR_MS * HOUR_MS, hi_ms, HOUR_MS):
                 hour = hour_of(hour_ms)
-                if hour is None:
+                if hour is None or not len(hour):
                     continue
-                rm = range_mask(hour_ms, lo_ms, hi_ms)
-                for gid, bits in enumerate(hour.reported):
-                    counts[keys[gid]] = counts.get(keys[gid], 0) + (bits & rm).bit_count()
-        return counts
+                reported = np.zeros(len(key_of_gpu), _U64)
+                np.bitwise_or.at(reported, gpu_of_unit[:len(hour)],
+                                 hour.act_known | hour.sm_known)
+                rm = _range_masks(hour_ms, np.array([lo_ms]), np.array([hi_ms]))[0]
+                totals += np.bincount(key_of_gpu, np.bitwise_count(reported & rm),
+                                      len(key_index)).astype(np.int64)
+        keys = list(key_index)
+        return {keys[i]: int(totals[i]) for i in np.flatnonzero(totals)}
 
 
-def _add_hour(total: list, hour: _Hour, uid: int, rm: int, weight: float,
-              hour_ms: int | None) -> None:
-    """Add one unit-hour's minutes in `rm` to a group's running tally
-    [active, effective, known, sm sum, last active ms]."""
-    known, hot, sm_known, sm_hot = (c[uid] for c in hour.columns)
-    active = rm & hot
-    total[0] += weight * active.bit_count()
-    total[1] += weight * (active & sm_hot).bit_count()
-    total[2] += weight * (rm & known).bit_count()
-    if sm_known:  # the hour's sum spread over its known minutes
-        total[3] += weight * hour.sm_sum[uid] * (rm & sm_known).bit_count() \
-            / sm_known.bit_count()
-    if hour_ms is not None and active:
-        last = hour_ms + (active.bit_length() - 1) * MINUTE_MS
-        total[4] = last if total[4] is None else max(total[4], last)
+def _range_masks(hour_ms: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per span: the bits of the minutes of the hour whose start lies in [lo, hi)."""
+    def minute(edge: np.ndarray) -> np.ndarray:
+        return np.clip(-(-(edge - hour_ms) // MINUTE_MS), 0, 60).astype(_U64)
+    one = _U64(1)
+    return ((one << minute(hi)) - one) ^ ((one << minute(lo)) - one)
 
 
-def _chunks(lo_ms: int, hi_ms: int, minutes: Callable[[], int]) -> Iterator[tuple[int, int]]:
-    """[lo, hi) cut at hour boundaries and into `minutes()` minutes at most (asked again
-    for each chunk: it follows what the last fetch returned)."""
-    while lo_ms < hi_ms:
-        end = min((lo_ms // HOUR_MS + 1) * HOUR_MS, lo_ms + minutes() * MINUTE_MS, hi_ms)
-        yield lo_ms, end
-        lo_ms = end
+def _bit_length(masks: np.ndarray) -> np.ndarray:
+    """The bit length of each (non-zero, < 2^60) mask, exactly: frexp of each 30-bit half
+    (exact in a float64)."""
+    high = (masks >> _U64(30)).astype(np.float64)
+    low = (masks & _U64((1 << 30) - 1)).astype(np.float64)
+    return np.where(high > 0, 30 + np.frexp(high)[1], np.frexp(low)[1]).astype(np.int64)
 
 
-def _expression(signal: Signal) -> Callable[[int], str]:
-    matchers = ", ".join(filter(None, [f'__name__="{exposition_name(signal.metric)}"',
-                                       signal.matcher]))
-
-    def expression(window_ms: int) -> str:
-        inner = f"{signal.over_time}({{{matchers}}}[{window_ms}ms])"
-        return f"count by ({', '.join(UNIT_AXES)}) ({inner})" if signal.per_unit else inner
-    return expression
+__all__ = ["DEFAULT_CACHE_HOURS", "Fetch", "MaskEngine", "PrometheusMinuteMasks",
+           "series_minutes", "threshold_labels"]
 
 
 def series_minutes(fetch: Fetch, selection: Callable, chosen: Sequence[SeriesLabels],

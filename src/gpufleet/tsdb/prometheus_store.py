@@ -45,6 +45,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import httpx
+import orjson
 
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.telemetry.funnel import Thresholds
@@ -271,9 +272,10 @@ class PrometheusTelemetryStore:
                 if where is None or key in found:
                     found[key][part] = got
         latest = []
+        matches = filter_matcher(leftover)  # once: its sets of a thousand GPUs, not per series
         for labels, got in found.items():
             described = series_of_labels(dict(labels))
-            if described is not None and filter_matcher(leftover)(described) and len(got) == 2 \
+            if described is not None and matches(described) and len(got) == 2 \
                     and (where is None or where.percent_of is not None
                          or where.holds(got["value"])):  # as compared here, exactly
                 latest.append(LatestValue(described, from_ms(round(got["at"] * 1000)),
@@ -287,8 +289,11 @@ class PrometheusTelemetryStore:
     def minute_masks(self, thresholds: Thresholds) -> PrometheusMinuteMasks:
         """Per-unit minute masks over the engine's 1-minute means (masks.MinuteMasks); the
         caller keeps the object, whose cache of closed hours lives in it."""
-        return PrometheusMinuteMasks(self._minute_series, lambda: self._rolled_up_ms,
+        return PrometheusMinuteMasks(self._mask_engine(), lambda: self._rolled_up_ms,
                                      thresholds)
+
+    def _mask_engine(self) -> _MaskEngine:
+        return _MaskEngine(self)
 
     def series_minutes(self, chosen: Sequence[SeriesLabels], lo_ms: int, hi_ms: int,
                        above: float) -> dict[SeriesLabels, tuple[int, int, int | None]]:
@@ -420,6 +425,48 @@ class PrometheusTelemetryStore:
             raise _unavailable("write", url, None, str(error)) from error
         if not 200 <= answer.status_code < 300:
             raise _unavailable("write", url, answer.status_code, answer.text[:500])
+
+
+class _MaskEngine:
+    """The engine as the minute masks use it (prometheus_masks.MaskEngine): instant queries
+    whose answers run to 100,000s of series (parsed with orjson), and VictoriaMetrics'
+    `/api/v1/import` and `/api/v1/export` JSON lines for the recorded hours."""
+
+    def __init__(self, store: PrometheusTelemetryStore):
+        self._store = store
+
+    def instant(self, query: str, at_ms: int) -> list[dict]:
+        url = f"{self._store.query_url}/api/v1/query"
+        try:
+            answer = self._store._client.post(
+                url, data={"query": query, "time": _seconds(at_ms), "nocache": "1"})
+        except httpx.HTTPError as error:
+            raise _unavailable("query", url, None, str(error)) from error
+        if answer.status_code != 200:
+            raise _unavailable("query", url, answer.status_code, answer.text[:500])
+        return orjson.loads(answer.content)["data"]["result"]
+
+    def import_lines(self, body: bytes) -> None:
+        url = f"{self._store.write_url}/api/v1/import"
+        try:
+            answer = self._store._client.post(url, content=body)
+        except httpx.HTTPError as error:
+            raise _unavailable("write", url, None, str(error)) from error
+        if not 200 <= answer.status_code < 300:
+            raise _unavailable("write", url, answer.status_code, answer.text[:500])
+
+    def export_lines(self, selector: str, lo_ms: int, hi_ms: int) -> Iterable[bytes]:
+        """Read whole before the first line is given: a broken transfer raises here, not
+        half-way through the caller's fold."""
+        url = f"{self._store.query_url}/api/v1/export"
+        try:
+            answer = self._store._client.post(url, data={
+                "match[]": selector, "start": _seconds(lo_ms), "end": _seconds(hi_ms)})
+        except httpx.HTTPError as error:
+            raise _unavailable("query", url, None, str(error)) from error
+        if answer.status_code != 200:
+            raise _unavailable("query", url, answer.status_code, answer.text[:500])
+        return answer.content.split(b"\n")
 
 
 class _Window:

@@ -2,16 +2,19 @@
 real VictoriaMetrics: the property tests of the DuckDB masks
 (tests/services/telemetry/test_masks_properties.py, the docs/design.md, "Funnel and activity"
 definitions on random histories) run here unchanged, then what only this store does (its cache of
-closed hours, and what `rollup` means on it)."""
+closed hours, the hours recorded in the engine, and what `rollup` means on it)."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
+import httpx
 import pytest
 
 from gpufleet.domain.telemetry.funnel import GR_ENGINE_ACTIVE, SM_ACTIVE, Thresholds
 from gpufleet.tsdb import Sample, series
+from gpufleet.tsdb.engine_masks import RECORDED_NAME, SLOT_MS, SLOTS, marker_line
 from gpufleet.tsdb.masks import MaskStore, SlotSpan
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, TelemetryStoreUnavailable, to_ms
 from tests.services.telemetry.test_masks_properties import (
@@ -63,12 +66,13 @@ def test_only_minutes_rolled_up_since_the_last_refresh_are_fetched(fresh_store):
     masks = store.minute_masks(Thresholds())
     store.rollup(HOUR0 + timedelta(minutes=80))
     done = masks.refresh()
-    assert masks.points_fetched == 80 * 2  # gr_engine_active and sm_active, once a minute
-    assert masks.refresh() == done and masks.points_fetched == 160  # nothing new
+    # Hour 0 in two halves, minutes 60–79 in one: gr, sm and sm's sum each time.
+    assert masks.values_fetched == 3 * 3
+    assert masks.refresh() == done and masks.values_fetched == 9  # nothing new
     store.rollup(HOUR0 + timedelta(minutes=85, seconds=30))  # a minute ends at 85:00
     done = masks.refresh()
     assert done == to_ms(HOUR0) + 85 * MINUTE_MS
-    assert masks.points_fetched == 170
+    assert masks.values_fetched == 12
     span = SlotSpan(("GPU-1", None), to_ms(HOUR0), to_ms(HOUR0) + 2 * HOUR_MS, 0, 1.0)
     tally = masks.tallies([span], span.lo_ms, span.hi_ms, done)[0]
     assert (tally.known, tally.active, tally.effective) == (85, 85, 85)
@@ -82,7 +86,7 @@ def test_hours_older_than_the_cache_are_fetched_for_the_question(fresh_store):
     masks.cache_hours = 1
     store.rollup(HOUR0 + timedelta(hours=5))
     done = masks.refresh()
-    assert masks.points_fetched == 0  # hour 0 is past the cache
+    assert masks.values_fetched == 0  # hour 0 is past the cache
     span = SlotSpan(("GPU-1", None), to_ms(HOUR0), done, 0, 1.0)
     assert masks.tallies([span], span.lo_ms, done, done)[0].active == 30
     assert masks.reporting_minutes((), span.lo_ms, done, done) == {(): 30}
@@ -121,20 +125,122 @@ def test_a_failed_fetch_counts_nothing_twice(victoria_metrics, fresh_store):
     assert (tally.known, tally.sm_percent) == (20, pytest.approx(20 * 70.0))
 
 
-def test_a_fleet_too_large_for_one_fetch_an_hour_is_fetched_in_shorter_parts(
-        fresh_store, monkeypatch):
-    import gpufleet.tsdb.prometheus_masks as module
+# -- hours recorded in the engine (the leader's `record_closed_hours`) ----------------------
 
-    monkeypatch.setattr(module, "MAX_POINTS_PER_FETCH", 13)  # 6 points a minute: 2 minutes
+def two_gpus_over_two_hours(store) -> None:
+    """GPU-1 busy in minutes 0–89; GPU-2 in 20–49, then idle in 100–109 on another node
+    (a second label set in the engine)."""
+    busy_minutes(store, "GPU-1", 0, 90)
+    busy_minutes(store, "GPU-2", 20, 30)
+    store.write([Sample(series(metric, "GPU-2", node="m", environment="e", model="H100-80GB"),
+                        HOUR0 + timedelta(minutes=m, seconds=20), value)
+                 for m in range(100, 110)
+                 for metric, value in ((GR_ENGINE_ACTIVE, 2.0), (SM_ACTIVE, 20.0))])
+
+
+def answers(masks, done: int) -> tuple:
+    """Everything the questions ask of the masks over hours 0–2, per GPU."""
+    lo, hi = to_ms(HOUR0), to_ms(HOUR0) + 3 * HOUR_MS
+    spans = [SlotSpan(("GPU-1", None), lo, hi, 1, 1.0),
+             SlotSpan(("GPU-2", None), lo + 25 * MINUTE_MS, hi, 2, 0.5)]
+    tallies = masks.tallies(spans, lo, hi, done, last_active=True)
+    return ({g: tuple(tallies[g]) for g in tallies},
+            masks.reporting_minutes(("node",), lo, hi, done))
+
+
+def recorded_values(url: str, slot: str) -> dict[tuple[str, int], float]:
+    """(GPU, hour) → the recorded value of `slot` (engine_masks.SLOTS)."""
+    lines = httpx.post(f"{url}/api/v1/export",
+                       data={"match[]": RECORDED_NAME}).text.splitlines()
+    found = {}
+    for line in lines:
+        row = json.loads(line)
+        for at, value in zip(row["timestamps"], row["values"], strict=True):
+            hour = at // HOUR_MS * HOUR_MS
+            if SLOTS[(at - hour) // SLOT_MS] == slot:
+                found[(row["metric"]["gpu_uuid"], hour)] = value
+    return found
+
+
+def test_a_closed_hour_is_recorded_once_with_its_codes(victoria_metrics, fresh_store):
     store = fresh_store()
-    for gpu in ("GPU-1", "GPU-2", "GPU-3"):
-        busy_minutes(store, gpu, 0, 30)
-    masks = store.minute_masks(Thresholds())
-    store.rollup(HOUR0 + timedelta(minutes=25))
-    done = masks.refresh()
-    assert masks._chunk_minutes() == 2  # 3 GPUs × 2 signals
-    spans = [SlotSpan((gpu, None), to_ms(HOUR0), done, 0, 1.0)
-             for gpu in ("GPU-1", "GPU-2", "GPU-3")]
-    tally = masks.tallies(spans, to_ms(HOUR0), done, done)[0]
-    assert (tally.known, tally.active) == (75, 75)
-    assert masks.points_fetched == 25 * 6
+    two_gpus_over_two_hours(store)
+    leader = store.minute_masks(Thresholds())
+    store.rollup(HOUR0 + timedelta(hours=2, minutes=5))
+    assert leader.record_closed_hours() == 25  # the cache's window: 25 closed hours
+    assert leader.record_closed_hours() == 0
+    # Another replica (a new leader) finds them recorded.
+    assert store.minute_masks(Thresholds()).record_closed_hours() == 0
+    codes = recorded_values(victoria_metrics, "activity_lo")
+    h0, h1 = to_ms(HOUR0), to_ms(HOUR0) + HOUR_MS
+    assert codes[("GPU-1", h0)] == 3**30 - 1  # minutes 0–29 hot: digit 2 each
+    assert codes[("GPU-2", h0)] == sum(2 * 3**m for m in range(20, 30))
+    assert codes[("GPU-2", h1)] == 0  # known minutes are in the hour's second half
+    codes = recorded_values(victoria_metrics, "activity_hi")
+    assert codes[("GPU-2", h1)] == sum(3**(m - 30) for m in range(40, 50))  # cold: 1
+    assert ("GPU-2", h1 - HOUR_MS * 2) not in codes  # hours without data hold no series
+
+
+def test_a_cold_replica_reads_the_recorded_hours(victoria_metrics, fresh_store):
+    """A replica starting cold reads recorded hours (not the raw samples: they are
+    deleted here) and computes only the open hour; its answers are the leader's."""
+    store = fresh_store()
+    two_gpus_over_two_hours(store)
+    leader = store.minute_masks(Thresholds())
+    store.rollup(HOUR0 + timedelta(hours=2, minutes=5))
+    leader.record_closed_hours()
+    done = leader.refresh()
+    expected = answers(leader, done)
+    assert expected[0][1][:3] == (90.0, 90.0, 90.0)
+    assert expected[0][2][:3] == (12.5, 12.5, 17.5)  # weight 0.5 from minute 25
+    assert expected[1] == {("n",): 130}  # a GPU counts where it first reported from
+    httpx.post(f"{victoria_metrics}/api/v1/admin/tsdb/delete_series",
+               data={"match[]": '{__name__=~"gpufleet_gpu_.+"}'}).raise_for_status()
+    replica = store.minute_masks(Thresholds())
+    assert replica.refresh() == done
+    assert (replica.hours_read, replica.hours_computed) == (25, 0)
+    assert answers(replica, done) == expected
+    # Masks judged at other thresholds are never read for these.
+    other = store.minute_masks(Thresholds(activity_percent=8.0))
+    other.refresh()
+    assert other.hours_read == 0
+
+
+def test_an_hour_not_recorded_whole_is_computed(victoria_metrics, fresh_store):
+    """No recording at all (no leader yet), or a marker whose units are not all found (an
+    import not yet searchable): the replica computes those hours in the engine."""
+    store = fresh_store()
+    two_gpus_over_two_hours(store)
+    store.rollup(HOUR0 + timedelta(hours=2, minutes=5))
+    unrecorded = store.minute_masks(Thresholds())
+    done = unrecorded.refresh()
+    assert unrecorded.hours_read == 0 and unrecorded.hours_computed == 25
+    leader = store.minute_masks(Thresholds())
+    leader.record_closed_hours()
+    # Hour 1 vouched for with one unit more than was recorded: not taken.
+    httpx.post(f"{victoria_metrics}/api/v1/import", content=marker_line(
+        to_ms(HOUR0) + HOUR_MS, 3, Thresholds())).raise_for_status()
+    httpx.get(f"{victoria_metrics}/internal/force_flush").raise_for_status()
+    replica = store.minute_masks(Thresholds())
+    replica.refresh()
+    assert (replica.hours_read, replica.hours_computed) == (24, 1)
+    assert answers(replica, done) == answers(unrecorded, done) == answers(leader, done)
+
+
+def test_a_late_hour_is_recorded_when_it_closes_and_late_samples_stay_out(
+        victoria_metrics, fresh_store):
+    """The leader records an hour once the rollup bound passes its end; a sample written
+    after that is not counted in it (as in a replica's cache, and on the DuckDB store)."""
+    store = fresh_store()
+    two_gpus_over_two_hours(store)
+    leader = store.minute_masks(Thresholds())
+    store.rollup(HOUR0 + timedelta(hours=1, minutes=30))
+    assert leader.record_closed_hours() == 25  # up to hour 0
+    store.rollup(HOUR0 + timedelta(hours=2, minutes=1))
+    assert leader.record_closed_hours() == 1  # hour 1, from the leader's cache
+    busy_minutes(store, "GPU-1", 95, 5)  # late: hour 1 is recorded
+    replica = store.minute_masks(Thresholds())
+    done = replica.refresh()
+    assert replica.hours_computed == 0
+    span = SlotSpan(("GPU-1", None), to_ms(HOUR0) + HOUR_MS, done, 0, 1.0)
+    assert replica.tallies([span], span.lo_ms, done, done)[0].active == 30

@@ -13,7 +13,7 @@ import pytest
 from gpufleet.services.app import Gpufleet
 from gpufleet.tsdb import Sample, series
 from gpufleet.tsdb.masks import SlotSpan
-from gpufleet.tsdb.protocol import to_ms
+from gpufleet.tsdb.protocol import HOUR_MS, to_ms
 from tests.cli.test_telemetry import cli, test_funnel, test_idle
 from tests.services.telemetry.test_queries import (
     fleet,
@@ -83,7 +83,10 @@ def test_the_upkeep_round_judges_minutes_up_to_its_grace(gf, clock):
     clock.advance(600)
     gf.telemetry_upkeep()
     masks = gf.queries.masks
-    assert masks.points_fetched == 8  # warmed by the round: minutes 0–7 of the 10
+    assert masks.filled_ms == to_ms(start + timedelta(minutes=8))  # warmed by the round
+    # The round's leader (SQLite: the only server) recorded the closed hours before.
+    assert masks.hours_computed == 25 and masks._recorded_until_ms == \
+        to_ms(start) // HOUR_MS * HOUR_MS
     done = masks.refresh()
     assert done == to_ms(start + timedelta(minutes=8))
     span = SlotSpan(("GPU-1", None), to_ms(start), to_ms(clock.now()), 0, 1.0)
