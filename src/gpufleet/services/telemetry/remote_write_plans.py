@@ -41,6 +41,9 @@ DEFAULT_MAX_SERIES = 1_000_000
 
 _UUID, _OLD_UUID = UUID_LABELS
 
+# The `extra` of rows without labels of their own (most): one shared, never written to.
+_NO_EXTRA: dict[str, str] = {}
+
 # (catalogue metric, GPU, GPU instance id, own labels): a store series of the node.
 RowKey = tuple[str, str, int | None, OwnLabels]
 
@@ -87,7 +90,7 @@ def plan_of(labels: dict[str, str]) -> SeriesPlan:
     instance = stored_instance(to, address.gpu_instance_id)
     row = (metric.name, address.gpu_uuid, instance, own)
     mig = None if instance is None else derived_mig_uuid(address.gpu_uuid, instance)
-    extra = dict(own)
+    extra = dict(own) if own else _NO_EXTRA
     labels_key = (metric.name, address.gpu_uuid, mig, *extra.items()) if extra else \
         (metric.name, address.gpu_uuid, mig)
     return SeriesPlan(gpu, True, to, address, workload, row, mig, extra,
