@@ -267,15 +267,22 @@ def _varints(buffer: np.ndarray, at: np.ndarray, end: np.ndarray
     return np.bitwise_or.reduce(digits << _VARINT_SHIFTS, axis=1).view(np.int64), at + size
 
 
-def labels_of_block(block: bytes) -> dict[str, str]:
+def labels_of_block(block: bytes,
+                    known: dict[bytes, tuple[str, str]] | None = None) -> dict[str, str]:
     """A series' labels from its serialized label block (`WriteColumns.label_blocks`), a
     later repeat of a name winning as in `decode_write_request`. `ValueError` for a block
-    whose labels are not `Label`s (bad UTF-8) or that has no `__name__` (the spec's MUST)."""
+    whose labels are not `Label`s (bad UTF-8) or that has no `__name__` (the spec's MUST).
+    `known` (serialized label → its pair) may be shared by the blocks of one body: the
+    series of a GPU repeat most of their labels (UUID, Hostname, modelName, …)."""
+    known = {} if known is None else known
+    labels = {}
     try:
-        labels = {}
         for raw in _LabelBytes.FromString(block).items:
-            label = Label.FromString(raw)
-            labels[label.name] = label.value
+            pair = known.get(raw)
+            if pair is None:
+                label = Label.FromString(raw)
+                pair = known[raw] = (label.name, label.value)
+            labels[pair[0]] = pair[1]
     except DecodeError as error:
         raise ValueError(f"remote-write body is not a WriteRequest: {error}") from None
     if METRIC_NAME_LABEL not in labels:

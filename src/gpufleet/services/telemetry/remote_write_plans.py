@@ -114,12 +114,13 @@ class SeriesPlans:
         plans = list(map(self._plans.get, blocks))
         if None in plans:
             new: dict[bytes, SeriesPlan] = {}
+            labels_seen: dict[bytes, tuple[str, str]] = {}
             for index, plan in enumerate(plans):
                 if plan is None:
                     block = blocks[index]
                     plan = new.get(block)
                     if plan is None:
-                        plan = new[block] = plan_of(labels_of_block(block))
+                        plan = new[block] = plan_of(labels_of_block(block, labels_seen))
                     plans[index] = plan
             if len(self._plans) + len(new) > self.max_series:
                 self._plans.clear()
