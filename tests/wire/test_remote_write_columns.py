@@ -205,3 +205,43 @@ def test_the_size_limit_is_checked_before_inflating():
         decode_write_columns(snappy(bytes(100)), 10)
     with pytest.raises(ValueError, match="snappy"):
         decode_write_columns(b"\x05nope", LIMIT)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 5])
+def test_messages_longer_than_the_lockstep_walk_are_read_by_upb(monkeypatch, steps):
+    """Few series or samples with many fields (a backlog of samples, unknown fields) are
+    finished by upb: the same reading, without a step per field."""
+    from gpufleet.wire import remote_write_columns
+
+    monkeypatch.setattr(remote_write_columns, "MAX_LOCKSTEP_STEPS", steps)
+    body = encode_write_request([
+        ({"__name__": "up", "job": "a", "instance": "x"}, [(t, t / 2) for t in range(9)]),
+        ({"__name__": "up"}, [(1, 1.0)]),
+        ({"__name__": "down", "job": "b"}, [(-t, STALE_NAN) for t in range(4)])])
+    samples_with_unknowns = field(1, 2, field(1, 2, field(1, 2, b"__name__")
+                                              + field(2, 2, b"m"))
+                                  + field(2, 2, b"".join(field(n, 0, varint(n))
+                                                         for n in range(3, 12))
+                                          + field(2, 0, varint(77))))
+    for raw in (bytes(cramjam.snappy.decompress_raw(body)), samples_with_unknowns):
+        assert via_columns(snappy(raw)) == via_upb(snappy(raw))
+
+
+def test_a_series_of_many_samples_costs_no_step_per_sample():
+    body = encode_write_request([({"__name__": "up"}, [(t, 1.0) for t in range(20_000)])])
+    columns = decode_write_columns(body, LIMIT)
+    assert len(columns) == 20_000 and columns.times_ms[-1] == 19_999
+
+
+@settings(max_examples=200, deadline=None)
+@given(write_requests(), st.integers(1, 4))
+def test_a_short_walk_with_upb_finishing_reads_what_upb_reads(raw, steps):
+    from gpufleet.wire import remote_write_columns
+
+    kept = remote_write_columns.MAX_LOCKSTEP_STEPS
+    remote_write_columns.MAX_LOCKSTEP_STEPS = steps
+    try:
+        body = snappy(raw)
+        assert outcome(via_columns, body) == outcome(via_upb, body)
+    finally:
+        remote_write_columns.MAX_LOCKSTEP_STEPS = kept

@@ -26,6 +26,7 @@ length running past its message, a varint without end, a wire type the schema ca
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import cramjam
@@ -34,7 +35,13 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from gpufleet.wire.base import BodyTooLarge
-from gpufleet.wire.remote_write import METRIC_NAME_LABEL, Label, snappy_declared_length
+from gpufleet.wire.remote_write import (
+    METRIC_NAME_LABEL,
+    Label,
+    RawTimeSeries,
+    Sample,
+    snappy_declared_length,
+)
 
 _MAX_VARINT_BYTES = 10
 _PAD = np.zeros(_MAX_VARINT_BYTES + 8, dtype=np.uint8)  # gathers past the end read zeros
@@ -45,6 +52,11 @@ _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 # Field numbers of the schema (remote_write.py): TimeSeries.labels / .samples,
 # Sample.value / .timestamp.
 _LABELS, _SAMPLES, _VALUE, _TIMESTAMP = 1, 2, 1, 2
+# Each lockstep step costs ~25 array operations whatever the number of messages still open:
+# a message with thousands of fields (one series carrying a backlog of samples, a label
+# flood) would cost milliseconds a field. After this many steps the messages still open
+# are read by upb instead, one Python object per field as `decode_write_request` does.
+MAX_LOCKSTEP_STEPS = 48
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +112,7 @@ def decode_write_columns(body: bytes, max_bytes: int) -> WriteColumns:
     return series_columns(series)
 
 
-def series_columns(series: list[bytes] | tuple[bytes, ...]) -> WriteColumns:
+def series_columns(series: Sequence[bytes]) -> WriteColumns:
     """The columns of serialized `TimeSeries` messages (a WriteRequest's field 1 each)."""
     count = len(series)
     joined = b"".join(series)
@@ -109,8 +121,8 @@ def series_columns(series: list[bytes] | tuple[bytes, ...]) -> WriteColumns:
     ends = np.cumsum(lengths)
     starts = ends - lengths
     try:
-        return _columns(joined, buffer, starts, ends)
-    except _Malformed as error:
+        return _columns(series, joined, buffer, starts, ends)
+    except (_Malformed, DecodeError) as error:
         raise ValueError(f"remote-write body is not a WriteRequest: {error}") from None
 
 
@@ -118,7 +130,7 @@ class _Malformed(Exception):
     pass
 
 
-def _columns(joined: bytes, buffer: np.ndarray, starts: np.ndarray,
+def _columns(series: Sequence[bytes], joined: bytes, buffer: np.ndarray, starts: np.ndarray,
              ends: np.ndarray) -> WriteColumns:
     count = len(starts)
     first_label = np.full(count, -1, dtype=np.int64)
@@ -126,7 +138,8 @@ def _columns(joined: bytes, buffer: np.ndarray, starts: np.ndarray,
     label_bytes = np.zeros(count, dtype=np.int64)
     label_pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     sample_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for owner, field, wire, head, payload, end in _fields(buffer, starts, ends):
+    long: list[np.ndarray] = []
+    for owner, field, wire, head, payload, end in _fields(buffer, starts, ends, left_open=long):
         is_label = (field == _LABELS) & (wire == _LEN)
         if is_label.any():
             own, h, e = owner[is_label], head[is_label], end[is_label]
@@ -138,8 +151,46 @@ def _columns(joined: bytes, buffer: np.ndarray, starts: np.ndarray,
         is_sample = (field == _SAMPLES) & (wire == _LEN)
         if is_sample.any():
             sample_parts.append((owner[is_sample], payload[is_sample], end[is_sample]))
-    return WriteColumns(_label_blocks(joined, first_label, label_end, label_bytes, label_pieces),
-                        *_samples(buffer, sample_parts))
+    blocks = _label_blocks(joined, first_label, label_end, label_bytes, label_pieces)
+    if not long:
+        return WriteColumns(blocks, *_samples(buffer, sample_parts))
+    return _with_long_series(series, blocks, starts, long[0], *_samples(buffer, [
+        (o, a, b) for o, a, b in ((o[keep], a[keep], b[keep]) for o, a, b in sample_parts
+                                  for keep in [~np.isin(o, long[0])])]))
+
+
+def _with_long_series(series: Sequence[bytes], blocks: list[bytes], starts: np.ndarray,
+                      long: np.ndarray, owner: np.ndarray, times: np.ndarray,
+                      values: np.ndarray) -> WriteColumns:
+    """The columns with the series of `long` (left open by the walk) read by upb: their
+    label blocks and samples replace what the walk had read of them."""
+    more_owner, more_times, more_values, at = [], [], [], []
+    for index in long.tolist():
+        one = RawTimeSeries.FromString(series[index])
+        blocks[index] = b"".join(b"\x0a" + _varint_bytes(len(raw)) + raw for raw in one.labels)
+        for k, sample in enumerate(one.samples):
+            more_owner.append(index)
+            more_times.append(sample.timestamp)
+            more_values.append(sample.value)
+            at.append(int(starts[index]) + k)  # sorts within the series, in wire order
+    if not more_owner:
+        return WriteColumns(blocks, owner, times, values)
+    # Samples are in series order: every series' come before the next series' start.
+    position = np.concatenate([starts[owner], np.array(at, dtype=np.int64)])
+    order = np.argsort(position, kind="stable")
+    return WriteColumns(
+        blocks, np.concatenate([owner, np.array(more_owner, dtype=np.int64)])[order],
+        np.concatenate([times, np.array(more_times, dtype=np.int64)])[order],
+        np.concatenate([values, np.array(more_values, dtype=np.float64)])[order])
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
 
 
 def _label_blocks(joined: bytes, first: np.ndarray, end: np.ndarray, total: np.ndarray,
@@ -174,8 +225,9 @@ def _samples(buffer: np.ndarray, parts: list[tuple[np.ndarray, np.ndarray, np.nd
     owner, starts, ends = owner[order], starts[order], ends[order]
     times = np.zeros(len(starts), dtype=np.int64)
     values = np.zeros(len(starts), dtype=np.float64)
+    long: list[np.ndarray] = []
     for sample, field, wire, _, payload, _ in _fields(buffer, starts, ends,
-                                                       want_varints=True):
+                                                       want_varints=True, left_open=long):
         is_value = (field == _VALUE) & (wire == _I64)
         if is_value.any():
             at = payload.where[is_value]
@@ -184,6 +236,9 @@ def _samples(buffer: np.ndarray, parts: list[tuple[np.ndarray, np.ndarray, np.nd
         is_time = (field == _TIMESTAMP) & (wire == _VARINT)
         if is_time.any():
             times[sample[is_time]] = payload.varint[is_time]
+    for index in long[0].tolist() if long else ():  # samples with many (unknown) fields
+        one = Sample.FromString(buffer[starts[index]:ends[index]].tobytes())
+        times[index], values[index] = one.timestamp, one.value
     return owner, times, values
 
 
@@ -200,18 +255,25 @@ class _Payload:
 
 
 def _fields(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-            want_varints: bool = False):
+            want_varints: bool = False, left_open: list[np.ndarray] | None = None):
     """Each step's fields of the messages `buffer[starts[k]:ends[k]]`, as arrays: (message
     index k, field number, wire type, field start, payload start, field end); with
-    `want_varints`, the payload start is a `_Payload` that also holds varint values."""
+    `want_varints`, the payload start is a `_Payload` that also holds varint values.
+    After `MAX_LOCKSTEP_STEPS` steps the indices of the messages still open are appended to
+    `left_open` (and the walk stops): the caller reads those otherwise."""
     owner = np.arange(len(starts), dtype=np.int64)
     position, end = starts, ends
+    steps = 0
     while True:
         open_ = position < end
         if not open_.all():
             owner, position, end = owner[open_], position[open_], end[open_]
         if not owner.size:
             return
+        if left_open is not None and steps == MAX_LOCKSTEP_STEPS:
+            left_open.append(owner)
+            return
+        steps += 1
         key, after = _varints(buffer, position, end)
         field, wire = key >> 3, key & 7
         if (field <= 0).any() or (field >= 1 << 29).any():
