@@ -18,7 +18,9 @@ repeated sub-messages. The schema is fixed and small (remote_write.py's docstrin
 walker knows four messages; anything else in them is an unknown field and skipped, as upb
 does. Each label's UTF-8 is checked by upb when a receiver first meets its block
 (`labels_of_block`). The top level (one chain of series per body) is left to upb, parsed as
-`repeated bytes`: a C loop, one bytes object per series.
+`repeated bytes`: a C loop, one bytes object per series. So are the rare messages with more
+fields than `MAX_LOCKSTEP_STEPS` (a series carrying a backlog of samples): the walk costs a
+step per field of its longest message, so those are finished by upb, field by field.
 
 Every way a body can be wrong is a `ValueError` naming it (the caller answers 400): a
 length running past its message, a varint without end, a wire type the schema cannot have.
@@ -154,9 +156,11 @@ def _columns(series: Sequence[bytes], joined: bytes, buffer: np.ndarray, starts:
     blocks = _label_blocks(joined, first_label, label_end, label_bytes, label_pieces)
     if not long:
         return WriteColumns(blocks, *_samples(buffer, sample_parts))
-    return _with_long_series(series, blocks, starts, long[0], *_samples(buffer, [
-        (o, a, b) for o, a, b in ((o[keep], a[keep], b[keep]) for o, a, b in sample_parts
-                                  for keep in [~np.isin(o, long[0])])]))
+    walked: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for owners, payloads, ends_ in sample_parts:  # the long series' samples are read anew
+        keep = ~np.isin(owners, long[0])
+        walked.append((owners[keep], payloads[keep], ends_[keep]))
+    return _with_long_series(series, blocks, starts, long[0], *_samples(buffer, walked))
 
 
 def _with_long_series(series: Sequence[bytes], blocks: list[bytes], starts: np.ndarray,
