@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 
 from bench_fleet_scale import register_fleet
-from bench_ingest import cpu_seconds, plausible
+from bench_ingest import CLOCK_TICKS_S, cpu_seconds, plausible
 from common import free_port, running_server
 from gpufleet.domain.telemetry.catalogue import CORE, metric
 from gpufleet.sim.nodes import iter_nodes
@@ -90,17 +90,39 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """utime + stime of each thread of a process, by thread id (/proc/<pid>/task)."""
+    spent = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        spent[int(task.name)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_S
+    return spent
+
+
 def timed_push(pid: int, url: str, token: str, body_file: Path, concurrency: int,
                samples: int, active_series: int) -> float:
-    """Post every body from a separate process; the server's CPU-s per million samples."""
+    """Post every body from a separate process; the server's CPU-s per million samples.
+    Also prints where it went by thread: the main one (tid = pid; for gpufleet uvicorn's
+    event loop: HTTP, routing) and the busiest others (gpufleet: the request worker
+    threads running ingest, the journal applier, DuckDB's own threads)."""
     rss_before = rss_bytes(pid)
+    threads_before = thread_cpu_seconds(pid)
     before_s, started_s = cpu_seconds(pid), time.perf_counter()
     subprocess.run([sys.executable, __file__, "--concurrency", str(concurrency),
                     "--push", url, token, str(body_file)], check=True)
     cpu_s, wall_s = cpu_seconds(pid) - before_s, time.perf_counter() - started_s
+    threads = {tid: spent - threads_before.get(tid, 0.0)
+               for tid, spent in thread_cpu_seconds(pid).items()}
     print(f"  CPU {cpu_s:.1f} s over {wall_s:.1f} s wall: "
           f"{cpu_s / samples * 1e6:.2f} CPU-s per million samples, "
           f"{samples / wall_s:,.0f} samples/s")
+    busiest = sorted((s for tid, s in threads.items() if tid != pid), reverse=True)[:6]
+    print(f"  by thread, CPU-s per million samples: main {threads.get(pid, 0) / samples * 1e6:.2f}"
+          f"; others {', '.join(f'{s / samples * 1e6:.2f}' for s in busiest)}"
+          f" (of {len(threads)} live at the end)")
     rss_after = rss_bytes(pid)
     print(f"  RSS {rss_before / 2**20:,.0f} MiB before, {rss_after / 2**20:,.0f} MiB after "
           f"{active_series:,} active series: {rss_after / 2**30 / active_series * 1e6:.2f} GiB "

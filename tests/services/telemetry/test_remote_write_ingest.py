@@ -11,6 +11,8 @@ from collections import Counter, defaultdict
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.agent.dcgm_exporter import UUID_LABELS, snapshot_from_samples
 from gpufleet.agent.prometheus_text import Sample
@@ -18,7 +20,9 @@ from gpufleet.domain.telemetry.sources import DCGM_INT32_BLANK, DCGM_INT64_BLANK
 from gpufleet.services.inventory.node_units import NodeUnits
 from gpufleet.services.telemetry.batch_columns import TimeWindow, batch_columns
 from gpufleet.services.telemetry.remote_write_ingest import remote_write_columns
+from gpufleet.services.telemetry.remote_write_plans import SeriesPlans
 from gpufleet.wire.remote_write import RemoteSeries, decode_write_request, encode_write_request
+from gpufleet.wire.remote_write_columns import decode_write_columns
 from gpufleet.wire.telemetry_batch import columnar
 
 T0 = 1_800_000_000_000  # epoch ms
@@ -109,10 +113,6 @@ def units_of(node: str) -> NodeUnits | None:
     return None if gpus is None else NodeUnits(node, dict(gpus))
 
 
-def through_the_wire(series) -> list[RemoteSeries]:
-    return decode_write_request(encode_write_request(series), 10_000_000)
-
-
 def through_snapshots(series: list[RemoteSeries], window: TimeWindow):
     """The receiver as it was: per node and time a `NodeSnapshot`, one batch, its columns."""
     outcome: Counter[str] = Counter()
@@ -156,9 +156,18 @@ def samples_of(columns) -> Counter:
         columns.series_index, columns.times_ms, columns.values, strict=True))
 
 
-def both_paths(series):
-    decoded = through_the_wire(series)
-    direct, direct_outcome = remote_write_columns(decoded, OWNERS, units_of, WINDOW)
+def direct_path(body: bytes, plans: SeriesPlans | None = None):
+    """The receiver's path: columns, each series' plan, the node columns."""
+    columns = decode_write_columns(body, 10_000_000)
+    plans = SeriesPlans() if plans is None else plans
+    return remote_write_columns(columns, plans.plans_of(columns.label_blocks), OWNERS,
+                                units_of, WINDOW)
+
+
+def both_paths(series, plans: SeriesPlans | None = None):
+    body = encode_write_request(series)
+    decoded = decode_write_request(body, 10_000_000)
+    direct, direct_outcome = direct_path(body, plans)
     before, before_outcome = through_snapshots(decoded, WINDOW)
     return (({node: (samples_of(c), d) for node, (c, d) in direct.items()}, direct_outcome),
             ({node: (samples_of(c), d) for node, (c, d) in before.items()}, before_outcome))
@@ -168,6 +177,29 @@ def both_paths(series):
                          ids=["varied", "only-blanks", "empty-series", "empty"])
 def test_the_direct_path_stores_and_counts_exactly_what_the_snapshot_path_did(series):
     direct, before = both_paths(series)
+    assert direct == before
+
+
+SHARED_PLANS = SeriesPlans(max_series=25)  # smaller than VARIED: filled and emptied
+
+
+@pytest.mark.parametrize("max_series", [1, 25, 10_000])
+def test_plans_kept_from_earlier_bodies_store_what_fresh_ones_do(max_series):
+    plans = SeriesPlans(max_series=max_series)
+    first = both_paths(VARIED, plans)
+    again = both_paths(VARIED, plans)
+    assert first[0] == first[1] == again[0]
+    assert len(plans) <= max_series
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(VARIED), max_size=12), st.integers(0, 3))
+def test_any_mix_of_series_is_stored_as_the_snapshot_path_stores_it(series, shift):
+    """Series in any order and number (repeats: a series sent twice in one body), the
+    plans shared with earlier bodies; times moved so that bodies differ."""
+    moved = [(labels, [(t + shift * 1000, v) for t, v in samples])
+             for labels, samples in series]
+    direct, before = both_paths(moved, SHARED_PLANS)
     assert direct == before
 
 

@@ -213,9 +213,16 @@ def node_series_labels(units: NodeUnits, metric: str, gpu_uuid: str, mig_uuid: s
     the same series in every upload). `gpu_uuid` must be one of `units`' GPUs."""
     # A MIG instance's profile is not a label: the inventory knows it by the MIG UUID,
     # and a series' extra labels are the metric's own (link, xid) or a process's.
-    known = units.series_labels
     key = (metric, gpu_uuid, mig_uuid, *extra.items()) if extra else \
         (metric, gpu_uuid, mig_uuid)
+    return node_series_labels_keyed(units, key, metric, gpu_uuid, mig_uuid, extra)
+
+
+def node_series_labels_keyed(units: NodeUnits, key: tuple, metric: str, gpu_uuid: str,
+                             mig_uuid: str | None, extra: dict[str, str]) -> SeriesLabels:
+    """`node_series_labels` with its cache key made by the caller (the remote-write
+    receiver keeps it with each series): (metric, gpu_uuid, mig_uuid, *extra.items())."""
+    known = units.series_labels
     labels = known.get(key)
     if labels is None:
         environment, model = units.gpus[gpu_uuid]

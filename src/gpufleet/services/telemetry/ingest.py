@@ -40,6 +40,7 @@ from gpufleet.services.inventory.node_units import (
     read_node_units,
 )
 from gpufleet.services.telemetry.batch_columns import TimeWindow, batch_columns, units_named
+from gpufleet.services.telemetry.remote_write_plans import SeriesPlans
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import SampleColumns, TelemetryStore
@@ -90,6 +91,8 @@ class TelemetryIngest:
         self.owners = GpuOwnersMemo(settings.placement_cache_max_age_s)
         self.commit = GroupCommit(lambda batches: telemetry().write_columns(batches))
         self.counters = IngestCounters()
+        # What each remote-write series' labels say, kept across bodies (by label bytes).
+        self.remote_write_plans = SeriesPlans()
         self._drop_logged: dict[str, float] = {}
 
     def ingest_batch(self, principal: Principal, payload: bytes) -> TelemetryAck:

@@ -8,7 +8,9 @@ stored through the same per-sample checks (`batch_columns`' pieces) and group co
 agent's batch. dcgm-exporter's `Hostname` label is not used: in Kubernetes it is the
 exporter pod's name unless NODE_NAME is set. They go straight into store columns: no
 snapshot or batch objects, each series name routed once (cached), each unit's labels read
-once per distinct set in the body.
+once per distinct set in the body. The body is decoded into columns
+(`wire.remote_write_columns`) and each series' labels are read through `SeriesPlans`: once
+per series the server has seen, not once per body.
 
 What cannot be used is dropped and counted, never refused as a whole: a remote-write sender
 drops a body it gets a 4xx for, so one unknown GPU must not cost the others their samples.
@@ -24,25 +26,17 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
 
 from gpufleet.domain.access import Action, Role
 from gpufleet.domain.errors import Forbidden, InvalidInput
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
 from gpufleet.domain.telemetry.dcgm_mapping import (
-    GPU_INSTANCE_ID,
-    UUID_LABELS,
-    Address,
-    Route,
-    Unaddressable,
     Workload,
-    address_of,
     agreed_workload,
     derived_mig_uuid,
-    own_labels,
-    route,
-    stored_instance,
-    workload_of,
 )
 from gpufleet.domain.telemetry.metric import Metric
 from gpufleet.services.access.principal import Principal
@@ -52,14 +46,13 @@ from gpufleet.services.telemetry.batch_columns import (
     ColumnsBuilder,
     TimeWindow,
     node_series_labels,
-    unit_series_problem,
+    node_series_labels_keyed,
 )
 from gpufleet.services.telemetry.ingest import TelemetryIngest, too_large
+from gpufleet.services.telemetry.remote_write_plans import RowKey, SeriesPlan, SeriesPlans
 from gpufleet.tsdb import SampleColumns
 from gpufleet.wire.base import BodyTooLarge
-from gpufleet.wire.remote_write import RemoteSeries, decode_write_request
-
-_UUID, _OLD_UUID = UUID_LABELS
+from gpufleet.wire.remote_write_columns import WriteColumns, decode_write_columns
 
 
 def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
@@ -71,14 +64,16 @@ def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
         if principal.role is not Role.INGEST:
             raise Forbidden("remote-write is for ingest tokens; agents upload batches",
                             code="forbidden", details={"role": principal.role.value})
-        series = _decode(body, ingest.settings.telemetry_max_batch_uncompressed_bytes)
-        owners = ingest.owners_of(_gpus_named(series))
+        columns, plans = _decode(ingest.remote_write_plans, body,
+                                 ingest.settings.telemetry_max_batch_uncompressed_bytes)
+        owners = ingest.owners_of({plan.gpu for plan in plans} - {None})
         units = {node: _units(ingest, node, gpus) for node, gpus in _by_owner(owners)}
-        by_node, outcome = remote_write_columns(series, owners, units.get, ingest.window())
+        by_node, outcome = remote_write_columns(columns, plans, owners, units.get,
+                                                ingest.window())
         digest = hashlib.sha256(body).hexdigest()[:32]
-        for node, (columns, dropped) in sorted(by_node.items()):
+        for node, (node_columns, dropped) in sorted(by_node.items()):
             outcome.update(dropped)
-            stored = ingest.store(f"{node}:rw-{digest}", columns)
+            stored = ingest.store(f"{node}:rw-{digest}", node_columns)
             if stored is None:
                 ingest.counters.duplicate()
             else:
@@ -87,28 +82,22 @@ def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
     return outcome
 
 
-def _decode(body: bytes, max_bytes: int) -> list[RemoteSeries]:
+def _decode(plans: SeriesPlans, body: bytes,
+            max_bytes: int) -> tuple[WriteColumns, list[SeriesPlan]]:
     try:
-        return decode_write_request(body, max_bytes)
+        columns = decode_write_columns(body, max_bytes)
+        return columns, plans.plans_of(columns.label_blocks)
     except BodyTooLarge as exc:
         raise too_large(exc, max_bytes) from None
     except ValueError as exc:
         raise InvalidInput(str(exc), code="malformed_remote_write") from None
 
 
-def _gpus_named(series: Iterable[RemoteSeries]) -> set[str]:
-    return {gpu for one in series if (gpu := _gpu_of(one.labels))}
-
-
-def _gpu_of(labels: Mapping[str, str]) -> str | None:
-    return labels.get(_UUID) or labels.get(_OLD_UUID)
-
-
-def _by_owner(owners: Mapping[str, str]) -> Iterable[tuple[str, set[str]]]:
+def _by_owner(owners: Mapping[str, str]) -> list[tuple[str, set[str]]]:
     gpus_of: dict[str, set[str]] = {}
     for gpu, node in owners.items():
         gpus_of.setdefault(node, set()).add(gpu)
-    return gpus_of.items()
+    return list(gpus_of.items())
 
 
 def _units(ingest: TelemetryIngest, node: str, gpus: set[str]) -> NodeUnits | None:
@@ -123,53 +112,59 @@ def _units(ingest: TelemetryIngest, node: str, gpus: set[str]) -> NodeUnits | No
 NodeColumns = dict[str, tuple[SampleColumns, Counter[str]]]
 
 
-def remote_write_columns(series: Iterable[RemoteSeries], owners: Mapping[str, str],
+def remote_write_columns(columns: WriteColumns, plans: Sequence[SeriesPlan],
+                         owners: Mapping[str, str],
                          units_of: Callable[[str], NodeUnits | None],
                          window: TimeWindow) -> tuple[NodeColumns, Counter[str]]:
     """Each known node's storable samples and per-sample drops, and what the body lost
     before that (unknown_gpu, not_dcgm, foreign_gpu): pure but for `units_of`, the
     inventory's GPUs of a node (None for a node it does not know); `owners` maps each GPU
-    the inventory has to its node."""
+    the inventory has to its node; `plans` are the plans of `columns.label_blocks`."""
     outcome: Counter[str] = Counter()
     readings: dict[str, _NodeReading | None] = {}
-    addresses: dict[tuple[str | None, ...], Address | Unaddressable] = {}
-    for one in series:
-        labels, samples = one.labels, one.samples
-        name = one.name or ""
-        gpu = _gpu_of(labels)
-        if not name.startswith("DCGM_") or not gpu:
-            outcome["not_dcgm"] += len(samples)
+    times, values = columns.times_ms.tolist(), columns.values.tolist()
+    if len(values) == len(plans) and np.array_equal(columns.series_index,
+                                                    np.arange(len(plans))):
+        ends = range(1, len(values) + 1)  # one sample a series: what a Prometheus sends
+    else:
+        ends = _ends(columns.series_index.tolist(), len(plans))
+    start = 0
+    for plan, end in zip(plans, ends, strict=True):
+        first, start = start, end
+        if not plan.dcgm:
+            outcome["not_dcgm"] += end - first
             continue
-        node = owners.get(gpu)
+        node = owners.get(plan.gpu)
         if node is None:
-            outcome["unknown_gpu"] += len(samples)
+            outcome["unknown_gpu"] += end - first
             continue
-        if not samples:
+        if end == first:
             continue
-        if node in readings:
-            reading = readings[node]
-        else:
+        reading = readings.get(node, False)
+        if reading is False:
             units = units_of(node)
             reading = readings[node] = None if units is None else _NodeReading(units)
         if reading is None:  # the node left the inventory since its GPUs were looked up
-            outcome["unknown_gpu"] += len(samples)
+            outcome["unknown_gpu"] += end - first
             continue
-        to = route(name)
-        if to is None:
-            continue  # not in the catalogue: the agent's backend ignores it too
-        # The unit is the same for every metric of a GPU: read its labels once per body.
-        unit_key = (labels.get(_UUID), labels.get(_OLD_UUID), labels.get(GPU_INSTANCE_ID))
-        address = addresses.get(unit_key)
-        if address is None:
-            address = addresses[unit_key] = address_of(name, labels)
-        if isinstance(address, Address):
-            reading.add(to, address, labels, samples)
+        if plan.address is None:
+            continue  # not in the catalogue, or its unit cannot be told: ignored
+        if end - first == 1:
+            reading.add_one(plan, times[first], values[first])
+        else:
+            reading.add(plan, times[first:end], values[first:end])
     return {node: reading.columns(window, outcome)
             for node, reading in readings.items() if reading is not None}, outcome
 
 
-# (catalogue metric, GPU, GPU instance id, own labels): a store series of the node.
-RowKey = tuple[str, str, int | None, tuple[tuple[str, str], ...]]
+def _ends(series_index: list[int], count: int) -> list[int]:
+    """Where each series' samples end in the columns (they come series by series)."""
+    ends = [0] * count
+    for at, index in enumerate(series_index, 1):
+        ends[index] = at
+    for index in range(1, count):  # a series without samples ends where the one before did
+        ends[index] = max(ends[index], ends[index - 1])
+    return ends
 
 
 class _NodeReading:
@@ -179,27 +174,37 @@ class _NodeReading:
 
     def __init__(self, units: NodeUnits):
         self.units = units
-        self.rows: dict[RowKey, tuple[Metric, dict[int, float | None]]] = {}
+        self.rows: dict[RowKey, tuple[SeriesPlan, dict[int, float | None]]] = {}
         self.votes: dict[tuple[str, int | None, int], set[Workload]] = {}
 
-    def add(self, to: Route, address: Address, labels: Mapping[str, str],
-            samples: list[tuple[int, float]]) -> None:
-        gpu, instance = address.gpu_uuid, address.gpu_instance_id
-        workload = workload_of(labels)
-        if workload is not None:
-            for ms, _ in samples:
-                self.votes.setdefault((gpu, instance, ms), set()).add(workload)
-        own = own_labels(to, labels)
-        if own is None:
+    def add_one(self, plan: SeriesPlan, ms: int, raw: float) -> None:
+        """`add` of a series' only sample."""
+        if plan.workload is not None:
+            address = plan.address
+            self.votes.setdefault((address.gpu_uuid, address.gpu_instance_id, ms),
+                                  set()).add(plan.workload)
+        if plan.row is None:
             return
-        metric = to.metric
-        key = (metric.name, gpu, stored_instance(to, instance), own)
-        held = self.rows.get(key)
+        held = self.rows.get(plan.row)
         if held is None:
-            held = self.rows[key] = (metric, {})
+            self.rows[plan.row] = (plan, {ms: plan.route.source.to_catalogue_value(raw)})
+        elif held[1].get(ms) is None:
+            held[1][ms] = plan.route.source.to_catalogue_value(raw)
+
+    def add(self, plan: SeriesPlan, times_ms: list[int], raws: list[float]) -> None:
+        if plan.workload is not None:
+            address = plan.address
+            for ms in times_ms:
+                self.votes.setdefault((address.gpu_uuid, address.gpu_instance_id, ms),
+                                      set()).add(plan.workload)
+        if plan.row is None:
+            return
+        held = self.rows.get(plan.row)
+        if held is None:
+            held = self.rows[plan.row] = (plan, {})
         row = held[1]
-        convert = to.source.to_catalogue_value  # Route's own, a call less per sample
-        for ms, raw in samples:
+        convert = plan.route.source.to_catalogue_value
+        for ms, raw in zip(times_ms, raws, strict=True):
             if row.get(ms) is None:
                 row[ms] = convert(raw)
 
@@ -208,17 +213,18 @@ class _NodeReading:
         """The node's store columns and per-sample drops; samples of GPUs the inventory
         places on another node are counted in `outcome` as foreign_gpu."""
         units, out = self.units, ColumnsBuilder()
-        for (name, gpu, instance, own), (metric, row) in self.rows.items():
-            if gpu not in units.gpus:
+        gpus = units.gpus
+        for plan, row in self.rows.values():
+            metric: Metric = plan.route.metric
+            gpu = plan.address.gpu_uuid
+            if gpu not in gpus:
                 outcome["foreign_gpu"] += sum(1 for v in row.values() if v is not None)
                 continue
-            mig = None if instance is None else derived_mig_uuid(gpu, instance)
-            extra = dict(own)
-            reason = unit_series_problem(metric, mig, extra)
-            if reason is not None:
-                out.drop(reason, row.values())
+            if plan.problem is not None:
+                out.drop(plan.problem, row.values())
                 continue
-            labels = node_series_labels(units, name, gpu, mig, extra)
+            labels = node_series_labels_keyed(units, plan.labels_key, metric.name, gpu,
+                                              plan.mig_uuid, plan.extra)
             if len(row) == 1:
                 [(t, v)] = row.items()
                 out.one(labels, metric, t, v, window)
@@ -228,7 +234,7 @@ class _NodeReading:
         claimed = catalogue_metric(CLAIMED_METRIC)
         for (gpu, instance, ms), workloads in self.votes.items():
             extra = {f: v for f, v in agreed_workload(workloads).items() if v}
-            if extra and gpu in units.gpus:
+            if extra and gpu in gpus:
                 mig = None if instance is None else derived_mig_uuid(gpu, instance)
                 out.one(node_series_labels(units, CLAIMED_METRIC, gpu, mig, extra), claimed,
                         ms, 1.0, window)
