@@ -47,5 +47,7 @@ def test_a_unit_active_every_minute_until_it_stopped(active_minutes):
         last = masks.tallies([SlotSpan(UNIT, lo, done, 0, 1.0)], lo, done, done,
                              last_active=True)
         assert last[0].last_active_ms == lo + (active_minutes - 1) * MINUTE_MS
+        only = masks.last_active_minutes([SlotSpan(UNIT, lo, done, 0, 1.0)], lo, done, done)
+        assert only == {0: lo + (active_minutes - 1) * MINUTE_MS}
     finally:
         store.close()

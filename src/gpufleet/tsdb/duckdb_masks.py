@@ -266,6 +266,24 @@ class DuckDBMinuteMasks:
             FROM j GROUP BY grp"""
         return TallyRows(self._read(lambda cur: _run(cur, sql, columns)))
 
+    def last_active_minutes(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
+                            done_ms: int) -> dict[int, int]:
+        """See masks.MinuteMasks. Reads only the activity masks, and drops the unit-hours
+        with no active minute before the join (the idle list's candidates have few)."""
+        hi_ms = min(hi_ms, done_ms)
+        if not spans or lo_ms >= hi_ms:
+            return {}
+        columns = self._span_columns(spans)
+        rm = _range_mask("s.lo_ms", "s.hi_ms").replace("hour_ms", "a.hour_ms")
+        sql = f"""WITH s AS ({_spans_sql("{view}", lo_ms, hi_ms)}),
+            a AS (SELECT * FROM (SELECT unit_id, hour_ms, {_ACT_HOT} AS hot
+                                 FROM ({self._rows(lo_ms, hi_ms)})) WHERE hot <> 0),
+            j AS (SELECT s.grp, a.hour_ms, a.hot & {rm} AS m
+                  FROM s JOIN a ON a.unit_id = s.unit_id
+                   AND a.hour_ms > s.lo_ms - {HOUR_MS} AND a.hour_ms < s.hi_ms)
+            SELECT grp, max({_highest_minute("m")})::BIGINT FROM j WHERE m <> 0 GROUP BY grp"""
+        return dict(self._read(lambda cur: _run(cur, sql, columns)))
+
     def step_tallies(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int, done_ms: int,
                      step_ms: int) -> dict[tuple[int, int], Tally]:
         """`tallies` per group and step, in one query: keyed (group, the step's start), the

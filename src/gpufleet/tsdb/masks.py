@@ -151,6 +151,14 @@ class MinuteMasks(Protocol):
         the spans' minutes in [lo, min(hi, done)) (and, asked for, the last active minute).
         `spans` may be `SpanColumns` (the services pass them so)."""
 
+    def last_active_minutes(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
+                            done_ms: int) -> dict[int, int]:
+        """Per group: the start (ms) of the last minute judged active among the spans'
+        minutes in [lo, min(hi, done)); a group with none is left out. The idle list's 24 h
+        look-back asks only this, so it need not count the four sums of `tallies` (nor read
+        the masks they need) over 24 hours of every candidate; equal to `tallies(...,
+        last_active=True)[group].last_active_ms`."""
+
     def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int,
                           done_ms: int) -> dict[tuple, int]:
         """Per group of GPUs (by environment / model / node, as their series say): the

@@ -295,6 +295,54 @@ class PrometheusMinuteMasks:
                            int(last[i]) if last_active and last[i] >= 0 else None)
                           for i in range(n)])
 
+    def last_active_minutes(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
+                            done_ms: int) -> dict[int, int]:
+        """See masks.MinuteMasks. Hour by hour from the newest, with numpy over the spans
+        of groups not answered yet: a group's last active minute lies in the newest hour
+        where it has one, so its spans drop out there."""
+        hi_ms = min(hi_ms, done_ms)
+        if not len(spans) or lo_ms >= hi_ms:
+            return {}
+        hour_of = self._hours_of(lo_ms, hi_ms)
+        if isinstance(spans, SpanColumns):
+            units, los, his, groups = spans.units, spans.lo_ms, spans.hi_ms, spans.groups
+        else:
+            units, los, his, groups, _ = zip(*spans, strict=True)
+        found: dict[int, int] = {}
+        with self._lock:
+            uid = np.array([self._units.get(u, -1) for u in units], np.int64)
+            lo = np.maximum(np.array(los, np.int64), lo_ms)
+            hi = np.minimum(np.array(his, np.int64), hi_ms)
+            group = np.array(groups, np.int64)
+            keep = (uid >= 0) & (lo < hi)
+            uid, lo, hi, group = uid[keep], lo[keep], hi[keep], group[keep]
+            if not len(uid):
+                return {}
+            first_hour_ms = int(lo.min()) // HOUR_MS * HOUR_MS
+            for hour_ms in range(int(hi.max() - 1) // HOUR_MS * HOUR_MS, first_hour_ms - 1,
+                                 -HOUR_MS):
+                hour = hour_of(hour_ms)
+                if hour is None:
+                    continue
+                at = np.flatnonzero((lo < hour_ms + HOUR_MS) & (hi > hour_ms)
+                                    & (uid < len(hour)))
+                if not len(at):
+                    continue
+                active = _range_masks(hour_ms, lo[at], hi[at]) & hour.act_hot[uid[at]]
+                busy = active != 0
+                if not busy.any():
+                    continue
+                ends = hour_ms + (_bit_length(active[busy]) - 1) * MINUTE_MS
+                answered = group[at][busy]
+                for g, end in zip(answered.tolist(), ends.tolist(), strict=True):
+                    if end > found.get(g, -1):
+                        found[g] = end
+                keep = ~np.isin(group, answered)
+                uid, lo, hi, group = uid[keep], lo[keep], hi[keep], group[keep]
+                if not len(uid):
+                    break
+        return found
+
     def reporting_minutes(self, by: Sequence[str], lo_ms: int, hi_ms: int,
                           done_ms: int) -> dict[tuple, int]:
         """See masks.MinuteMasks."""

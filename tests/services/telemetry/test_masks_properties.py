@@ -307,8 +307,10 @@ def test_the_idle_list_judges_what_the_definitions_judge(fresh_store, data):
               for n, s in enumerate(data.draw(spans(history), label="bindings"))]
     window = [SlotSpan(s.unit, max(s.lo_ms, lo), done, s.group, s.weight) for s in chosen]
     counts = masks.tallies(window, lo, done, done)
-    last = masks.tallies([SlotSpan(s.unit, max(s.lo_ms, look_lo), done, s.group, s.weight)
-                          for s in chosen], look_lo, done, done, last_active=True)
+    looked = [SlotSpan(s.unit, max(s.lo_ms, look_lo), done, s.group, s.weight)
+              for s in chosen]
+    last = masks.tallies(looked, look_lo, done, done, last_active=True)
+    last_only = masks.last_active_minutes(looked, look_lo, done, done)
     memory = live.latest_memory(store, [u.key for u in UNITS], now)
 
     for span in chosen:
@@ -336,6 +338,7 @@ def test_the_idle_list_judges_what_the_definitions_judge(fresh_store, data):
         got_last = last[n].last_active_ms if n in last else None
         want_last = to_ms(HOUR0) + active_minutes[-1] * MINUTE_MS if active_minutes else None
         assert got_last == want_last
+        assert last_only.get(n) == want_last  # the idle list's look-back, on its own
 
 
 def test_latest_memory_reads_the_unit_own_series(fresh_store):

@@ -144,8 +144,11 @@ def answers(masks, done: int) -> tuple:
     spans = [SlotSpan(("GPU-1", None), lo, hi, 1, 1.0),
              SlotSpan(("GPU-2", None), lo + 25 * MINUTE_MS, hi, 2, 0.5)]
     tallies = masks.tallies(spans, lo, hi, done, last_active=True)
+    last = masks.last_active_minutes(spans, lo, hi, done)
+    assert last == {g: tallies[g].last_active_ms for g in tallies
+                    if tallies[g].last_active_ms is not None}
     return ({g: tuple(tallies[g]) for g in tallies},
-            masks.reporting_minutes(("node",), lo, hi, done))
+            masks.reporting_minutes(("node",), lo, hi, done), last)
 
 
 def recorded_values(url: str, slot: str) -> dict[tuple[str, int], float]:

@@ -485,8 +485,7 @@ class TelemetryQueries:
         looked = SpanColumns()
         for n in candidates:
             looked.append(slots[n].unit, *_clip(slots[n], look_lo, done), n, slots[n].weight)
-        last = masks.tallies(looked, look_lo, done, done, last_active=True) \
-            if candidates else {}
+        last = masks.last_active_minutes(looked, look_lo, done, done) if candidates else {}
         memory = live.latest_memory(self.telemetry, [slots[n].unit for n in candidates],
                                     now)
         found = []
@@ -499,7 +498,7 @@ class TelemetryQueries:
                 other[1] += 1
                 other[2] = max(known, other[2] or 0.0)
                 continue
-            last_ms = last[n].last_active_ms if n in last else None
+            last_ms = last.get(n)
             since = max(slot.start, now - IDLE_LOOKBACK) if last_ms is None else \
                 from_ms(last_ms + MINUTE_MS)
             found.append(IdleVerdict((since, slot.allocation, slot.unit[0], slot.unit[1] or ""),
