@@ -106,9 +106,12 @@ def select_slots(selected: Iterable[tuple[int, SeriesLabels]], group_by: Sequenc
     allowed = [(OWNER_LABELS.index(k), v) for k, v in owner_filters.items()]
     ids, groups, froms, tos = slots.ids, slots.groups, slots.froms, slots.tos
     # Grouped by owner labels alone (by project: the common question), a binding's group
-    # is one look-up by its owner pair.
+    # is one look-up by its owner pair; by one owner label, by that label's value (an
+    # allocation often holds one GPU: its pair would be new nearly every binding).
     by_owner: dict[tuple[str, str], int] | None = \
         {} if all(at >= 0 for at in owner_at) else None
+    single = owner_at[0] if len(owner_at) == 1 and owner_at[0] >= 0 else None
+    by_value: dict[str, int] = {}
     for sid, labels in selected:
         held = bindings.get((labels.gpu_uuid, labels.mig_uuid))
         if not held:
@@ -120,7 +123,12 @@ def select_slots(selected: Iterable[tuple[int, SeriesLabels]], group_by: Sequenc
             owner = binding.owner
             if allowed and not all(owner[at] in values for at, values in allowed):
                 continue
-            if by_owner is not None:
+            if single is not None:
+                value = owner[single]
+                group = by_value.get(value)
+                if group is None:
+                    group = by_value[value] = keys.setdefault((value,), len(keys))
+            elif by_owner is not None:
                 group = by_owner.get(owner)
                 if group is None:
                     key = tuple([owner[at] for at in owner_at])
