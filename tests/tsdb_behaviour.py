@@ -193,6 +193,25 @@ def test_latest_gives_the_newest_value_of_each_series(store):
         [v for v in latest if v.series.gpu_uuid == "GPU-a"]
 
 
+def test_latest_of_units_gives_each_asked_units_newest_value(store):
+    store.write(ticks("gpu.memory_used_bytes", "GPU-a", [1e9, 2e9])
+                + ticks("gpu.memory_used_bytes", "GPU-m", [5e8], mig_uuid="MIG-1")
+                + ticks("gpu.memory_used_bytes", "GPU-m", [7e8], mig_uuid="MIG-2")
+                # GPU-c moved node: its series on node-2 is the newer one
+                + ticks("gpu.memory_used_bytes", "GPU-c", [3e9, 4e9], node="node-2")
+                + [Sample(series("gpu.memory_used_bytes", "GPU-c", node="node-1"), at(5), 9e9)]
+                + ticks("gpu.memory_used_bytes", "GPU-x", [6e9])  # not asked
+                + ticks("gpu.sm_active", "GPU-a", [50.0]))  # another metric
+    asked = [("GPU-a", None), ("GPU-m", "MIG-1"), ("GPU-m", "MIG-2"), ("GPU-c", None),
+             ("GPU-gone", None)]
+    assert store.latest_of_units("gpu.memory_used_bytes", asked, since=at(0)) == \
+        {("GPU-a", None): 2e9, ("GPU-m", "MIG-1"): 5e8, ("GPU-m", "MIG-2"): 7e8,
+         ("GPU-c", None): 4e9}
+    assert store.latest_of_units("gpu.memory_used_bytes", asked, since=at(5)) == \
+        {("GPU-a", None): 2e9, ("GPU-c", None): 4e9}
+    assert store.latest_of_units("gpu.memory_used_bytes", [], since=at(0)) == {}
+
+
 def test_a_value_filter_answers_only_the_values_that_pass_it(store):
     # The comparison an alert rule makes, made by the store: only what passes comes back.
     store.write(ticks("gpu.temperature_celsius", "GPU-a", [80.0, 90.0, 95.0])

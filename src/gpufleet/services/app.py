@@ -128,7 +128,9 @@ class Gpufleet:
         # Fold the new minutes into the funnel's minute masks here, not in the next
         # request (the first fold after a start reads every kept minute).
         with contextlib.suppress(Unavailable):  # a store the masks cannot read
-            self.queries.masks.refresh()
+            masks = self.queries.masks
+            # VictoriaMetrics' masks refresh less often while no question comes
+            getattr(masks, "upkeep_refresh", masks.refresh)()
             self.queries.warm_recent_funnels()
             self.queries.warm_recent_idle()
             self._record_mask_hours()  # last: the pages' answers do not wait for it

@@ -35,7 +35,7 @@ import tempfile
 import threading
 import weakref
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from operator import itemgetter
 from pathlib import Path
@@ -69,6 +69,7 @@ from gpufleet.tsdb.protocol import (
     ValueFilter,
     filter_matcher,
     from_ms,
+    newest_of_units,
     to_ms,
 )
 from gpufleet.tsdb.recent_keys import RecentKeys
@@ -346,6 +347,16 @@ class DuckDBTelemetryStore:
 
         labels = dict(chosen)
         return [LatestValue(labels[sid], from_ms(ms), value) for sid, ms, value in self._read(run)]
+
+    def latest_of_units(self, metric: str, units: Collection[tuple[str, str | None]],
+                        since: datetime) -> dict[tuple[str, str | None], float]:
+        """See protocol.TelemetryStore: `latest` of the units' GPUs, folded by unit."""
+        if not units:
+            return {}
+        found = self.latest({"gpu_uuid": sorted({gpu for gpu, _ in units})}, metric=metric,
+                            since=since)
+        return newest_of_units((((v.series.gpu_uuid, v.series.mig_uuid),
+                                 round(v.at.timestamp() * 1000), v.value) for v in found), units)
 
     def _latest_percent(self, chosen: Sequence[tuple[int, SeriesLabels]],
                         totals: Sequence[tuple[int, SeriesLabels]], since_ms: int,

@@ -32,7 +32,9 @@ uncached. The questions are counted with numpy over the spans (no per-binding Py
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -58,6 +60,8 @@ from gpufleet.tsdb.prometheus_names import series_of_labels
 from gpufleet.tsdb.protocol import MINUTE_MS, SeriesLabels
 
 DEFAULT_CACHE_HOURS = 25  # a 24-hour window ending now touches 25 hours
+QUIET_AFTER_S = 600  # no question for this long: the upkeep refreshes every...
+QUIET_REFRESH_MS = 15 * MINUTE_MS  # ... this many minutes only
 _U64 = np.uint64
 
 # fetch(lo_ms, hi_ms, parts): the engine's minutes of [lo, hi) for `parts` (part →
@@ -107,11 +111,34 @@ class PrometheusMinuteMasks:
         self.values_fetched = 0
         self.hours_read = 0
         self.hours_computed = 0
+        # The upkeep loop's refresh slows down while no question comes (`upkeep_refresh`).
+        self.quiet_after_s = QUIET_AFTER_S
+        self.quiet_refresh_ms = QUIET_REFRESH_MS
+        self._asked_at_s = -math.inf
 
     # -- the cache ------------------------------------------------------------------------
 
     def refresh(self) -> int:
-        """Fold the minutes rolled up since the last refresh; returns that bound (ms)."""
+        """Fold the minutes rolled up since the last refresh; returns that bound (ms). A
+        question's call: it counts as asking (`upkeep_refresh`)."""
+        self._asked_at_s = time.monotonic()
+        return self._refresh()
+
+    def upkeep_refresh(self) -> int | None:
+        """The upkeep loop's refresh, each minute: while questions come (one in the last
+        `quiet_after_s`) every minute is folded as it is rolled up, so a question finds
+        nothing new to fetch; in a quiet spell only once the cache is `quiet_refresh_ms`
+        behind. The engine's cost of a refresh follows the number of series, not the
+        minutes (~7 VictoriaMetrics CPU-s at 100,000 GPUs), so a quiet fleet pays it
+        once every quiet_refresh_ms, and the first question after a spell pays one
+        refresh. None: skipped."""
+        quiet = time.monotonic() - self._asked_at_s > self.quiet_after_s
+        behind_ms = self._rolled_up() // MINUTE_MS * MINUTE_MS - self.filled_ms
+        if quiet and behind_ms < self.quiet_refresh_ms:
+            return None
+        return self._refresh()
+
+    def _refresh(self) -> int:
         with self._refresh_lock:
             done_ms = self._rolled_up() // MINUTE_MS * MINUTE_MS
             oldest_ms = (done_ms // HOUR_MS - self.cache_hours) * HOUR_MS
@@ -180,11 +207,12 @@ class PrometheusMinuteMasks:
         part: the upkeep loop calls it under the `telemetry-masks` lock); returns the
         hours recorded. Hours this cache holds whole are recorded from it; others are
         computed in the engine first."""
-        done_ms = self.refresh()
+        done_ms = self._rolled_up() // MINUTE_MS * MINUTE_MS
         last_whole = done_ms // HOUR_MS * HOUR_MS
         first = max((done_ms // HOUR_MS - self.cache_hours) * HOUR_MS, 0)
         if last_whole <= max(first, self._recorded_until_ms):
-            return 0  # checked (and recorded) since the last hour closed
+            return 0  # checked (and recorded) since the last hour closed: no refresh
+        self._refresh()  # not a question: the upkeep's quiet spells stay quiet
         marker = export_selector(self.thresholds, MARKER_NAME)
         recorded = set()
         for line in self._engine.export_lines(marker, first, last_whole - 1):

@@ -13,7 +13,7 @@ Times are epoch milliseconds inside the store; the API takes aware datetimes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -245,6 +245,14 @@ class TelemetryStore(Protocol):
         `where`, only the series whose latest value passes it."""
         ...
 
+    def latest_of_units(self, metric: str, units: Collection[tuple[str, str | None]],
+                        since: datetime) -> dict[tuple[str, str | None], float]:
+        """Each of `units`' latest value of `metric` at or after `since`, by (gpu_uuid,
+        mig_uuid); a unit with several such series (it moved node) answers its newest
+        sample's (`newest_of_units`). The idle list's memory read: thousands of units,
+        answered without a `LatestValue` per series."""
+        ...
+
     def rollup(self, until: datetime) -> None:
         """Fold every closed minute and hour before `until` into the rollup tiers."""
         ...
@@ -254,6 +262,19 @@ class TelemetryStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def newest_of_units(found: Iterable[tuple[tuple[str, str | None], int, float]],
+                    units: Collection[tuple[str, str | None]]
+                    ) -> dict[tuple[str, str | None], float]:
+    """`latest_of_units`' rule, the same on every store: per unit of `units`, the value of
+    its newest (unit, time ms, value); at the same time, the larger value."""
+    wanted = set(units)
+    newest: dict[tuple[str, str | None], tuple[int, float]] = {}
+    for unit, at_ms, value in found:
+        if unit in wanted and (unit not in newest or (at_ms, value) > newest[unit]):
+            newest[unit] = (at_ms, value)
+    return {unit: value for unit, (_, value) in newest.items()}
 
 
 def to_ms(at: datetime) -> int:

@@ -79,6 +79,33 @@ def test_only_minutes_rolled_up_since_the_last_refresh_are_fetched(fresh_store):
     assert tally.sm_percent == pytest.approx(85 * 70.0)
 
 
+def test_the_upkeep_refreshes_every_minute_only_while_questions_come(fresh_store):
+    """The engine's cost of a refresh follows the series, not the minutes: in a quiet
+    spell the upkeep loop folds the new minutes only once they are `quiet_refresh_ms`
+    behind, and a question still folds every minute rolled up."""
+    store = fresh_store()
+    busy_minutes(store, "GPU-1", 0, 50)
+    masks = store.minute_masks(Thresholds())
+    store.rollup(HOUR0 + timedelta(minutes=20))
+    assert masks.upkeep_refresh() == to_ms(HOUR0) + 20 * MINUTE_MS  # the cold fill
+    store.rollup(HOUR0 + timedelta(minutes=21))
+    assert masks.upkeep_refresh() is None  # nothing asked yet: quiet
+    assert masks.filled_ms == to_ms(HOUR0) + 20 * MINUTE_MS
+    store.rollup(HOUR0 + timedelta(minutes=35))
+    assert masks.upkeep_refresh() == to_ms(HOUR0) + 35 * MINUTE_MS  # 15 minutes behind
+    store.rollup(HOUR0 + timedelta(minutes=36))
+    done = masks.refresh()  # a question folds the minute at once ...
+    assert done == to_ms(HOUR0) + 36 * MINUTE_MS
+    store.rollup(HOUR0 + timedelta(minutes=37))
+    assert masks.upkeep_refresh() == done + MINUTE_MS  # ... and the upkeep keeps up
+    masks.quiet_after_s = 0.0  # the questions stopped
+    store.rollup(HOUR0 + timedelta(minutes=38))
+    assert masks.upkeep_refresh() is None
+    span = SlotSpan(("GPU-1", None), to_ms(HOUR0), to_ms(HOUR0) + HOUR_MS, 0, 1.0)
+    done = masks.refresh()
+    assert masks.tallies([span], span.lo_ms, span.hi_ms, done)[0].active == 38
+
+
 def test_hours_older_than_the_cache_are_fetched_for_the_question(fresh_store):
     store = fresh_store()
     busy_minutes(store, "GPU-1", 0, 30)

@@ -104,12 +104,11 @@ def idle_state(t: Thresholds, *, known_minutes: float, memory: float | None) -> 
 
 def latest_memory(store: TelemetryStore, units: list[UnitKey], now: datetime
                   ) -> dict[UnitKey, float]:
+    """Each unit's fresh memory used (the idle list's idle / idle-held split): by unit,
+    not by series, so a fleet's candidates cost no `LatestValue` each."""
     if not units:
         return {}
-    wanted = set(units)
-    found = store.latest({"gpu_uuid": sorted({g for g, _ in units})}, metric=MEMORY_USED,
-                         since=now - FRESH)
-    return {_unit(v.series): v.value for v in found if _unit(v.series) in wanted}
+    return store.latest_of_units(MEMORY_USED, units, since=now - FRESH)
 
 
 def _unit(labels: SeriesLabels) -> UnitKey:
