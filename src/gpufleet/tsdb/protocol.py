@@ -73,9 +73,8 @@ class SeriesLabels:
     def __post_init__(self) -> None:
         # Ingest looks a series up 3–4 times per remote-write sample (the columns' index,
         # the store's id, the journal's new series): dataclass' own __hash__ builds and
-        # hashes a 7-tuple each time, ~20 % of a steady-state sample's CPU. Labels never
-        # change, so the hash is worked out once (kept outside the fields: eq, repr and
-        # fields() are as before).
+        # hashes a 7-tuple each time, a Python call. Labels never change, so the hash is
+        # worked out once (kept outside the fields: eq, repr and fields() are as before).
         object.__setattr__(self, "_hash", hash((self.metric, self.gpu_uuid, self.mig_uuid,
                                                 self.labels, self.node, self.environment,
                                                 self.model)))

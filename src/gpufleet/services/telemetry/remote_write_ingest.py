@@ -73,9 +73,13 @@ def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
         by_node, outcome = remote_write_columns(columns, plans, owners, units.get,
                                                 ingest.window())
         digest = hashlib.sha256(body).hexdigest()[:32]
-        for node, (node_columns, dropped) in sorted(by_node.items()):
+        nodes = sorted(by_node.items())
+        # Every node's columns in one group commit: a body holds many nodes' series, and
+        # each store call has a key check and an fsync to wait for.
+        answers = ingest.store_all([(f"{node}:rw-{digest}", node_columns)
+                                    for node, (node_columns, _) in nodes])
+        for (_, (_, dropped)), stored in zip(nodes, answers, strict=True):
             outcome.update(dropped)
-            stored = ingest.store(f"{node}:rw-{digest}", node_columns)
             if stored is None:
                 ingest.counters.duplicate()
             else:
