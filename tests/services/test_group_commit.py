@@ -91,3 +91,28 @@ def test_alone_a_batch_is_written_at_once(samples):
     recorder = Recorder()
     recorder.release.set()
     assert GroupCommit(recorder).submit("only", columns(samples)) == samples
+
+
+def test_batches_submitted_together_share_one_write_and_each_gets_its_answer():
+    written: list[list[str]] = []
+
+    def write(batches):
+        written.append([key for key, _ in batches])
+        return [None if key.startswith("dup") else len(c) for key, c in batches]
+
+    commit = GroupCommit(write)
+    assert commit.submit_all([("a", columns(2)), ("dup", columns(1)), ("b", columns(3))]) \
+        == [2, None, 3]
+    assert written == [["a", "dup", "b"]]
+    assert commit.submit_all([]) == []
+
+
+def test_batches_submitted_together_may_span_groups_and_fail_as_their_group_fails():
+    recorder = Recorder(fail_group=1)
+    commit = GroupCommit(recorder, max_samples=4)
+    release = threading.Timer(0.05, recorder.release.set)
+    release.start()
+    with pytest.raises(OSError, match="disk full"):
+        commit.submit_all([("a", columns(2)), ("b", columns(2)), ("c", columns(2))])
+    release.join()
+    assert recorder.groups == [["a", "b"], ["c"]]

@@ -38,24 +38,33 @@ class GroupCommit:
 
     def submit(self, key: str, columns: SampleColumns) -> int | None:
         """Store one keyed batch; the samples stored, or None for a replay of a stored key."""
-        mine = _Pending(key, columns)
+        return self.submit_all([(key, columns)])[0]
+
+    def submit_all(self, batches: Sequence[tuple[str, SampleColumns]]) -> list[int | None]:
+        """`submit` of several keyed batches at once (a remote-write body's, one per node):
+        queued together, so they share a group's store call and fsync instead of waiting
+        for one commit each. Raises the first error of a group that held one of them."""
+        mine = [_Pending(key, columns) for key, columns in batches]
+        if not mine:
+            return []
+        last = mine[-1]  # groups leave the queue in order: when it is done, all are
         with self._turn:
-            self._queue.append(mine)
+            self._queue.extend(mine)
             while True:
-                if mine.done:
-                    return self._answer(mine)
+                if last.done:
+                    return [self._answer(pending) for pending in mine]
                 if not self._leading:
                     break
                 self._turn.wait()
             self._leading = True
         try:
-            while not mine.done:
+            while not last.done:
                 self._write_one_group()
         finally:
             with self._turn:
                 self._leading = False
                 self._turn.notify_all()
-        return self._answer(mine)
+        return [self._answer(pending) for pending in mine]
 
     def _write_one_group(self) -> None:
         with self._turn:

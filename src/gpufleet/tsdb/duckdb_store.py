@@ -194,12 +194,12 @@ class DuckDBTelemetryStore:
                     continue  # a replay: stored before, answered None
                 held.add(key)
                 defined = len(new)
-                sids = [self._series_id(s, new) for s in columns.series]
+                sids = self._series_ids_of(columns.series, new)
                 defines = tuple((new[s], s) for s in columns.series if s in new) \
                     if len(new) > defined else ()
                 records.append(JournalRecord(
                     key, max(columns.times_ms, default=0), defines,
-                    packed("i", [sids[i] for i in columns.series_index]),
+                    packed("i", _per_sample(sids, columns.series_index)),
                     packed("q", columns.times_ms), packed("d", columns.values)))
                 answers[n] = len(columns)
             if records:
@@ -443,9 +443,15 @@ class DuckDBTelemetryStore:
                 for labels, sid in new.items():
                     self._remember(sid, labels)
 
-    def _series_id(self, labels: SeriesLabels, new: dict[SeriesLabels, int]) -> int:
-        sid = self._ids.get(labels)
-        return self._resolve(labels, new) if sid is None else sid
+    def _series_ids_of(self, labels: Sequence[SeriesLabels],
+                       new: dict[SeriesLabels, int]) -> list[int]:
+        """The store's id of each series: the known ones by one dict read apiece (remote-write sends
+        one sample a series, so this runs once a sample), the rest resolved."""
+        sids = list(map(self._ids.get, labels))
+        if None in sids:
+            sids = [self._resolve(s, new) if sid is None else sid
+                    for s, sid in zip(labels, sids, strict=True)]
+        return sids
 
     def _resolve(self, labels: SeriesLabels, new: dict[SeriesLabels, int]) -> int:
         """The id of a series seen for the first time in this form: a new series, or a known
@@ -679,3 +685,12 @@ def _store_series(con: duckdb.DuckDBPyConnection, by_sid: dict[int, SeriesLabels
 
 def _ms(span: timedelta) -> int:
     return int(span.total_seconds() * 1000)
+
+
+def _per_sample(series_ids: list[int], series_index: Sequence[int]) -> Sequence[int]:
+    """Each sample's series id. One sample a series in order (a remote-write body's
+    columns) is `series_ids` itself: compared at C speed rather than indexed per sample."""
+    if len(series_index) == len(series_ids) and \
+            list(range(len(series_ids))) == list(series_index):
+        return series_ids
+    return [series_ids[i] for i in series_index]

@@ -70,6 +70,18 @@ class SeriesLabels:
     environment: str = ""
     model: str = ""
 
+    def __post_init__(self) -> None:
+        # Ingest looks a series up 3–4 times per remote-write sample (the columns' index,
+        # the store's id, the journal's new series): dataclass' own __hash__ builds and
+        # hashes a 7-tuple each time, a Python call. Labels never change, so the hash is
+        # worked out once (kept outside the fields: eq, repr and fields() are as before).
+        object.__setattr__(self, "_hash", hash((self.metric, self.gpu_uuid, self.mig_uuid,
+                                                self.labels, self.node, self.environment,
+                                                self.model)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
     @property
     def key(self) -> tuple[str, str, str | None, tuple[tuple[str, str], ...]]:
         return (self.metric, self.gpu_uuid, self.mig_uuid, self.labels)

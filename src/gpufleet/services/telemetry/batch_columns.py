@@ -34,6 +34,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from gpufleet.domain.telemetry.catalogue import MIG_ATTRIBUTED
 from gpufleet.domain.telemetry.catalogue import find as find_metric
 from gpufleet.domain.telemetry.catalogue import metric as catalogue_metric
@@ -70,6 +72,16 @@ def _range_of(unit: Unit) -> tuple[float, float]:
 
 
 _RANGES = {unit: _range_of(unit) for unit in Unit}
+_RANGES_BY_METRIC: dict[str, tuple[float, float]] = {}
+
+
+def range_of(metric: Metric) -> tuple[float, float]:
+    """The values `metric`'s unit allows, both ends included (kept by name: a `Unit` key
+    would hash through Enum.__hash__, a Python call each time)."""
+    low_high = _RANGES_BY_METRIC.get(metric.name)
+    if low_high is None:
+        low_high = _RANGES_BY_METRIC[metric.name] = _RANGES[metric.unit]
+    return low_high
 
 
 class ColumnsBuilder:
@@ -117,7 +129,11 @@ class ColumnsBuilder:
         sample per series entry)."""
         if v is None:
             return
-        low, high = _RANGES[metric.unit]
+        low, high = range_of(metric)
+        self._one_in(labels, low, high, t, v, window)
+
+    def _one_in(self, labels: SeriesLabels, low: float, high: float, t: int, v: float,
+                window: TimeWindow | None) -> None:
         reason = sample_problem(t, v, low, high, window)
         if reason is not None:
             self.dropped[reason] += 1
@@ -134,6 +150,37 @@ class ColumnsBuilder:
         self.series_index.append(index)
         self.times_ms.append(t)
         self.values.append(float(v))
+
+    def firsts(self, labels: Sequence[SeriesLabels], ranges: Sequence[tuple[float, float]],
+               times_ms: Sequence[int], values: Sequence[float],
+               window: TimeWindow | None) -> None:
+        """`one` of each (labels, range, t, v), in order, with the per-sample Python work done
+        as numpy passes when every sample is storable and each series is new to the columns
+        (a remote-write body's steady state: thousands of series of one sample each); any
+        other case goes through `one`, sample by sample, for the same answer."""
+        if not labels:
+            return
+        checked = np.asarray(values, dtype=np.float64)
+        lows, highs = np.array(ranges, dtype=np.float64).T
+        with np.errstate(invalid="ignore"):
+            storable = bool((np.isfinite(checked) & (checked >= lows) & (checked <= highs))
+                            .all())
+        if (storable and not self.times_may_repeat
+                and (window is None or (min(times_ms) >= window.oldest_ms
+                                        and max(times_ms) <= window.newest_ms))
+                and len(set(labels)) == len(labels) and self._index.keys().isdisjoint(labels)):
+            first_series, start = len(self.series), len(self.values)
+            indexes = range(first_series, first_series + len(labels))
+            self._index.update(zip(labels, indexes, strict=True))
+            self.series.extend(labels)
+            self._spans.extend([(at, at + 1)] for at in range(start, start + len(labels)))
+            self.series_index.extend(indexes)
+            self.times_ms.extend(times_ms)
+            self.values.extend(checked.tolist())
+            return
+        for series_labels, (low, high), t, v in zip(labels, ranges, times_ms, values,
+                                                    strict=True):
+            self._one_in(series_labels, low, high, t, v, window)
 
     def _append(self, labels: SeriesLabels, times_ms: Sequence[int],
                 values: Sequence[float]) -> None:

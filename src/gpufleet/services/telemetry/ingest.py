@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -194,8 +194,12 @@ class TelemetryIngest:
 
     def store(self, key: str, columns: SampleColumns) -> int | None:
         """Write one keyed batch through the group commit; None for a stored key."""
+        return self.store_all([(key, columns)])[0]
+
+    def store_all(self, batches: Sequence[tuple[str, SampleColumns]]) -> list[int | None]:
+        """`store` of several keyed batches in one group commit (one wait, one fsync)."""
         try:
-            return self.commit.submit(key, columns)
+            return self.commit.submit_all(batches)
         except GpufleetError:
             raise
         except Exception as exc:

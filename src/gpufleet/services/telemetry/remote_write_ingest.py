@@ -47,10 +47,12 @@ from gpufleet.services.telemetry.batch_columns import (
     TimeWindow,
     node_series_labels,
     node_series_labels_keyed,
+    range_of,
 )
 from gpufleet.services.telemetry.ingest import TelemetryIngest, too_large
 from gpufleet.services.telemetry.remote_write_plans import RowKey, SeriesPlan, SeriesPlans
-from gpufleet.tsdb import SampleColumns
+from gpufleet.services.telemetry.remote_write_values import catalogue_values
+from gpufleet.tsdb import SampleColumns, SeriesLabels
 from gpufleet.wire.base import BodyTooLarge
 from gpufleet.wire.remote_write_columns import WriteColumns, decode_write_columns
 
@@ -71,9 +73,13 @@ def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
         by_node, outcome = remote_write_columns(columns, plans, owners, units.get,
                                                 ingest.window())
         digest = hashlib.sha256(body).hexdigest()[:32]
-        for node, (node_columns, dropped) in sorted(by_node.items()):
+        nodes = sorted(by_node.items())
+        # Every node's columns in one group commit: a body holds many nodes' series, and
+        # each store call has a key check and an fsync to wait for.
+        answers = ingest.store_all([(f"{node}:rw-{digest}", node_columns)
+                                    for node, (node_columns, _) in nodes])
+        for (_, (_, dropped)), stored in zip(nodes, answers, strict=True):
             outcome.update(dropped)
-            stored = ingest.store(f"{node}:rw-{digest}", node_columns)
             if stored is None:
                 ingest.counters.duplicate()
             else:
@@ -122,12 +128,17 @@ def remote_write_columns(columns: WriteColumns, plans: Sequence[SeriesPlan],
     the inventory has to its node; `plans` are the plans of `columns.label_blocks`."""
     outcome: Counter[str] = Counter()
     readings: dict[str, _NodeReading | None] = {}
-    times, values = columns.times_ms.tolist(), columns.values.tolist()
-    if len(values) == len(plans) and np.array_equal(columns.series_index,
-                                                    np.arange(len(plans))):
-        ends = range(1, len(values) + 1)  # one sample a series: what a Prometheus sends
+    times = columns.times_ms.tolist()
+    codes = np.fromiter((plan.encoding_code for plan in plans), np.int8, len(plans))
+    scales = np.fromiter((plan.scale for plan in plans), np.float64, len(plans))
+    if len(times) == len(plans) and np.array_equal(columns.series_index,
+                                                   np.arange(len(plans))):
+        ends = range(1, len(times) + 1)  # one sample a series: what a Prometheus sends
     else:
         ends = _ends(columns.series_index.tolist(), len(plans))
+        codes, scales = codes[columns.series_index], scales[columns.series_index]
+    # Catalogue units (None: a sentinel, NaN or ±inf), the whole body at once.
+    values = catalogue_values(columns.values, codes, scales)
     start = 0
     for plan, end in zip(plans, ends, strict=True):
         first, start = start, end
@@ -177,7 +188,7 @@ class _NodeReading:
         self.rows: dict[RowKey, tuple[SeriesPlan, dict[int, float | None]]] = {}
         self.votes: dict[tuple[str, int | None, int], set[Workload]] = {}
 
-    def add_one(self, plan: SeriesPlan, ms: int, raw: float) -> None:
+    def add_one(self, plan: SeriesPlan, ms: int, value: float | None) -> None:
         """`add` of a series' only sample."""
         if plan.workload is not None:
             address = plan.address
@@ -187,11 +198,13 @@ class _NodeReading:
             return
         held = self.rows.get(plan.row)
         if held is None:
-            self.rows[plan.row] = (plan, {ms: plan.route.source.to_catalogue_value(raw)})
+            self.rows[plan.row] = (plan, {ms: value})
         elif held[1].get(ms) is None:
-            held[1][ms] = plan.route.source.to_catalogue_value(raw)
+            held[1][ms] = value
 
-    def add(self, plan: SeriesPlan, times_ms: list[int], raws: list[float]) -> None:
+    def add(self, plan: SeriesPlan, times_ms: list[int],
+            values: list[float | None]) -> None:
+        """A series' samples, in catalogue units (None: the source cannot say)."""
         if plan.workload is not None:
             address = plan.address
             for ms in times_ms:
@@ -203,17 +216,20 @@ class _NodeReading:
         if held is None:
             held = self.rows[plan.row] = (plan, {})
         row = held[1]
-        convert = plan.route.source.to_catalogue_value
-        for ms, raw in zip(times_ms, raws, strict=True):
+        for ms, value in zip(times_ms, values, strict=True):
             if row.get(ms) is None:
-                row[ms] = convert(raw)
+                row[ms] = value
 
     def columns(self, window: TimeWindow,
                 outcome: Counter[str]) -> tuple[SampleColumns, Counter[str]]:
         """The node's store columns and per-sample drops; samples of GPUs the inventory
         places on another node are counted in `outcome` as foreign_gpu."""
         units, out = self.units, ColumnsBuilder()
-        gpus = units.gpus
+        gpus, known = units.gpus, units.series_labels
+        # Rows of one sample (all of them, in a Prometheus' steady state) are gathered in
+        # a run and handed to the builder together (`ColumnsBuilder.firsts`), in the order
+        # they came: a row of several samples ends the run first.
+        run = _SinglesRun()
         for plan, row in self.rows.values():
             metric: Metric = plan.route.metric
             gpu = plan.address.gpu_uuid
@@ -223,14 +239,17 @@ class _NodeReading:
             if plan.problem is not None:
                 out.drop(plan.problem, row.values())
                 continue
-            labels = node_series_labels_keyed(units, plan.labels_key, metric.name, gpu,
-                                              plan.mig_uuid, plan.extra)
+            labels = known.get(plan.labels_key) or node_series_labels_keyed(
+                units, plan.labels_key, metric.name, gpu, plan.mig_uuid, plan.extra)
             if len(row) == 1:
                 [(t, v)] = row.items()
-                out.one(labels, metric, t, v, window)
+                if v is not None:
+                    run.add(labels, range_of(metric), t, v)
             else:
+                run.flush(out, window)
                 times = sorted(row)
                 out.row(labels, metric, times, [row[t] for t in times], window)
+        run.flush(out, window)
         claimed = catalogue_metric(CLAIMED_METRIC)
         for (gpu, instance, ms), workloads in self.votes.items():
             extra = {f: v for f, v in agreed_workload(workloads).items() if v}
@@ -239,3 +258,25 @@ class _NodeReading:
                 out.one(node_series_labels(units, CLAIMED_METRIC, gpu, mig, extra), claimed,
                         ms, 1.0, window)
         return out.result(), out.dropped
+
+
+class _SinglesRun:
+    """Rows of one sample waiting to go to a `ColumnsBuilder` together, in order."""
+
+    def __init__(self) -> None:
+        self.labels: list[SeriesLabels] = []
+        self.ranges: list[tuple[float, float]] = []
+        self.times_ms: list[int] = []
+        self.values: list[float] = []
+
+    def add(self, labels: SeriesLabels, value_range: tuple[float, float], ms: int,
+            value: float) -> None:
+        self.labels.append(labels)
+        self.ranges.append(value_range)
+        self.times_ms.append(ms)
+        self.values.append(value)
+
+    def flush(self, out: ColumnsBuilder, window: TimeWindow) -> None:
+        if self.labels:
+            out.firsts(self.labels, self.ranges, self.times_ms, self.values, window)
+            self.labels, self.ranges, self.times_ms, self.values = [], [], [], []

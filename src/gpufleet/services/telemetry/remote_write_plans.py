@@ -32,7 +32,9 @@ from gpufleet.domain.telemetry.dcgm_mapping import (
     stored_instance,
     workload_of,
 )
+from gpufleet.domain.telemetry.sources import Encoding
 from gpufleet.services.telemetry.batch_columns import unit_series_problem
+from gpufleet.services.telemetry.remote_write_values import ENCODING_CODES
 from gpufleet.wire.remote_write import METRIC_NAME_LABEL
 from gpufleet.wire.remote_write_columns import labels_of_block
 
@@ -43,6 +45,8 @@ _UUID, _OLD_UUID = UUID_LABELS
 
 # The `extra` of rows without labels of their own (most): one shared, never written to.
 _NO_EXTRA: dict[str, str] = {}
+
+_FLOAT_CODE = ENCODING_CODES[Encoding.FLOAT]
 
 # (catalogue metric, GPU, GPU instance id, own labels): a store series of the node.
 RowKey = tuple[str, str, int | None, OwnLabels]
@@ -68,6 +72,10 @@ class SeriesPlan:
     extra: dict[str, str] | None = None
     problem: str | None = None  # unit_series_problem's reason: the row is dropped
     labels_key: tuple | None = None  # node_series_labels' key of the row's store series
+    # The route's source's encoding (`ENCODING_CODES`) and scale: a body's values are
+    # converted as one numpy column (`remote_write_values.catalogue_values`).
+    encoding_code: int = _FLOAT_CODE
+    scale: float = 1.0
 
 
 def plan_of(labels: dict[str, str]) -> SeriesPlan:
@@ -82,10 +90,11 @@ def plan_of(labels: dict[str, str]) -> SeriesPlan:
     address = address_of(name, labels)
     if not isinstance(address, Address):
         return SeriesPlan(gpu, True, to)
+    code, scale = ENCODING_CODES[to.source.encoding], to.source.scale
     workload = workload_of(labels)
     own = own_labels(to, labels)
     if own is None:
-        return SeriesPlan(gpu, True, to, address, workload)
+        return SeriesPlan(gpu, True, to, address, workload, encoding_code=code, scale=scale)
     metric = to.metric
     instance = stored_instance(to, address.gpu_instance_id)
     row = (metric.name, address.gpu_uuid, instance, own)
@@ -94,7 +103,7 @@ def plan_of(labels: dict[str, str]) -> SeriesPlan:
     labels_key = (metric.name, address.gpu_uuid, mig, *extra.items()) if extra else \
         (metric.name, address.gpu_uuid, mig)
     return SeriesPlan(gpu, True, to, address, workload, row, mig, extra,
-                      unit_series_problem(metric, mig, extra), labels_key)
+                      unit_series_problem(metric, mig, extra), labels_key, code, scale)
 
 
 class SeriesPlans:
