@@ -127,6 +127,20 @@ def encode_write_request(series: Iterable[tuple[Labels, Points]]) -> bytes:
     return bytes(cramjam.snappy.compress_raw(body))
 
 
+def decompressed_body(body: bytes, max_bytes: int) -> bytes:
+    """A remote-write body's snappy block, inflated: `BodyTooLarge` when it declares more
+    than `max_bytes` (checked before inflating anything), `ValueError` when it is not a
+    snappy block. Both decoders start here."""
+    declared = snappy_declared_length(body)
+    if declared > max_bytes:
+        raise BodyTooLarge(f"remote-write body declares {declared} bytes decompressed, over "
+                           f"the limit of {max_bytes}")
+    try:
+        return bytes(cramjam.snappy.decompress_raw(body))
+    except cramjam.DecompressionError as error:
+        raise ValueError(f"remote-write body is not a snappy block: {error}") from None
+
+
 def decode_write_request(body: bytes, max_bytes: int) -> list[RemoteSeries]:
     """The series of a snappy-compressed `WriteRequest` body.
 
@@ -134,19 +148,12 @@ def decode_write_request(body: bytes, max_bytes: int) -> list[RemoteSeries]:
     inflates to) more than `max_bytes` decompressed (`BodyTooLarge`), and one that is not
     a WriteRequest.
     Every series must carry a `__name__` label (the spec's MUST)."""
-    declared = snappy_declared_length(body)
-    if declared > max_bytes:
-        raise BodyTooLarge(f"remote-write body declares {declared} bytes decompressed, over "
-                         f"the limit of {max_bytes}")
-    try:
-        raw = cramjam.snappy.decompress_raw(body)
-    except cramjam.DecompressionError as error:
-        raise ValueError(f"remote-write body is not a snappy block: {error}") from None
+    raw = decompressed_body(body, max_bytes)
     request = _RawWriteRequest()
     pairs = _LabelPairs()
     decoded = []
     try:
-        request.ParseFromString(bytes(raw))
+        request.ParseFromString(raw)
         for ts in request.timeseries:
             labels = dict(map(pairs.__getitem__, ts.labels))
             if METRIC_NAME_LABEL not in labels:

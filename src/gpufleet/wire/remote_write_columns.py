@@ -31,18 +31,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import cramjam
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from gpufleet.wire.base import BodyTooLarge
 from gpufleet.wire.remote_write import (
     METRIC_NAME_LABEL,
     Label,
     RawTimeSeries,
     Sample,
-    snappy_declared_length,
+    decompressed_body,
 )
 
 _MAX_VARINT_BYTES = 10
@@ -99,16 +97,9 @@ def decode_write_columns(body: bytes, max_bytes: int) -> WriteColumns:
     `ValueError`s as `decode_write_request`, a body that is not a snappy block, one over
     `max_bytes` decompressed (`BodyTooLarge`), and one that is not a WriteRequest. A series'
     labels are not looked at here: see `labels_of_block`."""
-    declared = snappy_declared_length(body)
-    if declared > max_bytes:
-        raise BodyTooLarge(f"remote-write body declares {declared} bytes decompressed, over "
-                           f"the limit of {max_bytes}")
+    raw = decompressed_body(body, max_bytes)
     try:
-        raw = cramjam.snappy.decompress_raw(body)
-    except cramjam.DecompressionError as error:
-        raise ValueError(f"remote-write body is not a snappy block: {error}") from None
-    try:
-        series = _SeriesBytes.FromString(bytes(raw)).items
+        series = _SeriesBytes.FromString(raw).items
     except DecodeError as error:
         raise ValueError(f"remote-write body is not a WriteRequest: {error}") from None
     return series_columns(series)
