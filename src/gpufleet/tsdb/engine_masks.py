@@ -341,7 +341,11 @@ def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
         name = labels.get("__name__")
         if name == MARKER_NAME:
             for at_ms, value in zip(found["timestamps"], found["values"], strict=True):
-                markers[at_ms] = int(value)
+                # Two leaders' markers of one hour that disagree (the engine may keep both
+                # until it deduplicates): the hour is vouched for by neither.
+                held = markers.setdefault(at_ms, int(value))
+                if held != int(value):
+                    markers[at_ms] = -1
             continue
         if name != RECORDED_NAME or "gpu_uuid" not in labels:
             continue

@@ -14,7 +14,7 @@ import pytest
 
 from gpufleet.domain.telemetry.funnel import GR_ENGINE_ACTIVE, SM_ACTIVE, Thresholds
 from gpufleet.tsdb import Sample, series
-from gpufleet.tsdb.engine_masks import RECORDED_NAME, SLOT_MS, SLOTS, marker_line
+from gpufleet.tsdb.engine_masks import RECORDED_NAME, SLOT_MS, SLOTS
 from gpufleet.tsdb.masks import MaskStore, SlotSpan
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, TelemetryStoreUnavailable, to_ms
 from tests.services.telemetry.test_masks_properties import (
@@ -247,13 +247,16 @@ def test_an_hour_not_recorded_whole_is_computed(victoria_metrics, fresh_store):
     assert unrecorded.hours_read == 0 and unrecorded.hours_computed == 25
     leader = store.minute_masks(Thresholds())
     leader.record_closed_hours()
-    # Hour 1 vouched for with one unit more than was recorded: not taken.
-    httpx.post(f"{victoria_metrics}/api/v1/import", content=marker_line(
-        to_ms(HOUR0) + HOUR_MS, 3, Thresholds())).raise_for_status()
-    httpx.get(f"{victoria_metrics}/internal/force_flush").raise_for_status()
+    # Hours 0 and 1 are vouched for with two units, but GPU-2's recording is not found (as
+    # when an import is not yet searchable): neither is taken. (Writing a marker again with
+    # another count would leave two samples at one time, and which one the engine's dedup
+    # keeps is its own: that made this test flaky.)
+    httpx.post(f"{victoria_metrics}/api/v1/admin/tsdb/delete_series",
+               data={"match[]": '{__name__="gpufleet_masks", gpu_uuid="GPU-2"}'}
+               ).raise_for_status()
     replica = store.minute_masks(Thresholds())
     replica.refresh()
-    assert (replica.hours_read, replica.hours_computed) == (24, 1)
+    assert (replica.hours_read, replica.hours_computed) == (23, 2)
     assert answers(replica, done) == answers(unrecorded, done) == answers(leader, done)
 
 
