@@ -30,7 +30,6 @@ import argparse
 import gc
 import random
 import resource
-import shutil
 import subprocess
 import tempfile
 import time
@@ -38,14 +37,13 @@ import zlib
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
 import numpy as np
 import orjson
 from fastapi.testclient import TestClient
 
 from bench_ingest import cpu_seconds
+from bench_remote_write import start_victoria_metrics
 from bench_telemetry_queries import ENVIRONMENTS, METRICS, NOW, load_state
-from common import free_port
 from gpufleet.api.app import create_app
 from gpufleet.clock import ManualClock
 from gpufleet.server import bootstrap_admin_token
@@ -143,21 +141,9 @@ def measured(label: str, vm_pid: int, masks, work) -> object:
 def start_engine(data_dir: Path) -> tuple[subprocess.Popen, str]:
     """VictoriaMetrics with the limits a 100,000-GPU fleet's mask queries need
     (docs/telemetry-store.md): ~3 series per GPU in one query, and a minute to answer."""
-    port = free_port()
-    process = subprocess.Popen([
-        shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics",
-        f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={data_dir}",
-        "-retentionPeriod=100y", "-loggerLevel=ERROR", "-search.maxUniqueTimeseries=1000000",
-        "-search.maxQueryDuration=10m", "-dedup.minScrapeInterval=1ms"])
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return process, url
-        except httpx.TransportError:
-            time.sleep(0.1)
-    process.terminate()
-    raise RuntimeError("VictoriaMetrics did not start")
+    return start_victoria_metrics(data_dir, "-search.maxUniqueTimeseries=1000000",
+                                  "-search.maxQueryDuration=10m",
+                                  "-dedup.minScrapeInterval=1ms")
 
 
 def copy_recorded_hour(telemetry: PrometheusTelemetryStore, leader, source_ms: int) -> int:
