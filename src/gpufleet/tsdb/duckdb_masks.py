@@ -323,11 +323,9 @@ class DuckDBMinuteMasks:
         """The spans as columns for `duckdb_columns.registered`: units as the cache's unit
         ids (-1: a unit the store never heard of, dropped in the engine, as is clipping to
         the question's window — a question at 100,000 GPUs passes 75,000 spans)."""
-        if isinstance(spans, SpanColumns):
-            units, los, his, groups, weights = (spans.units, spans.lo_ms, spans.hi_ms,
-                                                spans.groups, spans.weights)
-        else:
-            units, los, his, groups, weights = zip(*spans, strict=True)
+        spans = SpanColumns.of(spans)
+        units, los, his, groups, weights = (spans.units, spans.lo_ms, spans.hi_ms,
+                                            spans.groups, spans.weights)
         return {"unit_id": (INT32, list(map(self._units.get, units, repeat(-1)))),
                 "lo_ms": (INT64, los), "hi_ms": (INT64, his), "grp": (INT64, groups),
                 "w": (FLOAT64, weights)}

@@ -89,6 +89,9 @@ class SpanColumns(Sequence[SlotSpan]):
 
     @classmethod
     def of(cls, spans: Sequence[SlotSpan]) -> SpanColumns:
+        """The spans as columns: themselves where they already are."""
+        if isinstance(spans, SpanColumns):
+            return spans
         columns = cls()
         for span in spans:
             columns.append(*span)

@@ -268,6 +268,17 @@ class PrometheusMinuteMasks:
         return lambda hour_ms: older.get(hour_ms) if hour_ms < self._cached_from_ms \
             else self._hours.get(hour_ms)
 
+    def _clipped(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int) -> tuple[np.ndarray, ...]:
+        """The spans as arrays (unit id, lo, hi, group, weight), clipped to [lo, hi), without
+        those empty after clipping or of units the cache never saw. Call holding the lock."""
+        spans = SpanColumns.of(spans)
+        uid = np.array([self._units.get(u, -1) for u in spans.units], np.int64)
+        lo = np.maximum(np.array(spans.lo_ms, np.int64), lo_ms)
+        hi = np.minimum(np.array(spans.hi_ms, np.int64), hi_ms)
+        keep = (uid >= 0) & (lo < hi)
+        return (uid[keep], lo[keep], hi[keep], np.array(spans.groups, np.int64)[keep],
+                np.array(spans.weights, np.float64)[keep])
+
     # -- questions ------------------------------------------------------------------------
 
     def tallies(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int, done_ms: int,
@@ -277,21 +288,11 @@ class PrometheusMinuteMasks:
         if not len(spans) or lo_ms >= hi_ms:
             return TallyRows(())
         hour_of = self._hours_of(lo_ms, hi_ms)
-        if isinstance(spans, SpanColumns):
-            units, los, his, groups, weights = (spans.units, spans.lo_ms, spans.hi_ms,
-                                                spans.groups, spans.weights)
-        else:
-            units, los, his, groups, weights = zip(*spans, strict=True)
         with self._lock:
-            uid = np.array([self._units.get(u, -1) for u in units], np.int64)
-            lo = np.maximum(np.array(los, np.int64), lo_ms)
-            hi = np.minimum(np.array(his, np.int64), hi_ms)
-            keep = (uid >= 0) & (lo < hi)
-            uid, lo, hi = uid[keep], lo[keep], hi[keep]
-            group_ids, group = np.unique(np.array(groups, np.int64)[keep], return_inverse=True)
-            weight = np.array(weights, np.float64)[keep]
+            uid, lo, hi, groups, weight = self._clipped(spans, lo_ms, hi_ms)
             if not len(uid):
                 return TallyRows(())
+            group_ids, group = np.unique(groups, return_inverse=True)
             n = len(group_ids)
             sums = np.zeros((4, n))
             last = np.full(n, -1, np.int64)
@@ -299,8 +300,7 @@ class PrometheusMinuteMasks:
                 hour = hour_of(hour_ms)
                 if hour is None:
                     continue
-                at = np.flatnonzero((lo < hour_ms + HOUR_MS) & (hi > hour_ms)
-                                    & (uid < len(hour)))
+                at = _spans_in(hour_ms, hour, uid, lo, hi)
                 if not len(at):
                     continue
                 u, g, w = uid[at], group[at], weight[at]
@@ -332,18 +332,9 @@ class PrometheusMinuteMasks:
         if not len(spans) or lo_ms >= hi_ms:
             return {}
         hour_of = self._hours_of(lo_ms, hi_ms)
-        if isinstance(spans, SpanColumns):
-            units, los, his, groups = spans.units, spans.lo_ms, spans.hi_ms, spans.groups
-        else:
-            units, los, his, groups, _ = zip(*spans, strict=True)
         found: dict[int, int] = {}
         with self._lock:
-            uid = np.array([self._units.get(u, -1) for u in units], np.int64)
-            lo = np.maximum(np.array(los, np.int64), lo_ms)
-            hi = np.minimum(np.array(his, np.int64), hi_ms)
-            group = np.array(groups, np.int64)
-            keep = (uid >= 0) & (lo < hi)
-            uid, lo, hi, group = uid[keep], lo[keep], hi[keep], group[keep]
+            uid, lo, hi, group, _ = self._clipped(spans, lo_ms, hi_ms)
             if not len(uid):
                 return {}
             first_hour_ms = int(lo.min()) // HOUR_MS * HOUR_MS
@@ -352,8 +343,7 @@ class PrometheusMinuteMasks:
                 hour = hour_of(hour_ms)
                 if hour is None:
                     continue
-                at = np.flatnonzero((lo < hour_ms + HOUR_MS) & (hi > hour_ms)
-                                    & (uid < len(hour)))
+                at = _spans_in(hour_ms, hour, uid, lo, hi)
                 if not len(at):
                     continue
                 active = _range_masks(hour_ms, lo[at], hi[at]) & hour.act_hot[uid[at]]
@@ -406,6 +396,13 @@ def _range_masks(hour_ms: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return np.clip(-(-(edge - hour_ms) // MINUTE_MS), 0, 60).astype(_U64)
     one = _U64(1)
     return ((one << minute(hi)) - one) ^ ((one << minute(lo)) - one)
+
+
+def _spans_in(hour_ms: int, hour: HourMasks, uid: np.ndarray, lo: np.ndarray,
+              hi: np.ndarray) -> np.ndarray:
+    """The indexes of the spans that overlap the hour starting at `hour_ms`, of units it
+    holds."""
+    return np.flatnonzero((lo < hour_ms + HOUR_MS) & (hi > hour_ms) & (uid < len(hour)))
 
 
 def _bit_length(masks: np.ndarray) -> np.ndarray:
