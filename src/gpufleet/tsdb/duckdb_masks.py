@@ -266,6 +266,26 @@ class DuckDBMinuteMasks:
             FROM j GROUP BY grp"""
         return TallyRows(self._read(lambda cur: _run(cur, sql, columns)))
 
+    def active_known(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
+                     done_ms: int) -> dict[int, tuple[float, float]]:
+        """See masks.MinuteMasks. `tallies` less the sm_active masks and sums."""
+        hi_ms = min(hi_ms, done_ms)
+        if not spans or lo_ms >= hi_ms:
+            return {}
+        columns = self._span_columns(spans)
+        rm = _range_mask("s.lo_ms", "s.hi_ms").replace("hour_ms", "a.hour_ms")
+        sql = f"""WITH s AS ({_spans_sql("{view}", lo_ms, hi_ms)}),
+            a AS (SELECT unit_id, hour_ms, {_ACT_KNOWN} AS known, {_ACT_HOT} AS hot
+                  FROM ({self._rows(lo_ms, hi_ms)})),
+            j AS (SELECT s.grp, s.w, a.known, a.hot, {rm} AS rm
+                  FROM s JOIN a ON a.unit_id = s.unit_id
+                   AND a.hour_ms > s.lo_ms - {HOUR_MS} AND a.hour_ms < s.hi_ms)
+            SELECT grp, coalesce(sum(w * bit_count(rm & hot)), 0)::DOUBLE,
+                   coalesce(sum(w * bit_count(rm & known)), 0)::DOUBLE
+            FROM j GROUP BY grp"""
+        return {grp: (active, known)
+                for grp, active, known in self._read(lambda cur: _run(cur, sql, columns))}
+
     def last_active_minutes(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
                             done_ms: int) -> dict[int, int]:
         """See masks.MinuteMasks. Reads only the activity masks, and drops the unit-hours

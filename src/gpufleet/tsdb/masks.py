@@ -154,6 +154,14 @@ class MinuteMasks(Protocol):
         the spans' minutes in [lo, min(hi, done)) (and, asked for, the last active minute).
         `spans` may be `SpanColumns` (the services pass them so)."""
 
+    def active_known(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
+                     done_ms: int) -> dict[int, tuple[float, float]]:
+        """Per group: (weighted active minutes, weighted known minutes) over the spans'
+        minutes in [lo, min(hi, done)), for the groups `tallies` answers; equal to
+        `tallies(...)[group]`'s `active` and `known`. The idle list's window asks only
+        these, so the effective minutes and the sm_active sum (and the masks they read)
+        are not counted for every binding of the fleet."""
+
     def last_active_minutes(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
                             done_ms: int) -> dict[int, int]:
         """Per group: the start (ms) of the last minute judged active among the spans'

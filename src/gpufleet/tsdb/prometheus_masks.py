@@ -323,6 +323,33 @@ class PrometheusMinuteMasks:
                            int(last[i]) if last_active and last[i] >= 0 else None)
                           for i in range(n)])
 
+    def active_known(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
+                     done_ms: int) -> dict[int, tuple[float, float]]:
+        """See masks.MinuteMasks. `tallies` less the sm_active masks and sums."""
+        hi_ms = min(hi_ms, done_ms)
+        if not len(spans) or lo_ms >= hi_ms:
+            return {}
+        hour_of = self._hours_of(lo_ms, hi_ms)
+        with self._lock:
+            uid, lo, hi, groups, weight = self._clipped(spans, lo_ms, hi_ms)
+            if not len(uid):
+                return {}
+            group_ids, group = np.unique(groups, return_inverse=True)
+            n = len(group_ids)
+            sums = np.zeros((2, n))
+            for hour_ms in range(int(lo.min()) // HOUR_MS * HOUR_MS, int(hi.max()), HOUR_MS):
+                hour = hour_of(hour_ms)
+                if hour is None:
+                    continue
+                at = _spans_in(hour_ms, hour, uid, lo, hi)
+                if not len(at):
+                    continue
+                u, g, w = uid[at], group[at], weight[at]
+                rm = _range_masks(hour_ms, lo[at], hi[at])
+                sums[0] += np.bincount(g, w * np.bitwise_count(rm & hour.act_hot[u]), n)
+                sums[1] += np.bincount(g, w * np.bitwise_count(rm & hour.act_known[u]), n)
+        return {int(group_ids[i]): (float(sums[0][i]), float(sums[1][i])) for i in range(n)}
+
     def last_active_minutes(self, spans: Sequence[SlotSpan], lo_ms: int, hi_ms: int,
                             done_ms: int) -> dict[int, int]:
         """See masks.MinuteMasks. Hour by hour from the newest, with numpy over the spans

@@ -281,6 +281,11 @@ def test_the_masks_count_what_the_definitions_count(fresh_store, data):
         assert (got.known if got else 0.0) == pytest.approx(known * 60)
         assert (got.sm_percent if got else 0.0) == pytest.approx(spread.get(group, 0.0))
 
+    lean = masks.active_known(SpanColumns.of(chosen), lo, hi, done)
+    assert lean.keys() == set(tallies)
+    for group, (active, known) in lean.items():
+        assert (active, known) == pytest.approx((tallies[group].active, tallies[group].known))
+
     for by_model in (False, True):
         got = masks.reporting_minutes(("model",) if by_model else (), lo, hi, done)
         assert {k: v for k, v in got.items() if v} == reporting(history, by_model, lo, hi, done)
@@ -307,6 +312,10 @@ def test_the_idle_list_judges_what_the_definitions_judge(fresh_store, data):
               for n, s in enumerate(data.draw(spans(history), label="bindings"))]
     window = [SlotSpan(s.unit, max(s.lo_ms, lo), done, s.group, s.weight) for s in chosen]
     counts = masks.tallies(window, lo, done, done)
+    lean = masks.active_known(window, lo, done, done)  # the idle list's window, on its own
+    assert lean.keys() == set(counts)
+    for n, (active, known) in lean.items():
+        assert (active, known) == pytest.approx((counts[n].active, counts[n].known))
     looked = [SlotSpan(s.unit, max(s.lo_ms, look_lo), done, s.group, s.weight)
               for s in chosen]
     last = masks.tallies(looked, look_lo, done, done, last_active=True)

@@ -174,6 +174,8 @@ def answers(masks, done: int) -> tuple:
     last = masks.last_active_minutes(spans, lo, hi, done)
     assert last == {g: tallies[g].last_active_ms for g in tallies
                     if tallies[g].last_active_ms is not None}
+    assert masks.active_known(spans, lo, hi, done) == {g: (tallies[g].active, tallies[g].known)
+                                                       for g in tallies}
     return ({g: tuple(tallies[g]) for g in tallies},
             masks.reporting_minutes(("node",), lo, hi, done), last)
 

@@ -390,13 +390,12 @@ class TelemetryQueries:
             if span_lo < span_hi:
                 spans.append(slot.unit, span_lo, span_hi, slot.binding_id, slot.weight)
                 weights[slot.binding_id] = slot.weight
-        tallies = masks.tallies(spans, lo, hi, done) if spans else {}
+        counts = masks.active_known(spans, lo, hi, done) if spans else {}
         found: dict[int, tuple[int, int]] = {}
-        for binding_id in tallies:
-            t, weight = tallies[binding_id], weights[binding_id]
-            known = round(t.known / weight)
-            if known:
-                found[binding_id] = (round(t.active / weight), known)
+        for binding_id, (active, known) in counts.items():
+            weight = weights[binding_id]
+            if round(known / weight):
+                found[binding_id] = (round(active / weight), round(known / weight))
         return found
 
     # --- idleness ------------------------------------------------------------------------
@@ -479,8 +478,9 @@ class TelemetryQueries:
                 spans.append(s.unit, lo, done, n, s.weight)
             else:
                 others[s.project, s.environment][0] += 1
-        counts = masks.tallies(spans, lo, done, done) if spans else {}
-        candidates = [n for n in spans.groups if not ((c := counts.get(n)) and c.active)]
+        # (active, known) minutes per binding: all the window's verdicts need of its masks
+        counts = masks.active_known(spans, lo, done, done) if spans else {}
+        candidates = [n for n in spans.groups if not ((c := counts.get(n)) and c[0])]
         look_lo = done - int(IDLE_LOOKBACK.total_seconds() * 1000)
         looked = SpanColumns()
         for n in candidates:
@@ -491,7 +491,7 @@ class TelemetryQueries:
         found = []
         for n in candidates:
             slot, count = slots[n], counts.get(n)
-            known = (count.known / slot.weight) if count and slot.weight else 0.0
+            known = (count[1] / slot.weight) if count and slot.weight else 0.0
             state = live.idle_state(t, known_minutes=known, memory=memory.get(slot.unit))
             if state is None:
                 other = others[slot.project, slot.environment]
