@@ -227,10 +227,11 @@ class DuckDBMinuteMasks:
         merged = ", ".join(f"bit_or({c}) AS {c}" for c in _MASK_COLUMNS)
         parts = [f"""SELECT unit_id, gpu_id, hour_ms, {columns}, sm_sum FROM {CACHE}.unit_hour
                      WHERE hour_ms >= {lo_ms // HOUR_MS * HOUR_MS}
-                       AND hour_ms < {min(hi_ms, self._compacted_ms)}""",
-                 f"""SELECT unit_id, gpu_id, hour_ms, {merged}, sum(sm_sum) AS sm_sum
+                       AND hour_ms < {min(hi_ms, self._compacted_ms)}"""]
+        if self._compacted_ms < hi_ms:  # the hours not compacted yet (none: not planned)
+            parts.append(f"""SELECT unit_id, gpu_id, hour_ms, {merged}, sum(sm_sum) AS sm_sum
                      FROM {CACHE}.unit_hour WHERE hour_ms >= {self._compacted_ms}
-                       AND hour_ms < {hi_ms} GROUP BY unit_id, gpu_id, hour_ms"""]
+                       AND hour_ms < {hi_ms} GROUP BY unit_id, gpu_id, hour_ms""")
         if lo_ms < oldest:
             parts.append(self._fold(lo_ms // HOUR_MS * HOUR_MS, min(oldest, hi_ms)))
         return " UNION ALL ".join(f"({p})" for p in parts)
