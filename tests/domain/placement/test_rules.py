@@ -17,6 +17,7 @@ from gpufleet.domain.placement import (
     Workload,
     geometry_of,
 )
+from gpufleet.domain.placement import workload as workload_module
 from tests.placement_builders import MIG, SHARED, fleet, node
 
 WHOLE = UnitKind.WHOLE
@@ -344,6 +345,38 @@ def test_default_policy_gives_several_whole_gpus_the_node_they_fill_exactly():
     measure_alone = Placer(build(), workload=expected)
     measure_alone._scorer._leaves_whole_gpus = lambda plan: False
     assert placed(measure_alone, demand).units[0].node == "four"
+
+
+def test_default_policy_keeps_the_node_only_the_largest_multi_gpu_tasks_fit(monkeypatch):
+    # 8-GPU tasks ask 78 cores on average, but the largest 120: only "big" holds it. The
+    # single-GPU task strands less CPU on "big", so the measure at the mean host alone puts
+    # it there; measuring a quarter of the 8-GPU kind at its largest host keeps "big" whole.
+    def build() -> FleetState:
+        return fleet(node("big", 8, cpu=128_000), node("small", 8, cpu=90_000))
+
+    seen = ([whole(1, cpu_milli=13_000)] * 4 + [whole(8, cpu_milli=64_000)] * 3
+            + [whole(8, cpu_milli=120_000)])
+    demand = whole(1, cpu_milli=26_000)
+    placer = Placer(build(), workload=Workload(seen), learn=False)
+    assert placed(placer, demand).units[0].node == "small"
+    monkeypatch.setattr(workload_module, "LARGEST_HOST_SHARE", 0.0)
+    mean_alone = Placer(build(), workload=Workload(seen), learn=False)
+    assert placed(mean_alone, demand).units[0].node == "big"
+
+
+def test_only_kinds_of_several_whole_gpus_are_measured_at_their_largest_host():
+    seen = [whole(2, cpu_milli=1000), whole(2, cpu_milli=3000), whole(1, cpu_milli=1000),
+            whole(1, cpu_milli=5000), shared(500, cpu_milli=1000), shared(500, cpu_milli=9000),
+            whole(4, cpu_milli=2000), whole(0, cpu_milli=1000)]
+    workload = Workload(seen)
+    entries = sorted((t.count, t.milli, host[0], round(w, 4)) for t, w, host in zip(
+        workload.gpu_classes, workload.weights, workload.hosts, strict=True))
+    share = workload_module.LARGEST_HOST_SHARE
+    assert entries == sorted([
+        (2, 1000, 2000.0, round(2 / 8 * (1 - share), 4)),
+        (2, 1000, 3000, round(2 / 8 * share, 4)),
+        (1, 1000, 3000.0, 0.25), (1, 500, 5000.0, 0.25), (4, 1000, 2000.0, 0.125)])
+    assert sum(workload.weights) == pytest.approx(7 / 8)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
