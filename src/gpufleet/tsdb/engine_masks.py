@@ -381,8 +381,12 @@ def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
         group[0].append(unit_id(labels, first_ms))
         group[1].append(values_text)
     n = units()
+    hours: dict[int, HourMasks] = {}
+    for hour_ms, expected in markers.items():  # hours recorded with no unit at all
+        if expected == 0:
+            hours[hour_ms] = HourMasks(n)
     if not groups:
-        return {}
+        return hours
     # Scattered straight into a grid (hour, slot, unit): no sort of the 12 million values
     # a 100,000-GPU day holds.
     stamps = {text: _numbers(text).astype(np.int64) for text in groups}
@@ -401,7 +405,6 @@ def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
         grid[cells] = values[:, keep].T
         present[cells] = True
     found = present.sum(axis=2)  # units per (hour, slot)
-    hours: dict[int, HourMasks] = {}
     for h in range(span):
         hour_ms = first_hour + h * HOUR_MS
         expected = markers.get(hour_ms)
@@ -411,9 +414,6 @@ def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
         hour = HourMasks(n)
         hour.set_codes(hour_uids, [grid[h, s_, hour_uids] for s_ in range(len(SLOTS))])
         hours[hour_ms] = hour
-    for hour_ms, expected in markers.items():  # hours recorded with no unit at all
-        if expected == 0 and hour_ms not in hours:
-            hours[hour_ms] = HourMasks(n)
     return hours
 
 
