@@ -291,13 +291,16 @@ def main() -> None:
                       f"computed {m.hours_computed}")
                 idle = measured("replica: idle list (after the cold funnel)", vm.pid, masks,
                                 lambda: get("idle"))
-                print(f"  {len(idle['items'])} idle allocations, {idle['unknown']} unknown")
+                print(f"  {len(idle['items'])} idle allocations, {idle['unknown']} unknown; "
+                      f"held {sum(i['state'] == 'idle_held' for i in idle['items'])}, "
+                      f"answer's crc32 {zlib.crc32(orjson.dumps(idle)):08x}")
                 for _ in range(2):
                     measured("replica: funnel by project, 24 h (warm)", vm.pid, masks,
                              lambda: get("funnel", by="project", window="24h"))
                 measured("replica: funnel of the fleet, 24 h (warm)", vm.pid, masks,
                          lambda: get("funnel", window="24h"))
-                measured("replica: idle list (warm)", vm.pid, masks, lambda: get("idle"))
+                again = measured("replica: idle list (warm)", vm.pid, masks, lambda: get("idle"))
+                print(f"  the same answer: {again == idle}")
                 if args.profile:  # the route runs in another thread, out of cProfile's sight
                     measured("replica: idle list (warm, the service)", vm.pid, masks,
                              lambda: gf.queries.idle(SYSTEM))
