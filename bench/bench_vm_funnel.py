@@ -53,7 +53,7 @@ from gpufleet.services.app import Gpufleet
 from gpufleet.services.telemetry.queries import thresholds_of
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
-from gpufleet.tsdb import series
+from gpufleet.tsdb import prometheus_masks, series
 from gpufleet.tsdb.engine_masks import (
     RECORDED_NAME,
     SLOT_MS,
@@ -225,7 +225,11 @@ def main() -> None:
                         help="write cProfile stats of the cold start's two parts and of the "
                         "warm idle list (asked of the service in this thread, after the "
                         "route's) to DIR")
+    parser.add_argument("--queries-at-once", type=int, metavar="N",
+                        help="prometheus_masks.QUERIES_AT_ONCE for this run")
     args = parser.parse_args()
+    if args.queries_at_once:
+        prometheus_masks.QUERIES_AT_ONCE = args.queries_at_once
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
         PROFILES.update({"cold part: read the recorded hours": args.profile / "cold-read.prof",
