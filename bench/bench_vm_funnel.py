@@ -27,6 +27,7 @@ numbers the engine returned.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import random
 import resource
@@ -47,11 +48,12 @@ from bench_telemetry_queries import ENVIRONMENTS, METRICS, NOW, load_state
 from gpufleet.api.app import create_app
 from gpufleet.clock import ManualClock
 from gpufleet.server import bootstrap_admin_token
+from gpufleet.services.access.principal import SYSTEM
 from gpufleet.services.app import Gpufleet
 from gpufleet.services.telemetry.queries import thresholds_of
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
-from gpufleet.tsdb import series
+from gpufleet.tsdb import prometheus_masks, series
 from gpufleet.tsdb.engine_masks import (
     RECORDED_NAME,
     SLOT_MS,
@@ -122,19 +124,26 @@ def cpu_here() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+PROFILES: dict[str, Path] = {}  # label → where its cProfile stats go (`--profile`)
+
+
 def measured(label: str, vm_pid: int, masks, work) -> object:
     """Run `work`, print its wall time, CPU here and in VictoriaMetrics, and the numbers
-    the engine returned to `masks` (the masks object, or a function giving it)."""
+    the engine returned to `masks` (the masks object, or a function giving it); profiled
+    where PROFILES names the label (the figures then include the profiler's cost)."""
     def of():
         return masks() if callable(masks) and not hasattr(masks, "refresh") else masks
     fetched = of().values_fetched if of() else 0
     gc.collect()
+    profile = cProfile.Profile() if label in PROFILES else None
     wall, here, vm = time.perf_counter(), cpu_here(), cpu_seconds(vm_pid)
-    result = work()
+    result = work() if profile is None else profile.runcall(work)
     wall, here, vm = time.perf_counter() - wall, cpu_here() - here, cpu_seconds(vm_pid) - vm
     values = (of().values_fetched - fetched) if of() else 0
     print(f"{label:44s} wall {wall * 1000:9.1f} ms   CPU here {here:7.2f} s   "
           f"VictoriaMetrics {vm:6.2f} s   values {values:>11,}", flush=True)
+    if profile is not None:
+        profile.dump_stats(PROFILES[label])
     return result
 
 
@@ -170,6 +179,37 @@ def copy_recorded_hour(telemetry: PrometheusTelemetryStore, leader, source_ms: i
     return len(hours)
 
 
+def record_hours(vm: subprocess.Popen, vm_url: str, args: argparse.Namespace,
+                 grace: timedelta, settings: Settings) -> None:
+    """Step 1: load the raw samples; the leader computes and records the closed hours."""
+    writer = PrometheusTelemetryStore(vm_url, timeout_s=1200)
+    load_telemetry(writer, args.gpus, vm_url, args.raw_hours)
+
+    # 1. The leader records the closed hours (computed in the engine).
+    writer.rollup(NOW - grace)
+    leader = writer.minute_masks(thresholds_of(settings))
+    measured("leader: refresh (cold, nothing recorded)", vm.pid, leader,
+             leader.refresh)
+    computed = leader.hours_computed
+    print(f"  {computed} closed hours computed in the engine "
+          f"({min(args.raw_hours, HISTORY_HOURS) - 1} of them with data), and the "
+          "open hour")
+    newest = to_ms(NOW - grace) // HOUR_MS * HOUR_MS - HOUR_MS
+    measured("leader: compute one closed hour again", vm.pid, leader,
+             lambda: leader._compute(newest, newest + HOUR_MS))
+    if args.raw_hours < HISTORY_HOURS - 1:
+        copied = measured("bench: copy the newest closed hour", vm.pid, None,
+                          lambda: copy_recorded_hour(writer, leader, newest))
+        print(f"  {copied} older hours recorded as copies of the newest closed one")
+        writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
+    recorded = measured("leader: record the closed hours", vm.pid, leader,
+                        leader.record_closed_hours)
+    print(f"  {recorded} hours recorded, from the leader's cache")
+    writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
+    writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
+    writer.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1000)
@@ -177,43 +217,43 @@ def main() -> None:
                         help="hours of raw samples up to NOW (the older ones of the 24 are "
                         "recorded as copies of the newest closed hour)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep the engine's data and the state store in DIR: a first run "
+                        "loads them and records the hours (step 1), later runs with the "
+                        "same DIR (and sizes) skip step 1 and measure the replica's parts")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="write cProfile stats of the cold start's two parts and of the "
+                        "warm idle list (asked of the service in this thread, after the "
+                        "route's) to DIR")
+    parser.add_argument("--queries-at-once", type=int, metavar="N",
+                        help="prometheus_masks.QUERIES_AT_ONCE for this run")
     args = parser.parse_args()
+    if args.queries_at_once:
+        prometheus_masks.QUERIES_AT_ONCE = args.queries_at_once
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILES.update({"cold part: read the recorded hours": args.profile / "cold-read.prof",
+                         "cold part: compute the open hour so far":
+                         args.profile / "cold-compute.prof",
+                         "replica: idle list (warm, the service)":
+                         args.profile / "warm-idle.prof"})
     with tempfile.TemporaryDirectory(prefix="bench-vmf-") as tmp:
-        root = Path(tmp)
+        root = args.keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        ready = root / "ready"
         vm, vm_url = start_engine(root / "vm")
         try:
             state = StateStore(f"sqlite:///{root / 'state.db'}")
-            state.migrate()
-            owners = load_state(state, args.gpus, random.Random(args.seed))
-            print(f"state: {args.gpus:,} GPUs, {len(owners):,} bound")
             settings = Settings(data_dir=root / "data")
             grace = timedelta(seconds=settings.telemetry_rollup_grace_s)
-            writer = PrometheusTelemetryStore(vm_url, timeout_s=1200)
-            load_telemetry(writer, args.gpus, vm_url, args.raw_hours)
-
-            # 1. The leader records the closed hours (computed in the engine).
-            writer.rollup(NOW - grace)
-            leader = writer.minute_masks(thresholds_of(settings))
-            measured("leader: refresh (cold, nothing recorded)", vm.pid, leader,
-                     leader.refresh)
-            computed = leader.hours_computed
-            print(f"  {computed} closed hours computed in the engine "
-                  f"({min(args.raw_hours, HISTORY_HOURS) - 1} of them with data), and the "
-                  "open hour")
-            newest = to_ms(NOW - grace) // HOUR_MS * HOUR_MS - HOUR_MS
-            measured("leader: compute one closed hour again", vm.pid, leader,
-                     lambda: leader._compute(newest, newest + HOUR_MS))
-            if args.raw_hours < HISTORY_HOURS - 1:
-                copied = measured("bench: copy the newest closed hour", vm.pid, None,
-                                  lambda: copy_recorded_hour(writer, leader, newest))
-                print(f"  {copied} older hours recorded as copies of the newest closed one")
-                writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
-            recorded = measured("leader: record the closed hours", vm.pid, leader,
-                                leader.record_closed_hours)
-            print(f"  {recorded} hours recorded, from the leader's cache")
-            writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
-            writer._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
-            writer.close()
+            if ready.is_file():
+                print(f"kept: {ready.read_text().strip()} (step 1 skipped)")
+            else:
+                state.migrate()
+                owners = load_state(state, args.gpus, random.Random(args.seed))
+                print(f"state: {args.gpus:,} GPUs, {len(owners):,} bound")
+                record_hours(vm, vm_url, args, grace, settings)
+                ready.write_text(f"{args.gpus} GPUs, {args.raw_hours} raw hours\n")
 
             # 2. What a cold start costs, in its two parts (a throwaway masks object).
             parts = PrometheusTelemetryStore(vm_url, timeout_s=1200)
@@ -255,13 +295,19 @@ def main() -> None:
                       f"computed {m.hours_computed}")
                 idle = measured("replica: idle list (after the cold funnel)", vm.pid, masks,
                                 lambda: get("idle"))
-                print(f"  {len(idle['items'])} idle allocations, {idle['unknown']} unknown")
+                print(f"  {len(idle['items'])} idle allocations, {idle['unknown']} unknown; "
+                      f"held {sum(i['state'] == 'idle_held' for i in idle['items'])}, "
+                      f"answer's crc32 {zlib.crc32(orjson.dumps(idle)):08x}")
                 for _ in range(2):
                     measured("replica: funnel by project, 24 h (warm)", vm.pid, masks,
                              lambda: get("funnel", by="project", window="24h"))
                 measured("replica: funnel of the fleet, 24 h (warm)", vm.pid, masks,
                          lambda: get("funnel", window="24h"))
-                measured("replica: idle list (warm)", vm.pid, masks, lambda: get("idle"))
+                again = measured("replica: idle list (warm)", vm.pid, masks, lambda: get("idle"))
+                print(f"  the same answer: {again == idle}")
+                if args.profile:  # the route runs in another thread, out of cProfile's sight
+                    measured("replica: idle list (warm, the service)", vm.pid, masks,
+                             lambda: gf.queries.idle(SYSTEM))
                 clock.advance(60)
                 telemetry.rollup(clock.now() - grace)
                 measured("replica: refresh after one more minute", vm.pid, masks,

@@ -11,7 +11,7 @@ without them is not a `MaskStore`, and the services answer 503
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from gpufleet.domain.telemetry.funnel import (
@@ -174,6 +174,17 @@ class MinuteMasks(Protocol):
                           done_ms: int) -> dict[tuple, int]:
         """Per group of GPUs (by environment / model / node, as their series say): the
         GPU-minutes in [lo, min(hi, done)) in which a GPU sent any signal."""
+
+
+@runtime_checkable
+class UnitMemory(Protocol):
+    """Minute masks that keep each unit's latest memory_used beside them (the engine's:
+    prometheus_masks.py), so the idle list reads its candidates' memory without asking the
+    store for a fleet's series."""
+
+    def unit_memory(self, units: Iterable[UnitKey], fresh_ms: int) -> dict[UnitKey, float]:
+        """Per unit of `units` with one: the value of its newest memory_used sample no
+        older than `fresh_ms` before the masks' judged minutes' end."""
 
 
 @runtime_checkable

@@ -33,15 +33,17 @@ uncached. The questions are counted with numpy over the spans (no per-binding Py
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
 import orjson
 
-from gpufleet.domain.telemetry.funnel import Thresholds
+from gpufleet.domain.telemetry.funnel import MEMORY_USED, Thresholds
 from gpufleet.tsdb.engine_masks import (
     HOUR_MS,
     MARKER_NAME,
@@ -56,12 +58,18 @@ from gpufleet.tsdb.engine_masks import (
     threshold_labels,
 )
 from gpufleet.tsdb.masks import SlotSpan, SpanColumns, Tally, TallyRows, UnitKey
-from gpufleet.tsdb.prometheus_names import series_of_labels
-from gpufleet.tsdb.protocol import MINUTE_MS, SeriesLabels
+from gpufleet.tsdb.prometheus_names import exposition_name, series_of_labels
+from gpufleet.tsdb.protocol import MINUTE_MS, SeriesLabels, newest_of_units
 
 DEFAULT_CACHE_HOURS = 25  # a 24-hour window ending now touches 25 hours
 QUIET_AFTER_S = 600  # no question for this long: the upkeep refreshes every...
 QUIET_REFRESH_MS = 15 * MINUTE_MS  # ... this many minutes only
+MEMORY_AHEAD_MS = 3_600_000  # as `latest`: samples stamped by a clock running ahead count
+# Queries in flight for one hour's masks: one, fetched and parsed while the previous answer
+# is folded. More (2 and 4 were tried) cost VictoriaMetrics ~10 % more CPU at 100,000 GPUs
+# and saved no wall time on a 2-core machine, where the engine already spreads each query
+# over both cores; an engine on more cores than the replica's may want more.
+QUERIES_AT_ONCE = 1
 _U64 = np.uint64
 
 # fetch(lo_ms, hi_ms, parts): the engine's minutes of [lo, hi) for `parts` (part →
@@ -102,6 +110,7 @@ class PrometheusMinuteMasks:
         self._gpus: dict[str, int] = {}
         self._gpu_attrs: list[dict[str, str]] = []  # where each GPU first reported from
         self._gpu_first_ms: list[int] = []  # ... as of when
+        self._first_ms_bound = 0  # no GPU's first report is later than this
         self._hours: dict[int, HourMasks] = {}
         self._cached_from_ms = 0  # hours from here to filled_ms are cached
         self.filled_ms = 0
@@ -115,6 +124,11 @@ class PrometheusMinuteMasks:
         self.quiet_after_s = QUIET_AFTER_S
         self.quiet_refresh_ms = QUIET_REFRESH_MS
         self._asked_at_s = -math.inf
+        # Each unit's latest memory_used as of `_memory_key` (done ms, fresh ms): fetched
+        # when the idle list asks, then with each refresh while it keeps asking.
+        self._memory: dict[UnitKey, float] = {}
+        self._memory_key: tuple[int, int] | None = None
+        self._memory_asked: tuple[float, int] | None = None  # (monotonic s, fresh ms)
 
     # -- the cache ------------------------------------------------------------------------
 
@@ -147,43 +161,120 @@ class PrometheusMinuteMasks:
                 self._hours = {h: m for h, m in self._hours.items() if h >= oldest_ms}
                 self._cached_from_ms = oldest_ms if lo_ms == oldest_ms else \
                     max(self._cached_from_ms, oldest_ms)
-            for hour_ms, _, part_hi, hour in self._hours_between(lo_ms, done_ms):
+            asked = self._memory_asked
+            keep_memory = asked is not None and lo_ms < done_ms \
+                and time.monotonic() - asked[0] <= self.quiet_after_s
+            with ThreadPoolExecutor(1, thread_name_prefix="masks-memory") as aside:
+                memory = aside.submit(self._fetch_memory, done_ms, asked[1]) \
+                    if keep_memory else None
+                for hour_ms, _, part_hi, hour in self._hours_between(lo_ms, done_ms):
+                    with self._lock:
+                        self._hours.setdefault(hour_ms, HourMasks(0)).merge(hour)
+                        self.filled_ms = part_hi
                 with self._lock:
-                    self._hours.setdefault(hour_ms, HourMasks(0)).merge(hour)
-                    self.filled_ms = part_hi
-            with self._lock:
-                self.filled_ms = max(self.filled_ms, done_ms)
+                    self.filled_ms = max(self.filled_ms, done_ms)
+                if memory is not None:
+                    memory.result()
             return done_ms
+
+    # -- each unit's memory, beside the masks ---------------------------------------------
+
+    def unit_memory(self, units: Iterable[UnitKey], fresh_ms: int) -> dict[UnitKey, float]:
+        """See masks.UnitMemory: as of the last refresh (`filled_ms`), the judged minutes'
+        end. Asked of the engine once per refresh, for the whole fleet (no selector holds
+        the idle list's ~20,000 candidates at 100,000 GPUs): while the idle list keeps
+        asking (within `quiet_after_s`), each refresh fetches it beside the minute's masks,
+        so a warm idle list asks the engine nothing."""
+        self._memory_asked = (time.monotonic(), fresh_ms)
+        with self._lock:
+            done_ms = self.filled_ms
+            held = self._memory if self._memory_key == (done_ms, fresh_ms) else None
+        if held is None:
+            held = self._fetch_memory(done_ms, fresh_ms)
+        return {unit: held[unit] for unit in units if unit in held}
+
+    def _fetch_memory(self, done_ms: int, fresh_ms: int) -> dict[UnitKey, float]:
+        """Each unit's newest memory_used in (done − fresh, done + MEMORY_AHEAD_MS]: one
+        instant query of the values; the units answered by two series (moved node) are
+        asked again, with their samples' times, to take the newest."""
+        name = f'__name__="{exposition_name(MEMORY_USED)}"'
+        window = f"[{fresh_ms + MEMORY_AHEAD_MS}ms]"
+        at_ms = done_ms + MEMORY_AHEAD_MS
+        values: dict[UnitKey, float] = {}
+        moved: set[UnitKey] = set()
+        for found in self._engine.instant(f"last_over_time({{{name}}}{window})", at_ms):
+            labels = found["metric"]
+            if "gpu_uuid" not in labels:
+                continue
+            value = float(found["value"][1])
+            unit = (labels["gpu_uuid"], labels.get("mig_uuid") or None)
+            if math.isnan(value):
+                continue
+            if unit in values:
+                moved.add(unit)
+            values[unit] = value
+        if moved:
+            gpus = "|".join(sorted({re.escape(gpu) for gpu, _ in moved}))
+            chosen = "{" + f'{name}, gpu_uuid=~"' + \
+                gpus.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+            found_at = {}
+            for fn in ("last_over_time", "tlast_over_time"):
+                for found in self._engine.instant(f"{fn}({chosen}{window})", at_ms):
+                    labels = found["metric"]  # last_over_time keeps the name, tlast not
+                    key = tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
+                    found_at.setdefault(key, {})[fn] = float(found["value"][1])
+            values.update(newest_of_units(
+                (((dict(key)["gpu_uuid"], dict(key).get("mig_uuid") or None),
+                  round(got["tlast_over_time"] * 1000), got["last_over_time"])
+                 for key, got in found_at.items() if len(got) == 2), moved))
+        with self._lock:
+            if self._memory_key is None or done_ms >= self._memory_key[0]:
+                self._memory, self._memory_key = values, (done_ms, fresh_ms)
+        return values
 
     def _hours_between(self, lo_ms: int, hi_ms: int
                        ) -> Iterable[tuple[int, int, int, HourMasks]]:
         """The masks of [lo, hi) hour by hour: (hour, part's lo, part's hi, masks) — whole
-        closed hours from the recording where recorded, the rest computed in the engine."""
+        closed hours from the recording where recorded, the rest computed in the engine.
+        The parts no recording can hold (an hour's part: the open hour) are computed in
+        another thread while the recorded hours are read: the engine answers their queries
+        while the export is parsed here."""
         first_whole = -(-lo_ms // HOUR_MS) * HOUR_MS
         last_whole = hi_ms // HOUR_MS * HOUR_MS
-        recorded = self._read_recorded(first_whole, last_whole) \
-            if last_whole > first_whole else {}
+        parts = []
         part_lo = lo_ms
         while part_lo < hi_ms:
             hour_ms = part_lo // HOUR_MS * HOUR_MS
-            part_hi = min(hour_ms + HOUR_MS, hi_ms)
-            hour = recorded.get(hour_ms) if part_lo == hour_ms else None
-            if hour is None or part_hi != hour_ms + HOUR_MS:
-                hour = self._compute(part_lo, part_hi)
-            yield hour_ms, part_lo, part_hi, hour
-            part_lo = part_hi
+            parts.append((hour_ms, part_lo, min(hour_ms + HOUR_MS, hi_ms)))
+            part_lo = parts[-1][2]
+        with ThreadPoolExecutor(1, thread_name_prefix="masks-part") as aside:
+            partial = {part: aside.submit(self._compute, part[1], part[2]) for part in parts
+                       if part[1:] != (part[0], part[0] + HOUR_MS)}
+            recorded = self._read_recorded(first_whole, last_whole) \
+                if last_whole > first_whole else {}
+            for part in parts:
+                hour = partial[part].result() if part in partial else recorded.get(part[0])
+                yield (*part, self._compute(part[1], part[2]) if hour is None else hour)
 
     def _compute(self, lo_ms: int, hi_ms: int) -> HourMasks:
-        """The masks of the minutes [lo, hi) of one hour, computed in the engine."""
+        """The masks of the minutes [lo, hi) of one hour, computed in the engine: the
+        queries of the hour's halves asked by another thread (QUERIES_AT_ONCE in flight),
+        each half folded once its answers are in."""
         hour = HourMasks(0)
-        for half_lo, half_hi in halves(lo_ms, hi_ms):
-            answers = {part: self._engine.instant(query, half_hi) for part, query in
-                       half_queries(half_lo, half_hi, self.thresholds).items()}
-            with self._lock:
-                folded = fold_answer(answers, half_lo, self._unit_id,
-                                     lambda: len(self._gpu_of_unit))
-            self.values_fetched += sum(map(len, answers.values()))
-            hour.merge(folded)
+        with ThreadPoolExecutor(QUERIES_AT_ONCE, thread_name_prefix="masks-query") as pool:
+            asked = [(half_lo, {part: pool.submit(self._engine.instant, query, half_hi)
+                                for part, query in
+                                half_queries(half_lo, half_hi, self.thresholds).items()})
+                     for half_lo, half_hi in halves(lo_ms, hi_ms)]
+            for half_lo, futures in asked:
+                answers = {part: future.result() for part, future in futures.items()}
+                with self._lock:
+                    # Every known GPU first reported before: its unit ids stand as they are.
+                    settled = self._units if half_lo >= self._first_ms_bound else None
+                    folded = fold_answer(answers, half_lo, self._unit_id,
+                                         lambda: len(self._gpu_of_unit), settled)
+                    self.values_fetched += sum(map(len, answers.values()))
+                hour.merge(folded)
         if hi_ms - lo_ms == HOUR_MS:
             self.hours_computed += 1
         return hour
@@ -245,6 +336,7 @@ class PrometheusMinuteMasks:
                 gid = self._gpus[unit[0]] = len(self._gpu_attrs)
                 self._gpu_attrs.append(attrs)
                 self._gpu_first_ms.append(at_ms)
+                self._first_ms_bound = max(self._first_ms_bound, at_ms)
             uid = self._units[unit] = len(self._gpu_of_unit)
             self._gpu_of_unit.append(gid)
             self._unit_labels.append({name: labels[name] for name in

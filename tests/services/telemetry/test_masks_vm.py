@@ -12,7 +12,7 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from gpufleet.domain.telemetry.funnel import GR_ENGINE_ACTIVE, SM_ACTIVE, Thresholds
+from gpufleet.domain.telemetry.funnel import GR_ENGINE_ACTIVE, MEMORY_USED, SM_ACTIVE, Thresholds
 from gpufleet.tsdb import Sample, series
 from gpufleet.tsdb.engine_masks import RECORDED_NAME, SLOT_MS, SLOTS
 from gpufleet.tsdb.masks import MaskStore, SlotSpan
@@ -104,6 +104,64 @@ def test_the_upkeep_refreshes_every_minute_only_while_questions_come(fresh_store
     span = SlotSpan(("GPU-1", None), to_ms(HOUR0), to_ms(HOUR0) + HOUR_MS, 0, 1.0)
     done = masks.refresh()
     assert masks.tallies([span], span.lo_ms, span.hi_ms, done)[0].active == 38
+
+
+class CountingEngine:
+    """The masks' engine, counting its instant queries."""
+
+    def __init__(self, engine):
+        self.engine, self.queries = engine, []
+
+    def instant(self, query: str, at_ms: int) -> list[dict]:
+        self.queries.append(query)
+        return self.engine.instant(query, at_ms)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+def test_each_unit_memory_is_kept_beside_the_masks(fresh_store):
+    """The idle list's memory: each unit's newest sample no older than `fresh_ms` before the
+    masks' judged end (a moved unit's newest of its two series), asked of the engine once
+    per refresh; while the idle list keeps asking, each refresh fetches it beside the
+    minute's masks, so the question asks the engine nothing."""
+    store = fresh_store()
+    gib = 1024.0**3
+
+    def memory(gpu: str, node: str, minutes: range, value: float) -> None:
+        store.write([Sample(series(MEMORY_USED, gpu, node=node, environment="e",
+                                   model="H100-80GB"), HOUR0 + timedelta(minutes=m), value)
+                     for m in minutes])
+    memory("GPU-1", "n", range(0, 12), 3 * gib)  # moved at minute 12, to a smaller figure
+    memory("GPU-1", "m", range(12, 14), 1 * gib)
+    memory("GPU-2", "n", range(0, 3), 2 * gib)  # stale by minute 14
+    masks = store.minute_masks(Thresholds())
+    engine = masks._engine = CountingEngine(masks._engine)
+    store.rollup(HOUR0 + timedelta(minutes=14))
+    masks.refresh()
+    units = [("GPU-1", None), ("GPU-2", None), ("GPU-3", None)]
+    fresh_ms = 5 * MINUTE_MS
+    asked = len(engine.queries)
+    assert masks.unit_memory(units, fresh_ms) == {("GPU-1", None): 1 * gib}
+    assert len(engine.queries) == asked + 3  # the fleet's values, then the moved unit's
+    assert masks.unit_memory(units, fresh_ms) == {("GPU-1", None): 1 * gib}
+    assert len(engine.queries) == asked + 3  # kept
+
+    memory("GPU-2", "n", range(14, 15), 2 * gib)
+    store.rollup(HOUR0 + timedelta(minutes=15))
+    masks.refresh()  # the idle list asked a moment ago: fetched beside the masks
+    asked = len(engine.queries)
+    assert masks.unit_memory(units, fresh_ms) == {("GPU-1", None): 1 * gib,
+                                                  ("GPU-2", None): 2 * gib}
+    assert len(engine.queries) == asked
+
+    masks.quiet_after_s = 0.0  # the idle list stopped asking: refreshes leave it out
+    store.rollup(HOUR0 + timedelta(minutes=16))
+    masks.refresh()
+    asked = len(engine.queries)
+    assert masks.unit_memory(units, fresh_ms) == {("GPU-1", None): 1 * gib,
+                                                  ("GPU-2", None): 2 * gib}
+    assert len(engine.queries) == asked + 1  # GPU-1's old series is out of the window now
 
 
 def test_hours_older_than_the_cache_are_fetched_for_the_question(fresh_store):

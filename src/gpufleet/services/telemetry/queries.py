@@ -48,7 +48,13 @@ from gpufleet.services.telemetry.ownership import (
 from gpufleet.settings import Settings
 from gpufleet.store.database import StateStore
 from gpufleet.tsdb import SeriesResult, TelemetryStore
-from gpufleet.tsdb.masks import MaskStore, MinuteMasks, SpanColumns, steps_fit_hours
+from gpufleet.tsdb.masks import (
+    MaskStore,
+    MinuteMasks,
+    SpanColumns,
+    UnitMemory,
+    steps_fit_hours,
+)
 from gpufleet.tsdb.protocol import MINUTE_MS, OWNER_LABELS, UNIT_LABELS, from_ms, to_ms
 from gpufleet.tsdb.rollups import combine_across
 from gpufleet.wire import telemetry_queries as wt
@@ -486,8 +492,9 @@ class TelemetryQueries:
         for n in candidates:
             looked.append(slots[n].unit, *_clip(slots[n], look_lo, done), n, slots[n].weight)
         last = masks.last_active_minutes(looked, look_lo, done, done) if candidates else {}
-        memory = live.latest_memory(self.telemetry, [slots[n].unit for n in candidates],
-                                    now)
+        units = [slots[n].unit for n in candidates]
+        memory = masks.unit_memory(units, int(live.FRESH.total_seconds() * 1000)) \
+            if isinstance(masks, UnitMemory) else live.latest_memory(self.telemetry, units, now)
         found = []
         for n in candidates:
             slot, count = slots[n], counts.get(n)
