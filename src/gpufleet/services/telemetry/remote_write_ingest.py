@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -51,7 +52,10 @@ from gpufleet.services.telemetry.batch_columns import (
 )
 from gpufleet.services.telemetry.ingest import TelemetryIngest, too_large
 from gpufleet.services.telemetry.remote_write_plans import RowKey, SeriesPlan, SeriesPlans
-from gpufleet.services.telemetry.remote_write_values import catalogue_values
+from gpufleet.services.telemetry.remote_write_values import (
+    catalogue_columns,
+    catalogue_values,
+)
 from gpufleet.tsdb import SampleColumns, SeriesLabels
 from gpufleet.wire.base import BodyTooLarge
 from gpufleet.wire.remote_write_columns import WriteColumns, decode_write_columns
@@ -128,11 +132,16 @@ def remote_write_columns(columns: WriteColumns, plans: Sequence[SeriesPlan],
     the inventory has to its node; `plans` are the plans of `columns.label_blocks`."""
     outcome: Counter[str] = Counter()
     readings: dict[str, _NodeReading | None] = {}
+    codes = np.fromiter(map(_ENCODING_CODE, plans), np.int8, len(plans))
+    scales = np.fromiter(map(_SCALE, plans), np.float64, len(plans))
+    singles = len(columns) == len(plans) and np.array_equal(columns.series_index,
+                                                            np.arange(len(plans)))
+    if singles:
+        steady = steady_columns(columns, plans, owners, units_of, window, codes, scales)
+        if steady is not None:
+            return steady, outcome
     times = columns.times_ms.tolist()
-    codes = np.fromiter((plan.encoding_code for plan in plans), np.int8, len(plans))
-    scales = np.fromiter((plan.scale for plan in plans), np.float64, len(plans))
-    if len(times) == len(plans) and np.array_equal(columns.series_index,
-                                                   np.arange(len(plans))):
+    if singles:
         ends = range(1, len(times) + 1)  # one sample a series: what a Prometheus sends
     else:
         ends = _ends(columns.series_index.tolist(), len(plans))
@@ -166,6 +175,67 @@ def remote_write_columns(columns: WriteColumns, plans: Sequence[SeriesPlan],
             reading.add(plan, times[first:end], values[first:end])
     return {node: reading.columns(window, outcome)
             for node, reading in readings.items() if reading is not None}, outcome
+
+
+_ENCODING_CODE, _SCALE, _PLAIN, _GPU, _LABELS_KEY, _LOW, _HIGH = (attrgetter(name) for name in (
+    "encoding_code", "scale", "plain", "gpu", "labels_key", "low", "high"))
+
+
+def steady_columns(columns: WriteColumns, plans: Sequence[SeriesPlan],
+                   owners: Mapping[str, str], units_of: Callable[[str], NodeUnits | None],
+                   window: TimeWindow, codes: np.ndarray,
+                   scales: np.ndarray) -> NodeColumns | None:
+    """`remote_write_columns`' answer for a body of one sample a series whose every series
+    is `plain`, a distinct row, on a GPU its node holds, with every value storable or "no
+    value": a Prometheus' steady state. Built as whole columns (numpy passes and C-level
+    maps, no Python call per series); None for any other body, which the general path
+    then reads series by series for the same answer."""
+    count = len(plans)
+    if not all(map(_PLAIN, plans)):
+        return None
+    keys = list(map(_LABELS_KEY, plans))
+    if len(set(keys)) != count:  # two series of one row: the first value present wins
+        return None
+    nodes = list(map(owners.get, map(_GPU, plans)))
+    if None in nodes:
+        return None
+    values, missing = catalogue_columns(columns.values, codes, scales)
+    times = columns.times_ms
+    lows = np.fromiter(map(_LOW, plans), np.float64, count)
+    highs = np.fromiter(map(_HIGH, plans), np.float64, count)
+    with np.errstate(invalid="ignore"):
+        storable = (np.isfinite(values) & (values >= lows) & (values <= highs)
+                    & (times >= window.oldest_ms) & (times <= window.newest_ms))
+    if not (storable | missing).all():
+        return None  # a sample to drop and count: the general path does that
+    # The body's series by node, each node's in the order they came.
+    node_names = list(dict.fromkeys(nodes))
+    number_of = {node: n for n, node in enumerate(node_names)}
+    node_numbers = np.fromiter(map(number_of.__getitem__, nodes), np.int64, count)
+    order = np.argsort(node_numbers, kind="stable")
+    bounds = np.searchsorted(node_numbers[order], np.arange(len(node_names) + 1)).tolist()
+    by_key = np.fromiter(keys, dtype=object, count=count)
+    answer: NodeColumns = {}
+    for n, node in enumerate(node_names):
+        units = units_of(node)
+        at = order[bounds[n]:bounds[n + 1]]
+        if units is None or not units.gpus.keys() >= set(map(itemgetter(1), by_key[at])):
+            return None  # the node left the inventory, or no longer holds a GPU
+        at = at[~missing[at]]
+        node_keys = by_key[at].tolist()
+        labels = list(map(units.series_labels.get, node_keys))
+        if not all(labels):  # a series new to the node's cache
+            labels = [labels_ or _store_labels(units, key, plans[index])
+                      for labels_, key, index in zip(labels, node_keys, at.tolist(),
+                                                     strict=True)]
+        answer[node] = (SampleColumns(labels, list(range(len(labels))), times[at].tolist(),
+                                      values[at].tolist()), Counter())
+    return answer
+
+
+def _store_labels(units: NodeUnits, key: tuple, plan: SeriesPlan) -> SeriesLabels:
+    return node_series_labels_keyed(units, key, plan.route.metric.name, plan.address.gpu_uuid,
+                                    plan.mig_uuid, plan.extra)
 
 
 def _ends(series_index: list[int], count: int) -> list[int]:
