@@ -95,7 +95,7 @@ def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
 def _decode(plans: SeriesPlans, body: bytes,
             max_bytes: int) -> tuple[WriteColumns, list[SeriesPlan]]:
     try:
-        columns = decode_write_columns(body, max_bytes)
+        columns = decode_write_columns(body, max_bytes, plans.known_blocks)
         return columns, plans.plans_of(columns.label_blocks)
     except BodyTooLarge as exc:
         raise too_large(exc, max_bytes) from None

@@ -16,7 +16,7 @@ series that come next, which costs a body of misses, never a wrong answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 from gpufleet.domain.telemetry.dcgm_mapping import (
@@ -123,6 +123,13 @@ class SeriesPlans:
 
     def __len__(self) -> int:
         return len(self._plans)
+
+    @property
+    def known_blocks(self) -> Container[bytes]:
+        """The label blocks planned (`decode_write_columns`' `known_blocks`): blocks that
+        decoder handed out, so each is label fields and nothing else, as long as
+        `plans_of` is given only those."""
+        return self._plans
 
     def plans_of(self, blocks: Sequence[bytes]) -> list[SeriesPlan]:
         """Each block's plan. `ValueError` for a block whose labels are not readable or
