@@ -72,7 +72,7 @@ def ingest_remote_write(ingest: TelemetryIngest, principal: Principal,
                             code="forbidden", details={"role": principal.role.value})
         columns, plans = _decode(ingest.remote_write_plans, body,
                                  ingest.settings.telemetry_max_batch_uncompressed_bytes)
-        owners = ingest.owners_of({plan.gpu for plan in plans} - {None})
+        owners = ingest.owners_of(set(map(_GPU, plans)) - {None})
         units = {node: _units(ingest, node, gpus) for node, gpus in _by_owner(owners)}
         by_node, outcome = remote_write_columns(columns, plans, owners, units.get,
                                                 ingest.window())
@@ -211,7 +211,7 @@ def steady_columns(columns: WriteColumns, plans: Sequence[SeriesPlan],
     # The body's series by node, each node's in the order they came.
     node_names = list(dict.fromkeys(nodes))
     number_of = {node: n for n, node in enumerate(node_names)}
-    node_numbers = np.fromiter(map(number_of.__getitem__, nodes), np.int64, count)
+    node_numbers = np.fromiter(map(number_of.get, nodes), np.int64, count)
     order = np.argsort(node_numbers, kind="stable")
     bounds = np.searchsorted(node_numbers[order], np.arange(len(node_names) + 1)).tolist()
     by_key = np.fromiter(keys, dtype=object, count=count)
