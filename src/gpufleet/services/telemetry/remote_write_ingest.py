@@ -208,28 +208,32 @@ def steady_columns(columns: WriteColumns, plans: Sequence[SeriesPlan],
                     & (times >= window.oldest_ms) & (times <= window.newest_ms))
     if not (storable | missing).all():
         return None  # a sample to drop and count: the general path does that
-    # The body's series by node, each node's in the order they came.
+    # The body's series by node, each node's in the order they came, as lists sliced per
+    # node (blanks, "no value", left out first).
     node_names = list(dict.fromkeys(nodes))
     number_of = {node: n for n, node in enumerate(node_names)}
     node_numbers = np.fromiter(map(number_of.get, nodes), np.int64, count)
     order = np.argsort(node_numbers, kind="stable")
+    if missing.any():
+        order = order[~missing[order]]
     bounds = np.searchsorted(node_numbers[order], np.arange(len(node_names) + 1)).tolist()
-    by_key = np.fromiter(keys, dtype=object, count=count)
+    keys_by_node = np.fromiter(keys, dtype=object, count=count)[order].tolist()
+    times_by_node, values_by_node = times[order].tolist(), values[order].tolist()
     answer: NodeColumns = {}
     for n, node in enumerate(node_names):
         units = units_of(node)
-        at = order[bounds[n]:bounds[n + 1]]
-        if units is None or not units.gpus.keys() >= set(map(itemgetter(1), by_key[at])):
+        first, end = bounds[n], bounds[n + 1]
+        node_keys = keys_by_node[first:end]
+        if units is None or not units.gpus.keys() >= set(map(itemgetter(1), node_keys)):
             return None  # the node left the inventory, or no longer holds a GPU
-        at = at[~missing[at]]
-        node_keys = by_key[at].tolist()
         labels = list(map(units.series_labels.get, node_keys))
         if not all(labels):  # a series new to the node's cache
             labels = [labels_ or _store_labels(units, key, plans[index])
-                      for labels_, key, index in zip(labels, node_keys, at.tolist(),
-                                                     strict=True)]
-        answer[node] = (SampleColumns(labels, list(range(len(labels))), times[at].tolist(),
-                                      values[at].tolist()), Counter())
+                      for labels_, key, index in zip(labels, node_keys,
+                                                     order[first:end].tolist(), strict=True)]
+        answer[node] = (SampleColumns(labels, list(range(len(labels))),
+                                      times_by_node[first:end], values_by_node[first:end]),
+                        Counter())
     return answer
 
 
