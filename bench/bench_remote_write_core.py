@@ -61,7 +61,7 @@ def main() -> None:
             spent = dict.fromkeys(best, 0.0)
             for n, body in enumerate(bodies if repeat == 0 else bodies[first:]):
                 a = time.process_time()
-                decoded = decode_write_columns(body, 1 << 30)
+                decoded = decode_write_columns(body, 1 << 30, plans.known_blocks)
                 series_plans = plans.plans_of(decoded.label_blocks)
                 b = time.process_time()
                 by_node, _ = remote_write_columns(decoded, series_plans, owners, units.get,

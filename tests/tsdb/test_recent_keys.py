@@ -63,3 +63,36 @@ def test_a_recent_replay_is_caught_after_it_was_applied_and_an_old_one_by_duckdb
         assert reopened.write_columns([("n:new", upload("GPU-a", now_ms))]) == [None]
     finally:
         reopened.close()
+
+
+def test_the_start_allowance_ends_at_the_newest_sample_earlier_processes_stored():
+    clock = Clock(1_000 * MINUTE_MS)
+    recent = RecentKeys(window_ms=10 * MINUTE_MS, future_allowance_ms=60 * MINUTE_MS,
+                        now_ms=clock)
+    recent.stored_through(clock.now_ms - 2 * MINUTE_MS)
+    assert recent.answers_for(clock.now_ms - 2 * MINUTE_MS + 1)
+    assert not recent.answers_for(clock.now_ms - 2 * MINUTE_MS)  # may be a replay: ask DuckDB
+    assert not recent.answers_for(clock.now_ms - 11 * MINUTE_MS)  # the window still holds
+    fresh = RecentKeys(window_ms=10 * MINUTE_MS, future_allowance_ms=60 * MINUTE_MS,
+                       now_ms=clock)
+    assert not fresh.answers_for(clock.now_ms)
+    fresh.stored_through(None)  # nothing stored: the window alone decides
+    assert fresh.answers_for(clock.now_ms - 9 * MINUTE_MS)
+
+
+def test_a_reopened_store_vouches_only_for_uploads_newer_than_what_it_holds(tmp_path):
+    now_ms = int(time.time() * 1000)
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", apply_interval_s=None)
+    try:  # within the first hour after a start, but nothing stored yet: answered in memory
+        assert store._recent.answers_for(now_ms)
+        assert store.write_columns([("n:a", upload("GPU-a", now_ms))]) == [1]
+    finally:
+        store.close()  # applied at close: the key is in DuckDB, not in the journal
+    reopened = DuckDBTelemetryStore(tmp_path / "t.duckdb", apply_interval_s=None)
+    try:
+        assert not reopened._recent.answers_for(now_ms)
+        assert reopened._recent.answers_for(now_ms + 1)
+        assert reopened.write_columns([("n:a", upload("GPU-a", now_ms)),
+                                       ("n:b", upload("GPU-b", now_ms + 1))]) == [None, 1]
+    finally:
+        reopened.close()

@@ -245,3 +245,86 @@ def test_a_short_walk_with_upb_finishing_reads_what_upb_reads(raw, steps):
         assert outcome(via_columns, body) == outcome(via_upb, body)
     finally:
         remote_write_columns.MAX_LOCKSTEP_STEPS = kept
+
+
+# A Prometheus' steady state: series whose label blocks the decoder handed out before, one
+# sample each, read from each series' last bytes (`known_blocks`) rather than walked.
+prometheus_times = st.integers(2**35, 2**42 - 1)  # times whose varint is 6 bytes
+
+
+@st.composite
+def one_sample(draw) -> bytes:
+    """Mostly what a sender writes (a value and a time of 6 varint bytes; a value of 0 left
+    out), else any Sample."""
+    if draw(st.booleans()):
+        return draw(samples())
+    value = draw(values)
+    head = b"" if value == 0 and not math.copysign(1, value) < 0 else \
+        field(1, 1, struct.pack("<d", value))
+    return head + field(2, 0, varint(draw(prometheus_times)))
+
+
+@st.composite
+def known_and_again(draw) -> tuple[set[bytes], bytes]:
+    """Label blocks learnt from one body, and a body of those blocks (and maybe a few
+    others) with one sample each or a few."""
+    first = snappy(draw(write_requests()))
+    try:
+        blocks = decode_write_columns(first, LIMIT).label_blocks
+    except ValueError:
+        blocks = []
+    pool = blocks + [b"".join(draw(labels())) for _ in range(draw(st.integers(0, 1)))]
+    series = []
+    for block in draw(st.lists(st.sampled_from(pool), max_size=6)) if pool else []:
+        sample_fields = [field(2, 2, draw(one_sample()))
+                         for _ in range(draw(st.sampled_from([1, 1, 1, 0, 2])))]
+        series.append(field(1, 2, block + b"".join(sample_fields)))
+    return set(blocks), b"".join(series)
+
+
+def via_known_columns(known: set[bytes]):
+    def decode(body: bytes):
+        columns = decode_write_columns(body, LIMIT, known)
+        decoded = [(labels_of_block(block), []) for block in columns.label_blocks]
+        for index, t, v in zip(columns.series_index.tolist(), columns.times_ms.tolist(),
+                               columns.values.tolist(), strict=True):
+            decoded[index][1].append((t, _bits(v)))
+        return decoded
+    return decode
+
+
+@settings(max_examples=300, deadline=None)
+@given(known_and_again())
+def test_series_of_known_blocks_read_what_upb_reads(known_and_raw):
+    known, raw = known_and_raw
+    body = snappy(raw)
+    assert outcome(via_known_columns(known), body) == outcome(via_upb, body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(known_and_again(), st.data())
+def test_a_damaged_body_of_known_blocks_is_refused_or_read_as_upb_reads_it(known_and_raw, data):
+    known, raw = known_and_raw
+    if not raw:
+        return
+    at = data.draw(st.integers(0, len(raw) - 1))
+    damaged = snappy(raw[:at] + bytes([data.draw(st.integers(0, 255))]) + raw[at + 1:])
+    mine = outcome(via_known_columns(known), damaged)
+    if mine != "refused":
+        assert mine == outcome(via_upb, damaged)
+
+
+def test_a_steady_body_of_known_blocks_is_not_walked(monkeypatch):
+    from gpufleet.wire import remote_write_columns
+    series = [({"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": f"GPU-{n}"},
+               [(1_800_000_000_000 + n, float(n % 3))]) for n in range(50)]  # 0s left out
+    body = encode_write_request(series)
+    known = set(decode_write_columns(body, LIMIT).label_blocks)
+    expected = via_upb(body)
+
+    def no_walk(*args):
+        raise AssertionError("walked")
+    monkeypatch.setattr(remote_write_columns, "_columns", no_walk)
+    assert via_known_columns(known)(body) == expected
+    with pytest.raises(AssertionError, match="walked"):  # an unknown block: walked
+        decode_write_columns(body, LIMIT, known - {min(known)})

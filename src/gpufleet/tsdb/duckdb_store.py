@@ -142,6 +142,9 @@ class DuckDBTelemetryStore:
             if self._journal is None else None
         if self._journal is not None:
             self._replay(self._journal.recover())
+        # Every key stored before this process (the journal's replayed above) is there now.
+        self._recent.stored_through(self._con.execute(
+            "SELECT max(newest_ms) FROM ingested_batches").fetchone()[0])
         # Pieces are kept no longer than the minutes they fold (a shorter minute retention).
         self._pieces = EdgePieces(self._new_cursor, lambda con: self._state(con)[1],
                                   horizon_hours=min(48, int(retention.minute

@@ -10,6 +10,12 @@ sample is inside the window), and not by an earlier one (which stopped before th
 started, and could not have accepted samples stamped more than `future_allowance_ms` after
 that). Older uploads — a spool replayed after an outage, anything in the first
 `future_allowance_ms` after a start — are still checked in DuckDB.
+
+The store narrows that start allowance to what it holds (`stored_through`): every key an
+earlier process stored is in `ingested_batches` with its newest sample, so an upload whose
+oldest sample is newer than the newest of them cannot be a replay of one of them (a replay
+carries the same samples). A fresh store, or one whose senders are ahead of what it holds,
+then needs no DuckDB statement in its first hour either.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import time
 from collections.abc import Callable
 
 PRUNE_EVERY = 4096  # additions between sweeps of expired keys
+_NEVER_MS = -(2**63)
 
 
 def wall_clock_ms() -> int:
@@ -37,6 +44,12 @@ class RecentKeys:
 
     def __contains__(self, key: str) -> bool:
         return key in self._newest_ms
+
+    def stored_through(self, newest_stored_ms: int | None) -> None:
+        """What earlier processes stored: every key of theirs has its newest sample at or
+        before `newest_stored_ms` (None: they stored none)."""
+        floor_ms = _NEVER_MS if newest_stored_ms is None else newest_stored_ms + 1
+        self._horizon_floor_ms = min(self._horizon_floor_ms, floor_ms)
 
     def answers_for(self, oldest_sample_ms: int) -> bool:
         """True when an upload whose oldest sample is this recent is a replay only if its key

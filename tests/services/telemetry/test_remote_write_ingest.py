@@ -10,6 +10,7 @@ import math
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,10 @@ from gpufleet.agent.prometheus_text import Sample
 from gpufleet.domain.telemetry.sources import DCGM_INT32_BLANK, DCGM_INT64_BLANK
 from gpufleet.services.inventory.node_units import NodeUnits
 from gpufleet.services.telemetry.batch_columns import TimeWindow, batch_columns
-from gpufleet.services.telemetry.remote_write_ingest import remote_write_columns
+from gpufleet.services.telemetry.remote_write_ingest import (
+    remote_write_columns,
+    steady_columns,
+)
 from gpufleet.services.telemetry.remote_write_plans import SeriesPlans
 from gpufleet.wire.remote_write import RemoteSeries, decode_write_request, encode_write_request
 from gpufleet.wire.remote_write_columns import decode_write_columns
@@ -235,3 +239,74 @@ def test_the_varied_body_exercises_every_rule():
                       ("gpu.memory_used_bytes", None): 64.0 * 1024**2,
                       ("gpu.workload_claimed", "x"): 1.0}
     assert by_node["node-2"][1] == Counter()  # the NaN copy came after a number: ignored
+
+
+# A Prometheus' steady state: one sample a series, no workload labels, every value storable
+# or blank. Built as whole columns (`steady_columns`); each of BREAKS_STEADY makes a body
+# the general path's instead.
+STEADY = [
+    dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_A, one(40.0)),
+    dcgm("DCGM_FI_PROF_SM_ACTIVE", GPU_A, one(0.25)),
+    dcgm("DCGM_FI_DEV_FB_USED", GPU_A, one(1024.0)),
+    dcgm("DCGM_FI_DEV_GPU_TEMP", GPU_A, one(float(DCGM_INT32_BLANK + 1))),  # blank
+    dcgm("DCGM_FI_DEV_MEM_CLOCK", GPU_A, one(math.nan)),  # no value
+    dcgm("DCGM_FI_PROF_NVLINK_L3_RX_BYTES", GPU_A, one(2e9)),
+    dcgm("DCGM_EXP_XID_ERRORS_TOTAL", GPU_A, one(1.0), xid="79"),
+    dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", GPU_M, one(0.5), **MIG_1),
+    dcgm("DCGM_FI_DEV_POWER_USAGE", GPU_M, one(190.0), **MIG_3),
+    ({"__name__": "DCGM_FI_DEV_GPU_TEMP", "uuid": GPU_B, "Hostname": "node-1"}, one(33.0)),
+    dcgm("DCGM_FI_DEV_GPU_TEMP", GPU_OTHER, one(41.0), host="node-2"),
+    dcgm("DCGM_FI_DEV_FB_USED", GPU_OTHER, one(64.0), host=None),
+]
+BREAKS_STEADY = [
+    dcgm("DCGM_FI_DEV_FAN_SPEED", GPU_A, one(140.0)),  # out of range
+    dcgm("DCGM_FI_DEV_MEMORY_TEMP", GPU_A, one(50.0, T0 - 7_200_000)),  # too old
+    dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_A, [(T0, 40.0), (T0 + 15_000, 45.0)]),  # two samples
+    dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_B, one(70.0), pod="a", namespace="ml"),  # a workload
+    dcgm("DCGM_FI_DEV_POWER_USAGE", GPU_M, one(180.0), **MIG_1),  # MIG_3's row: first wins
+    dcgm("DCGM_FI_DEV_GPU_UTIL", GPU_UNKNOWN, one(5.0), host="node-9"),
+    dcgm("DCGM_FI_DEV_SOMETHING_NEW", GPU_A, one(1.0)),
+    ({"__name__": "up", "job": "dcgm-exporter"}, one(1.0)),
+]
+
+
+def steady_of(series, owners=OWNERS):
+    columns = decode_write_columns(encode_write_request(series), 10_000_000)
+    plans = SeriesPlans().plans_of(columns.label_blocks)
+    codes = np.array([p.encoding_code for p in plans], np.int8)
+    scales = np.array([p.scale for p in plans], np.float64)
+    return steady_columns(columns, plans, owners, units_of, WINDOW, codes, scales)
+
+
+def test_a_steady_body_is_built_whole_and_stored_as_the_snapshot_path_stores_it():
+    assert steady_of(STEADY) is not None
+    direct, before = both_paths(STEADY)
+    assert direct == before
+    assert sum(len(c) for c, _ in direct[0].values()) == len(STEADY) - 2  # the two blanks
+
+
+@pytest.mark.parametrize("breaker", BREAKS_STEADY)
+def test_a_body_with_anything_else_goes_the_general_way(breaker):
+    assert steady_of([*STEADY, breaker]) is None
+    direct, before = both_paths([*STEADY, breaker])
+    assert direct == before
+
+
+def test_a_gpu_its_node_no_longer_holds_sends_the_body_the_general_way():
+    moved = {**OWNERS, GPU_OTHER: "node-1"}  # the owners memo is behind the inventory
+    assert steady_of(STEADY, moved) is None
+    body = encode_write_request(STEADY)
+    columns = decode_write_columns(body, 10_000_000)
+    by_node, outcome = remote_write_columns(
+        columns, SeriesPlans().plans_of(columns.label_blocks), moved, units_of, WINDOW)
+    assert outcome == Counter(foreign_gpu=2) and set(by_node) == {"node-1"}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(STEADY + BREAKS_STEADY[:2] + BREAKS_STEADY[4:5]), max_size=14),
+       st.integers(0, 3))
+def test_any_steady_mix_is_stored_as_the_snapshot_path_stores_it(series, shift):
+    moved = [(labels, [(t + shift * 1000, v) for t, v in samples])
+             for labels, samples in series]
+    direct, before = both_paths(moved, SHARED_PLANS)
+    assert direct == before

@@ -16,7 +16,7 @@ series that come next, which costs a body of misses, never a wrong answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 from gpufleet.domain.telemetry.dcgm_mapping import (
@@ -33,7 +33,7 @@ from gpufleet.domain.telemetry.dcgm_mapping import (
     workload_of,
 )
 from gpufleet.domain.telemetry.sources import Encoding
-from gpufleet.services.telemetry.batch_columns import unit_series_problem
+from gpufleet.services.telemetry.batch_columns import range_of, unit_series_problem
 from gpufleet.services.telemetry.remote_write_values import ENCODING_CODES
 from gpufleet.wire.remote_write import METRIC_NAME_LABEL
 from gpufleet.wire.remote_write_columns import labels_of_block
@@ -76,6 +76,12 @@ class SeriesPlan:
     # converted as one numpy column (`remote_write_values.catalogue_values`).
     encoding_code: int = _FLOAT_CODE
     scale: float = 1.0
+    # `plain`: a row stored as it is, with nothing else to do (no workload vote, no
+    # problem); such a body is built as columns whole (`remote_write_ingest`). `low`,
+    # `high`: the values its metric's unit allows (`range_of`).
+    plain: bool = False
+    low: float = 0.0
+    high: float = 0.0
 
 
 def plan_of(labels: dict[str, str]) -> SeriesPlan:
@@ -102,8 +108,9 @@ def plan_of(labels: dict[str, str]) -> SeriesPlan:
     extra = dict(own) if own else _NO_EXTRA
     labels_key = (metric.name, address.gpu_uuid, mig, *extra.items()) if extra else \
         (metric.name, address.gpu_uuid, mig)
-    return SeriesPlan(gpu, True, to, address, workload, row, mig, extra,
-                      unit_series_problem(metric, mig, extra), labels_key, code, scale)
+    problem = unit_series_problem(metric, mig, extra)
+    return SeriesPlan(gpu, True, to, address, workload, row, mig, extra, problem, labels_key,
+                      code, scale, workload is None and problem is None, *range_of(metric))
 
 
 class SeriesPlans:
@@ -117,11 +124,18 @@ class SeriesPlans:
     def __len__(self) -> int:
         return len(self._plans)
 
+    @property
+    def known_blocks(self) -> Container[bytes]:
+        """The label blocks planned (`decode_write_columns`' `known_blocks`): blocks that
+        decoder handed out, so each is label fields and nothing else, as long as
+        `plans_of` is given only those."""
+        return self._plans
+
     def plans_of(self, blocks: Sequence[bytes]) -> list[SeriesPlan]:
         """Each block's plan. `ValueError` for a block whose labels are not readable or
         lack `__name__` (the whole body is refused, as `decode_write_request` refuses it)."""
         plans = list(map(self._plans.get, blocks))
-        if None in plans:
+        if not all(plans):  # (`None in plans` would call each plan's __eq__)
             new: dict[bytes, SeriesPlan] = {}
             labels_seen: dict[bytes, tuple[str, str]] = {}
             for index, plan in enumerate(plans):

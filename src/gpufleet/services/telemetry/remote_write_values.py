@@ -52,6 +52,18 @@ def catalogue_values(raws: np.ndarray, encoding_codes: np.ndarray,
     """Each float64 raw reading × its scale, None where `convert` says "no value" (NaN,
     ±inf, the encoding's sentinels): `encoding_codes` (`ENCODING_CODES`) and `scales` are
     per sample."""
+    values, missing = catalogue_columns(raws, encoding_codes, scales)
+    if not missing.any():
+        return values.tolist()
+    answer: Sequence = values.astype(object)
+    answer[missing] = None
+    return answer.tolist()
+
+
+def catalogue_columns(raws: np.ndarray, encoding_codes: np.ndarray,
+                      scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`catalogue_values` as columns: the values (float64; where `missing`, whatever the
+    raw reading times its scale is) and the mask of "no value"."""
     missing = ~np.isfinite(raws)
     for code, mask in (
             (_CODE[Encoding.DCGM_INT64],
@@ -64,8 +76,4 @@ def catalogue_values(raws: np.ndarray, encoding_codes: np.ndarray,
             missing |= of_code & mask(raws)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN and ±inf are `missing`
         values = raws * scales
-    if not missing.any():
-        return values.tolist()
-    answer: Sequence = values.astype(object)
-    answer[missing] = None
-    return answer.tolist()
+    return values, missing
