@@ -376,15 +376,16 @@ class DuckDBTelemetryStore:
         this of ~1,500 candidates at 10,000 GPUs)."""
         if not units:
             return {}
+        since_ms = to_ms(since)
+        kept = self._kept_latest(metric)
+        if kept is not None and since_ms >= kept.horizon_ms:
+            return kept.newest_of(units, since_ms)
         chosen = self._select_gpus(metric, sorted({gpu for gpu, _ in units}), None)
         if not chosen:
             return {}
         unit_of = {sid: (s.gpu_uuid, s.mig_uuid) for sid, s in chosen}
-        since_ms = to_ms(since)
-        kept = self._kept_latest(metric)
-        rows = kept.rows(unit_of, since_ms) if kept is not None \
-            and since_ms >= kept.horizon_ms else self._latest_rows(unit_of, since_ms)
-        return newest_of_units(((unit_of[sid], ms, value) for sid, ms, value in rows), units)
+        return newest_of_units(((unit_of[sid], ms, value) for sid, ms, value
+                                in self._latest_rows(unit_of, since_ms)), units)
 
     def _kept_latest(self, metric: str) -> KeptLatest | None:
         """`metric`'s newest samples kept in memory (kept_latest.py), built from the raw tier
@@ -402,13 +403,12 @@ class DuckDBTelemetryStore:
             self._apply_journal()
             kept = self._kept.get(metric)
             if kept is None:
-                with self._dictionary_lock:
-                    series = list(self._by_metric.get(metric, {}))
+                series = self._units_of_series(metric)
                 # From an hour before the rolled-up minutes: the newest row groups only.
                 # (Nothing rolled up yet: the whole raw tier, a young store's.)
                 minute_done = self._read(lambda cur: self._state(cur)[0])
                 horizon = minute_done - HOUR_MS if minute_done else -(2**62)
-                rows = self._read(lambda cur: _newest_rows(cur, series, horizon))
+                rows = self._read(lambda cur: _newest_rows(cur, list(series), horizon))
                 kept = self._kept[metric] = KeptLatest(horizon, rows, series)
             return kept
 
@@ -418,14 +418,15 @@ class DuckDBTelemetryStore:
         import numpy as np
 
         ids, times, values = columns(np)
-        with self._dictionary_lock:
-            grown = {metric: list(self._by_metric.get(metric, {}))
-                     for metric, kept in self._kept.items()
-                     if len(self._by_metric.get(metric, ())) != kept.tracked}
         for metric, kept in self._kept.items():
-            if metric in grown:
-                kept.track(grown[metric])
+            if len(self._by_metric.get(metric, ())) != kept.tracked:  # new series
+                kept.track(self._units_of_series(metric))
             kept.add(ids, times, values)
+
+    def _units_of_series(self, metric: str) -> dict[int, tuple[str, str | None]]:
+        with self._dictionary_lock:
+            return {sid: (s.gpu_uuid, s.mig_uuid)
+                    for sid, s in self._by_metric.get(metric, {}).items()}
 
     def _latest_percent(self, chosen: Sequence[tuple[int, SeriesLabels]],
                         totals: Sequence[tuple[int, SeriesLabels]], since_ms: int,
