@@ -415,6 +415,9 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path,
                         help="keep the loaded stores here; a later run with the same "
                              "--gpus and --seed asks its questions without loading again")
+    parser.add_argument("--duckdb-threads", type=int,
+                        help="DuckDB's threads for the store asked (as the setting "
+                             "telemetry_duckdb_threads; default: DuckDB's, one per core)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tvm-") as tmp:
         root = args.data_dir or Path(tmp)
@@ -432,7 +435,8 @@ def run(args, root: Path, vm, vm_url: str) -> None:
     loaded = root / f"loaded-{args.gpus}-{args.seed}"
     state = StateStore(f"sqlite:///{root / 'state.db'}")
     if loaded.exists():
-        telemetry = DuckDBTelemetryStore(root / "telemetry.duckdb")
+        telemetry = DuckDBTelemetryStore(root / "telemetry.duckdb",
+                                         threads=args.duckdb_threads)
         print(f"stores loaded earlier, in {root}")
     else:
         telemetry = load(args, root, vm, vm_url, state)

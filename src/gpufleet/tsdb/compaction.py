@@ -58,6 +58,11 @@ def _replace_rows(con: duckdb.DuckDBPyConnection, table: str, where: str) -> Non
     con.execute("DROP TABLE compacting")
 
 
+def kept_as_received(metric: str) -> bool:
+    """Whether compaction keeps `metric`'s raw values exactly as they were stored."""
+    return not any(row.name == metric for rows in _stored_precision().values() for row in rows)
+
+
 def _rounded_value() -> str:
     """SQL: a sample's `value` at its series' stored precision (`runs.places`)."""
     cases = " ".join(f"WHEN {places} THEN round(r.value, {places})"

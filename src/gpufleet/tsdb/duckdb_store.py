@@ -39,13 +39,14 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from operator import itemgetter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
 from gpufleet.private_files import make_private
-from gpufleet.tsdb.compaction import compact_rollups, compact_samples
+from gpufleet.tsdb.compaction import compact_rollups, compact_samples, kept_as_received
 from gpufleet.tsdb.duckdb_columns import INT32, registered
 from gpufleet.tsdb.duckdb_masks import DuckDBMinuteMasks, series_minutes
 from gpufleet.tsdb.duckdb_query import fill_pieces, plan_range, select_slots, slots_table
@@ -76,6 +77,9 @@ from gpufleet.tsdb.recent_keys import RecentKeys
 from gpufleet.tsdb.rollups import TierSources, fold
 from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labels
 from gpufleet.tsdb.series_ids import SeriesIds
+
+if TYPE_CHECKING:
+    from gpufleet.tsdb.kept_latest import KeptLatest
 
 _UNNEST_SERIES = ", ".join(f"unnest(${n}::{kind}[])" for n, kind in enumerate(
     ("INTEGER", *["VARCHAR"] * 7), start=1))
@@ -128,6 +132,8 @@ class DuckDBTelemetryStore:
         self._series_version = 0
         self._series_written = False
         self._load_series()
+        # Metrics asked by `latest_of_units`: their series' newest samples (kept_latest.py).
+        self._kept: dict[str, KeptLatest] = {}
         self._pending: list[JournalRecord] = []
         self._pending_keys: set[str] = set()
         self._recent = RecentKeys(future_allowance_ms=int(future_allowance_s * 1000))
@@ -176,6 +182,10 @@ class DuckDBTelemetryStore:
                 times.append(last_ms)
                 values.append(float(sample.value))
             self._transaction(lambda con: self._store(con, new, ids, times, values), new)
+            if self._kept:
+                self._keep(lambda np: (np.array(ids, dtype=np.int64),
+                                       np.array(times, dtype=np.int64),
+                                       np.array(values, dtype=np.float64)))
             return len(ids)
 
     def write_columns(self, batches: Sequence[tuple[str, SampleColumns]]) -> list[int | None]:
@@ -236,11 +246,13 @@ class DuckDBTelemetryStore:
         with self._lock:
             self._apply_journal()
 
+            raw_cut: list[int] = []
+
             def drop(con: duckdb.DuckDBPyConnection) -> None:
                 minute_done, hour_done = self._state(con)
                 # Raw rows go only once folded: a tier never loses what no coarser one holds.
-                con.execute("DELETE FROM samples WHERE ts_ms < $1",
-                            [min(now_ms - _ms(r.raw), minute_done)])
+                raw_cut[:] = [min(now_ms - _ms(r.raw), minute_done)]
+                con.execute("DELETE FROM samples WHERE ts_ms < $1", raw_cut)
                 con.execute("DELETE FROM rollup_1m WHERE bucket_ms < $1",
                             [min(now_ms - _ms(r.minute), hour_done)])
                 con.execute("DELETE FROM rollup_1h WHERE bucket_ms < $1",
@@ -248,6 +260,8 @@ class DuckDBTelemetryStore:
                 con.execute("DELETE FROM ingested_batches WHERE newest_ms < $1",
                             [now_ms - _ms(r.raw)])
             self._transaction(drop)
+            for kept in self._kept.values():
+                kept.drop_before(raw_cut[0])
 
     def checkpoint(self) -> None:
         """Write everything to the file now (DuckDB otherwise checkpoints by WAL size)."""
@@ -365,12 +379,57 @@ class DuckDBTelemetryStore:
         this of ~1,500 candidates at 10,000 GPUs)."""
         if not units:
             return {}
+        since_ms = to_ms(since)
+        kept = self._kept_latest(metric)
+        if kept is not None and since_ms >= kept.horizon_ms:
+            return kept.newest_of(units, since_ms)
         chosen = self._select_gpus(metric, sorted({gpu for gpu, _ in units}), None)
         if not chosen:
             return {}
         unit_of = {sid: (s.gpu_uuid, s.mig_uuid) for sid, s in chosen}
         return newest_of_units(((unit_of[sid], ms, value) for sid, ms, value
-                                in self._latest_rows(unit_of, to_ms(since))), units)
+                                in self._latest_rows(unit_of, since_ms)), units)
+
+    def _kept_latest(self, metric: str) -> KeptLatest | None:
+        """`metric`'s newest samples kept in memory (kept_latest.py), built from the raw tier
+        when first asked (under the store's lock: no write between the read and keeping);
+        None for a metric whose values compaction rounds."""
+        kept = self._kept.get(metric)
+        if kept is not None:
+            self._catch_up()  # what returned before this question is kept
+            return kept
+        if not kept_as_received(metric):
+            return None
+        from gpufleet.tsdb.kept_latest import KeptLatest
+
+        with self._lock:
+            self._apply_journal()
+            kept = self._kept.get(metric)
+            if kept is None:
+                series = self._units_of_series(metric)
+                # From an hour before the rolled-up minutes: the newest row groups only.
+                # (Nothing rolled up yet: the whole raw tier, a young store's.)
+                minute_done = self._read(lambda cur: self._state(cur)[0])
+                horizon = minute_done - HOUR_MS if minute_done else -(2**62)
+                rows = self._read(lambda cur: _newest_rows(cur, list(series), horizon))
+                kept = self._kept[metric] = KeptLatest(horizon, rows, series)
+            return kept
+
+    def _keep(self, columns) -> None:
+        """Stored samples to the kept metrics (under the store's lock, after the commit);
+        `columns(numpy)`: (series ids, times ms, values) as arrays."""
+        import numpy as np
+
+        ids, times, values = columns(np)
+        for metric, kept in self._kept.items():
+            if len(self._by_metric.get(metric, ())) != kept.tracked:  # new series
+                kept.track(self._units_of_series(metric))
+            kept.add(ids, times, values)
+
+    def _units_of_series(self, metric: str) -> dict[int, tuple[str, str | None]]:
+        with self._dictionary_lock:
+            return {sid: (s.gpu_uuid, s.mig_uuid)
+                    for sid, s in self._by_metric.get(metric, {}).items()}
 
     def _latest_percent(self, chosen: Sequence[tuple[int, SeriesLabels]],
                         totals: Sequence[tuple[int, SeriesLabels]], since_ms: int,
@@ -546,6 +605,11 @@ class DuckDBTelemetryStore:
             with self._ingest_lock:
                 self._pending[:0] = taken
             raise
+        if self._kept:
+            self._keep(lambda np: tuple(
+                np.frombuffer(b"".join(getattr(r, name) for r in taken), dtype=kind)
+                for name, kind in (("series_ids", "<i4"), ("times_ms", "<i8"),
+                                   ("values", "<f8"))))
         with self._ingest_lock:
             self._pending_keys.difference_update(r.key for r in taken)
             self._unapplied_batches -= len(taken)
@@ -681,6 +745,17 @@ class DuckDBTelemetryStore:
             return known
         passes = filter_matcher(rest)
         return [(sid, s) for sid, s in known if passes(s)]
+
+
+def _newest_rows(cur: duckdb.DuckDBPyConnection, series: list[int],
+                 since_ms: int) -> list[tuple[int, int, float]]:
+    """(series id, time ms, value) of each of `series`' newest raw sample at or after
+    since_ms; at the same time, the larger value (as kept_latest.py keeps them)."""
+    with registered(cur, {"series_id": (INT32, series)}) as view:
+        return cur.execute(f"""
+            SELECT series_id, max(ts_ms), arg_max(value, (ts_ms, value)) FROM samples
+            WHERE series_id IN (SELECT series_id FROM {view}) AND ts_ms >= $since
+            GROUP BY series_id""", {"since": since_ms}).fetchall()
 
 
 def _store_series(con: duckdb.DuckDBPyConnection, by_sid: dict[int, SeriesLabels]) -> bool:
