@@ -370,3 +370,22 @@ def test_columns_are_stored_like_samples_and_a_replayed_key_is_not_counted_twice
                                 ("node-3:b1", third)]) == [None, 1, None]
     total = only(store.query_range("gpu.power_usage_watts", T0, at(20), timedelta(seconds=10)))
     assert total.points == [(at(0), 160.0), (at(10), 250.0)]
+
+
+def test_numpy_columns_are_stored_as_lists_are(store):
+    """Remote-write's steady body hands the store numpy columns and a range index (sample i
+    of series i): stored as the same samples in lists would be."""
+    import numpy as np
+
+    from gpufleet.tsdb import SampleColumns
+
+    listed = columns_of([*ticks("gpu.power_usage_watts", "GPU-a", [100.0]),
+                         *ticks("gpu.power_usage_watts", "GPU-b", [50.5])])
+    as_numpy = SampleColumns(listed.series, range(2),
+                             np.array([at(10).timestamp() * 1000] * 2, np.int64),
+                             np.array([300.0, 25.25]))
+    assert store.write_columns([("node-1:l", listed), ("node-1:n", as_numpy)]) == [2, 2]
+    assert store.write_columns([("node-1:n", as_numpy)]) == [None]  # its key was kept
+    total = only(store.query_range("gpu.power_usage_watts", T0, at(20), timedelta(seconds=10)))
+    assert total.points == [(at(0), 150.5), (at(10), 325.25)]
+    assert sorted(v.value for v in store.latest()) == [25.25, 300.0]

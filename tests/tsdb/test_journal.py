@@ -12,6 +12,7 @@ from array import array
 from datetime import timedelta
 
 import duckdb
+import numpy as np
 import pytest
 
 from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
@@ -265,6 +266,19 @@ def test_records_round_trip_through_their_encoding():
     reading = read_segment(encode_record(record) * 2)
     assert reading.records == [record, record]
     assert (reading.torn_bytes, reading.corrupt_at) == (0, None)
+
+
+def test_numpy_columns_pack_to_the_bytes_lists_pack_to():
+    """The record's encoding is one: remote-write's numpy columns (any integer or float
+    width, slices of a larger column) give the bytes the same numbers in lists give."""
+    ids, times, values = [1, 7, 2**31 - 1], [-5, 0, 2**62], [0.1, -2.5, 1e300]
+    assert packed("i", np.array(ids, np.int64)) == packed("i", ids)
+    assert packed("q", np.array(times)) == packed("q", times)
+    assert packed("q", np.array([0, *times, 9])[1:4]) == packed("q", times)
+    assert packed("d", np.array(values)) == packed("d", values)
+    assert packed("d", np.array(values, ">f8")) == packed("d", values)
+    assert packed("d", np.array(values[::-1])[::-1]) == packed("d", values)  # strided
+    assert packed("q", np.array([], np.int64)) == packed("q", []) == b""
 
 
 def test_packed_columns_load_into_duckdb_through_parquet(tmp_path):

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
+import numpy as np
 
 from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries, OverTime
@@ -196,7 +197,7 @@ class DuckDBTelemetryStore:
         with self._ingest_lock:
             # Keys the recent-keys set can answer for need no DuckDB statement.
             vouched = {key for key, columns in batches
-                       if self._recent.answers_for(min(columns.times_ms, default=0))}
+                       if self._recent.answers_for(_oldest(columns.times_ms))}
             held = self._held_keys([key for key, _ in batches], vouched=vouched)
             self._fresh = {}
             new: dict[SeriesLabels, int] = {}
@@ -211,7 +212,7 @@ class DuckDBTelemetryStore:
                 defines = tuple((new[s], s) for s in columns.series if s in new) \
                     if len(new) > defined else ()
                 records.append(JournalRecord(
-                    key, max(columns.times_ms, default=0), defines,
+                    key, _newest(columns.times_ms), defines,
                     packed("i", _per_sample(sids, columns.series_index)),
                     packed("q", columns.times_ms), packed("d", columns.values)))
                 answers[n] = len(columns)
@@ -776,10 +777,25 @@ def _ms(span: timedelta) -> int:
     return int(span.total_seconds() * 1000)
 
 
+def _oldest(times_ms: Sequence[int] | np.ndarray) -> int:
+    if isinstance(times_ms, np.ndarray):  # min() would make a numpy scalar a sample
+        return int(times_ms.min()) if len(times_ms) else 0
+    return min(times_ms, default=0)
+
+
+def _newest(times_ms: Sequence[int] | np.ndarray) -> int:
+    if isinstance(times_ms, np.ndarray):
+        return int(times_ms.max()) if len(times_ms) else 0
+    return max(times_ms, default=0)
+
+
 def _per_sample(series_ids: list[int], series_index: Sequence[int]) -> Sequence[int]:
     """Each sample's series id. One sample a series in order (a remote-write body's
     columns) is `series_ids` itself: compared at C speed rather than indexed per sample."""
-    if len(series_index) == len(series_ids) and \
+    if isinstance(series_index, range):  # remote-write's steady body: 0, 1, 2, …
+        if series_index == range(len(series_ids)):
+            return series_ids
+    elif len(series_index) == len(series_ids) and \
             list(range(len(series_ids))) == list(series_index):
         return series_ids
     return [series_ids[i] for i in series_index]

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from gpufleet.private_files import ensure_private_dir, open_private
 from gpufleet.tsdb.protocol import SeriesLabels
 
@@ -63,8 +65,15 @@ class JournalRecord:
         return len(self.values) // 8
 
 
-def packed(typecode: str, values: Sequence) -> bytes:
-    """Values as little-endian machine numbers ('i' int32, 'q' int64, 'd' float64)."""
+_NUMPY_TYPES = {"i": np.dtype("<i4"), "q": np.dtype("<i8"), "d": np.dtype("<f8")}
+
+
+def packed(typecode: str, values: Sequence | np.ndarray) -> bytes:
+    """Values as little-endian machine numbers ('i' int32, 'q' int64, 'd' float64). A numpy
+    column (remote-write's steady body) is converted whole, in C: the same bytes as the
+    list's, without a Python number a sample on the way."""
+    if isinstance(values, np.ndarray):
+        return values.astype(_NUMPY_TYPES[typecode], copy=False).tobytes()
     numbers = array(typecode, values)
     if not _LITTLE_ENDIAN:
         numbers.byteswap()

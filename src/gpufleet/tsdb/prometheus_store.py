@@ -74,6 +74,7 @@ from gpufleet.tsdb.protocol import (
     Tier,
     ValueFilter,
     aggregation_of,
+    as_list,
     choose_tier,
     filter_matcher,
     from_ms,
@@ -154,8 +155,8 @@ class PrometheusTelemetryStore:
                 answers.append(None)
                 continue
             fresh.add(key)
-            for index, at_ms, value in zip(columns.series_index, columns.times_ms,
-                                           columns.values, strict=True):
+            for index, at_ms, value in zip(columns.series_index, as_list(columns.times_ms),
+                                           as_list(columns.values), strict=True):
                 points[columns.series[index]].append((at_ms, float(value)))
             answers.append(len(columns))
         self._remote_write(points)

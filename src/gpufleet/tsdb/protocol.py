@@ -118,12 +118,18 @@ class SampleColumns:
     its own on the hot path. Values are finite numbers; "cannot say" was left out."""
 
     series: Sequence[SeriesLabels]
-    series_index: Sequence[int]
-    times_ms: Sequence[int]
-    values: Sequence[float]
+    series_index: Sequence[int]  # a list, or a range where sample i is of series i
+    times_ms: Sequence[int]  # a list, or a numpy int64 column (remote-write's steady body)
+    values: Sequence[float]  # a list, or a numpy float64 column
 
     def __len__(self) -> int:
         return len(self.values)
+
+
+def as_list(column: Sequence) -> Sequence:
+    """A column as Python numbers: a numpy column converted whole, anything else as is."""
+    tolist = getattr(column, "tolist", None)
+    return column if tolist is None else tolist()
 
 
 @dataclass(frozen=True)

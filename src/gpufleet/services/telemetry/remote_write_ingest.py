@@ -218,7 +218,8 @@ def steady_columns(columns: WriteColumns, plans: Sequence[SeriesPlan],
         order = order[~missing[order]]
     bounds = np.searchsorted(node_numbers[order], np.arange(len(node_names) + 1)).tolist()
     keys_by_node = np.fromiter(keys, dtype=object, count=count)[order].tolist()
-    times_by_node, values_by_node = times[order].tolist(), values[order].tolist()
+    # Times and values stay numpy columns to the store's journal (packed whole there).
+    times_by_node, values_by_node = times[order], values[order]
     answer: NodeColumns = {}
     for n, node in enumerate(node_names):
         units = units_of(node)
@@ -231,7 +232,7 @@ def steady_columns(columns: WriteColumns, plans: Sequence[SeriesPlan],
             labels = [labels_ or _store_labels(units, key, plans[index])
                       for labels_, key, index in zip(labels, node_keys,
                                                      order[first:end].tolist(), strict=True)]
-        answer[node] = (SampleColumns(labels, list(range(len(labels))),
+        answer[node] = (SampleColumns(labels, range(len(labels)),
                                       times_by_node[first:end], values_by_node[first:end]),
                         Counter())
     return answer
