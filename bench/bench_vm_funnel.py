@@ -261,11 +261,26 @@ def main() -> None:
             probe = parts.minute_masks(thresholds_of(settings))
             done = to_ms(NOW - grace) // MINUTE_MS * MINUTE_MS
             open_hour = done // HOUR_MS * HOUR_MS
+            half_ms = getattr(prometheus_masks, "HALF_MS", None)  # None: code before halves
+            if half_ms is not None and done >= open_hour + half_ms:
+                # Data kept from a run before halves were recorded: the leader's part now
+                # (computed in the engine: a leader's cache would hold it), once.
+                leader = parts.minute_masks(thresholds_of(settings))
+                measured("leader: record the open hour's first half", vm.pid, leader,
+                         lambda: leader._record_half(open_hour))
+                print(f"  halves recorded: {leader.halves_recorded} (0: found recorded)")
+                parts._client.get(f"{vm_url}/internal/force_flush").raise_for_status()
             read = measured("cold part: read the recorded hours", vm.pid, probe,
                             lambda: probe._read_recorded(open_hour - 25 * HOUR_MS, open_hour))
             print(f"  {len(read)} hours read")
             measured("cold part: compute the open hour so far", vm.pid, probe,
                      lambda: probe._compute(open_hour, done))
+            if half_ms is not None and done >= open_hour + half_ms:
+                half = measured("cold part: read the open hour's first half", vm.pid, probe,
+                                lambda: probe._read_half(open_hour))
+                print(f"  first half read: {half is not None}")
+                measured("cold part: compute the open half so far", vm.pid, probe,
+                         lambda: probe._compute(open_hour + half_ms, done))
             parts.close()
 
             # 3. A replica starting cold.
@@ -292,7 +307,8 @@ def main() -> None:
                 print(f"  {len(view['rows'])} rows; allocated {f['allocated_gpu_hours']:,.0f} "
                       f"active {f['active_gpu_hours']:,.0f} GPU-h, reporting "
                       f"{f['reporting_gpu_hours']:,.0f}; hours read {m.hours_read}, "
-                      f"computed {m.hours_computed}")
+                      f"computed {m.hours_computed}, halves read "
+                      f"{getattr(m, 'halves_read', '-')}")
                 idle = measured("replica: idle list (after the cold funnel)", vm.pid, masks,
                                 lambda: get("idle"))
                 print(f"  {len(idle['items'])} idle allocations, {idle['unknown']} unknown; "

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.tsdb.engine_masks import (
+    HALF_MARKER_NAME,
     HourMasks,
     decode,
     encode,
@@ -98,8 +99,53 @@ def test_an_export_reads_back_the_recorded_hours(as_exported, seed, units):
                       lambda found, at: int(found["gpu_uuid"][4:]), lambda: units)
     assert set(got) == set(recorded)
     for hour_ms, hour in recorded.items():
-        for name in HourMasks.__slots__:
+        for name in set(HourMasks.__slots__) - {"sm_sum_lo"}:
             assert getattr(got[hour_ms], name).tolist() == getattr(hour, name).tolist(), name
+        # An hour read back holds the hour's sum only: its first half's is not known.
+        assert np.isnan(got[hour_ms].sm_sum_lo[hour.units()]).all()
+
+
+@pytest.mark.parametrize("as_exported", [False, True])
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), units=st.integers(1, 12))
+def test_an_export_reads_back_the_recorded_first_halves(as_exported, seed, units):
+    """A first half recorded (`half=True`) reads back as the hour's minutes 0–29 and
+    their sm_active sum; the minutes 30–59 the hour held are not recorded."""
+    rng = np.random.default_rng(seed)
+    labels = [{"gpu_uuid": f"GPU-{u}", "node": "n"} for u in range(units)]
+    recorded, lines = {}, []
+    for h in range(2):
+        hour = random_hour(rng, units)
+        hour.act_known[rng.random(units) < 0.3] &= U64(~((1 << 30) - 1) & ((1 << 64) - 1))
+        hour.sm_known &= hour.act_known
+        hour.act_hot &= hour.act_known
+        hour.sm_hot &= hour.sm_known
+        hour.sm_sum_lo = rng.integers(0, 3000, units) / 4
+        body, count = recorded_lines(HOUR_0 + h * HOUR_MS, hour, labels, T, half=True)
+        assert count == len(hour.half_units())
+        lines += body.splitlines()
+        lines.append(marker_line(HOUR_0 + h * HOUR_MS, count, T, HALF_MARKER_NAME))
+        recorded[HOUR_0 + h * HOUR_MS] = hour
+    got = read_export(merged(lines) if as_exported else lines,
+                      lambda found, at: int(found["gpu_uuid"][4:]), lambda: units, half=True)
+    assert set(got) == set(recorded)
+    # The hours' recording is not taken for halves, nor the halves' for hours.
+    assert read_export(lines, lambda found, at: int(found["gpu_uuid"][4:]),
+                       lambda: units) == {}
+    low = U64((1 << 30) - 1)
+    for hour_ms, hour in recorded.items():
+        read_back, uids = got[hour_ms], hour.half_units()
+        for name in ("act_known", "act_hot", "sm_known", "sm_hot"):
+            assert (getattr(read_back, name) == (getattr(hour, name) & low)).all(), name
+        assert read_back.sm_sum[uids].tolist() == hour.sm_sum_lo[uids].tolist()
+        assert read_back.sm_sum_lo[uids].tolist() == hour.sm_sum_lo[uids].tolist()
+
+
+def test_a_first_half_whose_sum_is_not_known_is_not_recorded():
+    hour = HourMasks(1)
+    hour.set_codes(np.array([0]), [np.array([1.0])] + [np.array([0.0])] * 4)
+    with pytest.raises(ValueError):
+        recorded_lines(HOUR_0, hour, [{"gpu_uuid": "GPU-0"}], T, half=True)
 
 
 def test_an_export_whose_line_has_more_values_than_times_is_refused():

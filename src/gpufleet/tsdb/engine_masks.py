@@ -35,6 +35,15 @@ where every slot holds as many units as the marker says (an import seen half sea
 is not taken). One series per unit, not one per number: the export's cost goes with the
 series (5 series per unit cost the engine ~2.5× as much to export: BENCHMARKS.md).
 Samples 10 minutes apart survive any `-dedup.minScrapeInterval` up to 10 minutes.
+
+**Recorded halves.** Once the open hour's first half (minutes 0–29) is closed, the leader
+records it too, apart: per unit one `gpufleet_masks_half` series with three samples 10
+minutes apart from the hour's start (`HALF_SLOTS`: the activity and sm_active codes of
+minutes 0–29 and their sm_active sum), then one `gpufleet_masks_half_recorded` marker at the
+hour's start. A cold replica reads it with a second export of the open hour only, and
+computes in the engine the open half alone (6 queries, not 12). The same rule as the hours':
+a half whose slots do not all hold as many units as its one marker says, or whose markers
+disagree, is computed instead.
 """
 
 from __future__ import annotations
@@ -69,6 +78,11 @@ RECORDED_NAME = "gpufleet_masks"
 SLOTS = ("activity_lo", "activity_hi", "sm_lo", "sm_hi", "sm_sum")  # `HourMasks.codes()`
 SLOT_MS = 10 * MINUTE_MS
 MARKER_NAME = "gpufleet_masks_recorded"
+# The open hour's closed first half, recorded apart (its own series: the hour's slots stay
+# as they are): its samples at SLOT_MS × slot from the hour's start.
+HALF_NAME = "gpufleet_masks_half"
+HALF_SLOTS = ("activity_lo", "sm_lo", "sm_sum_lo")  # `HourMasks.half_codes()`
+HALF_MARKER_NAME = "gpufleet_masks_half_recorded"
 
 
 @dataclass(frozen=True)
@@ -193,7 +207,7 @@ def split(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class HourMasks:
     """One hour's masks per unit id (numpy columns; ids beyond their length have none)."""
 
-    __slots__ = ("act_hot", "act_known", "sm_hot", "sm_known", "sm_sum")
+    __slots__ = ("act_hot", "act_known", "sm_hot", "sm_known", "sm_sum", "sm_sum_lo")
 
     def __init__(self, units: int) -> None:
         self.act_known = np.zeros(units, _U64)
@@ -201,6 +215,9 @@ class HourMasks:
         self.sm_known = np.zeros(units, _U64)
         self.sm_hot = np.zeros(units, _U64)
         self.sm_sum = np.zeros(units, np.float64)
+        # The part of sm_sum from minutes 0–29 (to record the first half apart); NaN where
+        # not known (an hour read from its recording holds only the hour's sum).
+        self.sm_sum_lo = np.zeros(units, np.float64)
 
     def __len__(self) -> int:
         return len(self.sm_sum)
@@ -221,6 +238,7 @@ class HourMasks:
         for name in ("act_known", "act_hot", "sm_known", "sm_hot"):
             getattr(self, name)[:n] |= getattr(other, name)
         self.sm_sum[:n] += other.sm_sum
+        self.sm_sum_lo[:n] += other.sm_sum_lo
 
     def units(self) -> np.ndarray:
         """The ids of the units with any minute known."""
@@ -235,6 +253,25 @@ class HourMasks:
         return [encode(act_lo, hot_lo), encode(act_hi, hot_hi), encode(sm_lo, smh_lo),
                 encode(sm_hi, smh_hi), self.sm_sum[uids]]
 
+    def half_units(self) -> np.ndarray:
+        """The ids of the units with any minute of 0–29 known."""
+        return np.flatnonzero((self.act_known | self.sm_known) & _LOW30)
+
+    def half_codes(self, uids: np.ndarray) -> list[np.ndarray]:
+        """The recorded columns of minutes 0–29 of `uids` (in HALF_SLOTS' order)."""
+        return [encode(self.act_known[uids] & _LOW30, self.act_hot[uids] & _LOW30),
+                encode(self.sm_known[uids] & _LOW30, self.sm_hot[uids] & _LOW30),
+                self.sm_sum_lo[uids]]
+
+    def set_half_codes(self, uids: np.ndarray, columns: Sequence[np.ndarray]) -> None:
+        """Store recorded columns of minutes 0–29 of `uids` (the inverse of `half_codes`)."""
+        self.grown(int(uids.max()) + 1 if len(uids) else 0)
+        act, sm, sm_sum = columns
+        self.act_known[uids], self.act_hot[uids] = decode(act)
+        self.sm_known[uids], self.sm_hot[uids] = decode(sm)
+        self.sm_sum[uids] = sm_sum
+        self.sm_sum_lo[uids] = sm_sum
+
     def set_codes(self, uids: np.ndarray, columns: Sequence[np.ndarray]) -> None:
         """Store recorded columns of `uids` (the inverse of `codes`)."""
         self.grown(int(uids.max()) + 1 if len(uids) else 0)
@@ -246,6 +283,7 @@ class HourMasks:
             known[uids] = k_lo | (k_hi << _U64(HALF_MINUTES))
             hot[uids] = h_lo | (h_hi << _U64(HALF_MINUTES))
         self.sm_sum[uids] = sm_sum
+        self.sm_sum_lo[uids] = np.nan
 
 
 def fold_answer(answers: Mapping[str, Sequence[Mapping]], lo_ms: int,
@@ -318,28 +356,36 @@ def fold_answer(answers: Mapping[str, Sequence[Mapping]], lo_ms: int,
         union = np.bitwise_count(sm).astype(np.int64)
         doubled = per_series > union
         hour.sm_sum[doubled] *= union[doubled] / per_series[doubled]
+    if shift == 0:  # minutes of the first half
+        hour.sm_sum_lo = hour.sm_sum.copy()
     return hour
 
 
 # -- recording and reading back -------------------------------------------------------------
 
 def recorded_lines(hour_ms: int, hour: HourMasks, labels_of: Sequence[Mapping[str, str]],
-                   thresholds: Thresholds) -> tuple[bytes, int]:
+                   thresholds: Thresholds, *, half: bool = False) -> tuple[bytes, int]:
     """The JSON lines that record `hour` (for `/api/v1/import`), and the units recorded.
-    `labels_of[uid]` is each unit's label set (gpu_uuid, mig_uuid, node, …)."""
-    uids = hour.units()
+    `labels_of[uid]` is each unit's label set (gpu_uuid, mig_uuid, node, …). `half`: its
+    minutes 0–29 only, as HALF_NAME (the sm_active sum of those minutes must be known)."""
+    uids = hour.half_units() if half else hour.units()
+    name, slots = (HALF_NAME, HALF_SLOTS) if half else (RECORDED_NAME, SLOTS)
     extra = threshold_labels(thresholds)
-    rows = np.column_stack([c.astype(np.float64) for c in hour.codes(uids)]).tolist()
+    columns = hour.half_codes(uids) if half else hour.codes(uids)
+    if half and np.isnan(columns[-1]).any():
+        raise ValueError("the first half's sm_active sum is not known")
+    rows = np.column_stack([c.astype(np.float64) for c in columns]).tolist()
     stamp = b',"timestamps":' + orjson.dumps(
-        [hour_ms + slot * SLOT_MS for slot in range(len(SLOTS))]) + b"}"
-    lines = [b'{"metric":' + orjson.dumps({"__name__": RECORDED_NAME, **labels_of[uid], **extra})
+        [hour_ms + slot * SLOT_MS for slot in range(len(slots))]) + b"}"
+    lines = [b'{"metric":' + orjson.dumps({"__name__": name, **labels_of[uid], **extra})
              + b',"values":' + orjson.dumps(row) + stamp
              for uid, row in zip(uids.tolist(), rows, strict=True)]
     return b"\n".join(lines) + b"\n", len(uids)
 
 
-def marker_line(hour_ms: int, units: int, thresholds: Thresholds) -> bytes:
-    metric = {"__name__": MARKER_NAME, **threshold_labels(thresholds)}
+def marker_line(hour_ms: int, units: int, thresholds: Thresholds,
+                name: str = MARKER_NAME) -> bytes:
+    metric = {"__name__": name, **threshold_labels(thresholds)}
     return orjson.dumps({"metric": metric, "values": [units], "timestamps": [hour_ms]}) + b"\n"
 
 
@@ -349,9 +395,15 @@ def export_selector(thresholds: Thresholds, name: str = f"{RECORDED_NAME}|{MARKE
     return f'{{__name__=~"{name}", {matchers}}}'
 
 
+HALF_SELECTOR_NAME = f"{HALF_NAME}|{HALF_MARKER_NAME}"
+
+
 def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
-                units: Callable[[], int]) -> dict[int, HourMasks]:
-    """The hours recorded in an export's JSON lines whose units match their marker."""
+                units: Callable[[], int], *, half: bool = False) -> dict[int, HourMasks]:
+    """The hours recorded in an export's JSON lines whose units match their marker.
+    `half`: the first halves recorded (HALF_NAME), as hours with minutes 0–29 only."""
+    name, marker, slots = (HALF_NAME, HALF_MARKER_NAME, HALF_SLOTS) if half else \
+        (RECORDED_NAME, MARKER_NAME, SLOTS)
     # Lines by the text of their times: most units share it (every hour recorded), so the
     # times are parsed once per text and the values scattered a group at a time.
     groups: dict[bytes, tuple[list[int], list[bytes]]] = {}
@@ -367,8 +419,8 @@ def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
             stamps_text = orjson.dumps(found.get("timestamps", []))[1:-1]
         else:
             labels, values_text, stamps_text = recorded
-        name = labels.get("__name__")
-        if name == MARKER_NAME:
+        series_name = labels.get("__name__")
+        if series_name == marker:
             found = orjson.loads(line)
             for at_ms, value in zip(found["timestamps"], found["values"], strict=True):
                 # Two leaders' markers of one hour that disagree (the engine may keep both
@@ -377,7 +429,7 @@ def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
                 if held != int(value):
                     markers[at_ms] = -1
             continue
-        if name != RECORDED_NAME or "gpu_uuid" not in labels or not stamps_text:
+        if series_name != name or "gpu_uuid" not in labels or not stamps_text:
             continue
         if values_text.count(b",") != stamps_text.count(b","):
             raise ValueError(f"an export line with other counts of values and times: {line!r}")
@@ -398,14 +450,14 @@ def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
     stamps = {text: _numbers(text).astype(np.int64) for text in groups}
     first_hour = min(int(at.min()) for at in stamps.values()) // HOUR_MS * HOUR_MS
     span = (max(int(at.max()) for at in stamps.values()) - first_hour) // HOUR_MS + 1
-    grid = np.zeros((span, len(SLOTS), n), np.float64)
-    present = np.zeros((span, len(SLOTS), n), np.bool_)
+    grid = np.zeros((span, len(slots), n), np.float64)
+    present = np.zeros((span, len(slots), n), np.bool_)
     for text, (line_uids, value_texts) in groups.items():
         at = stamps[text]
         values = _numbers(b",".join(value_texts)).reshape(len(line_uids), len(at))
         hour_index = (at - first_hour) // HOUR_MS
         slot = (at - first_hour - hour_index * HOUR_MS) // SLOT_MS
-        keep = slot < len(SLOTS)
+        keep = slot < len(slots)
         cells = (hour_index[keep][:, None], slot[keep][:, None],
                  np.array(line_uids, np.int64)[None, :])
         grid[cells] = values[:, keep].T
@@ -418,7 +470,11 @@ def read_export(lines: Iterable[bytes], unit_id: Callable[[Mapping, int], int],
             continue  # not (yet) all searchable: computed instead
         hour_uids = np.flatnonzero(present[h, 0])
         hour = HourMasks(n)
-        hour.set_codes(hour_uids, [grid[h, s_, hour_uids] for s_ in range(len(SLOTS))])
+        columns = [grid[h, s_, hour_uids] for s_ in range(len(slots))]
+        if half:
+            hour.set_half_codes(hour_uids, columns)
+        else:
+            hour.set_codes(hour_uids, columns)
         hours[hour_ms] = hour
     return hours
 

@@ -45,6 +45,9 @@ import orjson
 
 from gpufleet.domain.telemetry.funnel import MEMORY_USED, Thresholds
 from gpufleet.tsdb.engine_masks import (
+    HALF_MARKER_NAME,
+    HALF_MS,
+    HALF_SELECTOR_NAME,
     HOUR_MS,
     MARKER_NAME,
     HourMasks,
@@ -105,7 +108,11 @@ class PrometheusMinuteMasks:
         self._refresh_lock = threading.Lock()  # one refresher fetches at a time
         self._lock = threading.Lock()  # the cache and the unit registry
         self._units: dict[UnitKey, int] = {}
-        self._unit_labels: list[dict[str, str]] = []  # each unit's first label set
+        # Each unit's label set where it first reported (as of the earliest minute seen:
+        # the cold leader folds the open hour beside the older ones), which its recorded
+        # hours carry: a replica reading them counts the GPU where the leader does.
+        self._unit_labels: list[dict[str, str]] = []
+        self._unit_first_ms: list[int] = []
         self._gpu_of_unit: list[int] = []
         self._gpus: dict[str, int] = {}
         self._gpu_attrs: list[dict[str, str]] = []  # where each GPU first reported from
@@ -120,6 +127,8 @@ class PrometheusMinuteMasks:
         self.values_fetched = 0
         self.hours_read = 0
         self.hours_computed = 0
+        self.halves_read = 0
+        self.halves_recorded = 0
         # The upkeep loop's refresh slows down while no question comes (`upkeep_refresh`).
         self.quiet_after_s = QUIET_AFTER_S
         self.quiet_refresh_ms = QUIET_REFRESH_MS
@@ -248,12 +257,22 @@ class PrometheusMinuteMasks:
             parts.append((hour_ms, part_lo, min(hour_ms + HOUR_MS, hi_ms)))
             part_lo = parts[-1][2]
         with ThreadPoolExecutor(1, thread_name_prefix="masks-part") as aside:
-            partial = {part: aside.submit(self._compute, part[1], part[2]) for part in parts
-                       if part[1:] != (part[0], part[0] + HOUR_MS)}
+            # An hour's part from its start past its first half (a cold start's open
+            # hour): its second half computed aside, its first read from its recording.
+            halved = {part for part in parts
+                      if part[1] == part[0] and part[0] + HALF_MS < part[2] < part[0] + HOUR_MS}
+            partial = {part: aside.submit(self._compute, part[0] + HALF_MS, part[2])
+                       if part in halved else aside.submit(self._compute, part[1], part[2])
+                       for part in parts if part[1:] != (part[0], part[0] + HOUR_MS)}
             recorded = self._read_recorded(first_whole, last_whole) \
                 if last_whole > first_whole else {}
+            first_halves = {part: self._read_half(part[0]) for part in halved}
             for part in parts:
                 hour = partial[part].result() if part in partial else recorded.get(part[0])
+                if part in halved:
+                    first = first_halves[part] or self._compute(part[0], part[0] + HALF_MS)
+                    first.merge(hour)
+                    hour = first
                 yield (*part, self._compute(part[1], part[2]) if hour is None else hour)
 
     def _compute(self, lo_ms: int, hi_ms: int) -> HourMasks:
@@ -288,6 +307,17 @@ class PrometheusMinuteMasks:
         self.hours_read += len(hours)
         return {h: m for h, m in hours.items() if lo_ms <= h < hi_ms}
 
+    def _read_half(self, hour_ms: int) -> HourMasks | None:
+        """The first half (minutes 0–29) of the hour at `hour_ms`, where recorded whole."""
+        lines = self._engine.export_lines(export_selector(self.thresholds, HALF_SELECTOR_NAME),
+                                          hour_ms, hour_ms + HALF_MS - 1)
+        with self._lock:
+            halves_found = read_export(self._counted(lines), self._unit_id,
+                                       lambda: len(self._gpu_of_unit), half=True)
+        half = halves_found.get(hour_ms)
+        self.halves_read += half is not None
+        return half
+
     def _counted(self, lines: Iterable[bytes]) -> Iterable[bytes]:
         for line in lines:
             self.values_fetched += line.count(b",") // 2 if line else 0  # ~ values + stamps
@@ -295,35 +325,61 @@ class PrometheusMinuteMasks:
 
     def record_closed_hours(self) -> int:
         """Record every closed hour of the cache's window not recorded yet (the leader's
-        part: the upkeep loop calls it under the `telemetry-masks` lock); returns the
-        hours recorded. Hours this cache holds whole are recorded from it; others are
+        part: the upkeep loop calls it under the `telemetry-masks` lock), and the open
+        hour's first half once closed; returns the hours recorded (`halves_recorded`
+        counts the halves). Hours this cache holds whole are recorded from it; others are
         computed in the engine first."""
         done_ms = self._rolled_up() // MINUTE_MS * MINUTE_MS
         last_whole = done_ms // HOUR_MS * HOUR_MS
+        last_half = done_ms // HALF_MS * HALF_MS
         first = max((done_ms // HOUR_MS - self.cache_hours) * HOUR_MS, 0)
-        if last_whole <= max(first, self._recorded_until_ms):
-            return 0  # checked (and recorded) since the last hour closed: no refresh
+        if last_half <= max(first, self._recorded_until_ms):
+            return 0  # checked (and recorded) since the last half closed: no refresh
         self._refresh()  # not a question: the upkeep's quiet spells stay quiet
-        marker = export_selector(self.thresholds, MARKER_NAME)
-        recorded = set()
-        for line in self._engine.export_lines(marker, first, last_whole - 1):
-            if line:
-                recorded.update(orjson.loads(line)["timestamps"])
         written = 0
-        for hour_ms in range(first, last_whole, HOUR_MS):
-            if hour_ms in recorded:
-                continue
-            with self._lock:
-                hour = self._hours.get(hour_ms) if hour_ms >= self._cached_from_ms else None
-            if hour is None:
-                hour = self._compute(hour_ms, hour_ms + HOUR_MS)
-            with self._lock:
-                body, units = recorded_lines(hour_ms, hour, self._unit_labels, self.thresholds)
-            self._engine.import_lines(body)  # the masks first, then the marker that vouches
-            self._engine.import_lines(marker_line(hour_ms, units, self.thresholds))
-            written += 1
-        self._recorded_until_ms = last_whole
+        if last_whole > max(first, self._recorded_until_ms):
+            marker = export_selector(self.thresholds, MARKER_NAME)
+            recorded = set()
+            for line in self._engine.export_lines(marker, first, last_whole - 1):
+                if line:
+                    recorded.update(orjson.loads(line)["timestamps"])
+            for hour_ms in range(first, last_whole, HOUR_MS):
+                if hour_ms in recorded:
+                    continue
+                with self._lock:
+                    hour = self._hours.get(hour_ms) if hour_ms >= self._cached_from_ms \
+                        else None
+                if hour is None:
+                    hour = self._compute(hour_ms, hour_ms + HOUR_MS)
+                with self._lock:
+                    body, units = recorded_lines(hour_ms, hour, self._unit_labels,
+                                                 self.thresholds)
+                self._engine.import_lines(body)  # the masks first, then the marker
+                self._engine.import_lines(marker_line(hour_ms, units, self.thresholds))
+                written += 1
+        if last_half > last_whole:
+            self._record_half(last_whole)
+        self._recorded_until_ms = last_half
         return written
+
+    def _record_half(self, hour_ms: int) -> None:
+        """Record the closed first half of the open hour at `hour_ms`, unless recorded."""
+        marker = export_selector(self.thresholds, HALF_MARKER_NAME)
+        for line in self._engine.export_lines(marker, hour_ms, hour_ms):
+            if line and hour_ms in orjson.loads(line)["timestamps"]:
+                return
+        with self._lock:
+            hour = self._hours.get(hour_ms) if hour_ms >= self._cached_from_ms else None
+            held = hour is not None and not np.isnan(hour.sm_sum_lo).any()
+        if not held:
+            hour = self._compute(hour_ms, hour_ms + HALF_MS)
+        with self._lock:
+            body, units = recorded_lines(hour_ms, hour, self._unit_labels, self.thresholds,
+                                         half=True)
+        self._engine.import_lines(body)  # the masks first, then the marker that vouches
+        self._engine.import_lines(marker_line(hour_ms, units, self.thresholds,
+                                              HALF_MARKER_NAME))
+        self.halves_recorded += 1
 
     def _unit_id(self, labels: Mapping[str, str], at_ms: int) -> int:
         unit = (labels["gpu_uuid"], labels.get("mig_uuid") or None)
@@ -339,9 +395,12 @@ class PrometheusMinuteMasks:
                 self._first_ms_bound = max(self._first_ms_bound, at_ms)
             uid = self._units[unit] = len(self._gpu_of_unit)
             self._gpu_of_unit.append(gid)
-            self._unit_labels.append({name: labels[name] for name in
-                                      ("gpu_uuid", "mig_uuid", "node", "environment", "model")
-                                      if labels.get(name)})
+            self._unit_labels.append(_unit_label_set(labels))
+            self._unit_first_ms.append(at_ms)
+            self._first_ms_bound = max(self._first_ms_bound, at_ms)  # no unit first later
+        elif at_ms < self._unit_first_ms[uid]:
+            self._unit_first_ms[uid] = at_ms
+            self._unit_labels[uid] = _unit_label_set(labels)
         gid = self._gpu_of_unit[uid]
         if at_ms < self._gpu_first_ms[gid]:  # a GPU counts towards where it first reported
             self._gpu_first_ms[gid] = at_ms
@@ -507,6 +566,11 @@ class PrometheusMinuteMasks:
                                       len(key_index)).astype(np.int64)
         keys = list(key_index)
         return {keys[i]: int(totals[i]) for i in np.flatnonzero(totals)}
+
+
+def _unit_label_set(labels: Mapping[str, str]) -> dict[str, str]:
+    return {name: labels[name] for name in ("gpu_uuid", "mig_uuid", "node", "environment",
+                                            "model") if labels.get(name)}
 
 
 def _range_masks(hour_ms: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

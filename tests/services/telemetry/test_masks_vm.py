@@ -337,3 +337,53 @@ def test_a_late_hour_is_recorded_when_it_closes_and_late_samples_stay_out(
     assert replica.hours_computed == 0
     span = SlotSpan(("GPU-1", None), to_ms(HOUR0) + HOUR_MS, done, 0, 1.0)
     assert replica.tallies([span], span.lo_ms, done, done)[0].active == 30
+
+
+# -- the open hour's first half, recorded apart ---------------------------------------------
+
+def test_a_cold_replica_reads_the_open_hour_first_half(victoria_metrics, fresh_store):
+    """Once the open hour's first half is closed the leader records it (from its cache,
+    folded a refresh at a time); a replica starting cold reads it and computes in the
+    engine only the minutes after it. GPU-1's raw samples are deleted: its minutes 60–89
+    (hour 1's first half) come from the recording, and the answers stay the leader's."""
+    store = fresh_store()
+    two_gpus_over_two_hours(store)
+    leader = store.minute_masks(Thresholds())
+    store.rollup(HOUR0 + timedelta(hours=1, minutes=20))
+    leader.refresh()
+    store.rollup(HOUR0 + timedelta(hours=1, minutes=45))
+    assert leader.record_closed_hours() == 25
+    assert leader.halves_recorded == 1
+    assert leader.record_closed_hours() == 0 and leader.halves_recorded == 1
+    assert store.minute_masks(Thresholds()).record_closed_hours() == 0  # found recorded
+    done = leader.refresh()
+    expected = answers(leader, done)
+    assert expected[0][1][:3] == (90.0, 90.0, 90.0)
+    httpx.post(f"{victoria_metrics}/api/v1/admin/tsdb/delete_series",
+               data={"match[]": '{__name__=~"gpufleet_gpu_.+", gpu_uuid="GPU-1"}'}
+               ).raise_for_status()
+    replica = store.minute_masks(Thresholds())
+    assert replica.refresh() == done
+    assert (replica.hours_read, replica.halves_read, replica.hours_computed) == (25, 1, 0)
+    assert answers(replica, done) == expected
+
+
+def test_a_first_half_not_recorded_whole_is_computed(victoria_metrics, fresh_store):
+    """A half marker whose units are not all found: the replica computes the half."""
+    store = fresh_store()
+    two_gpus_over_two_hours(store)
+    store.write([Sample(series(GR_ENGINE_ACTIVE, "GPU-3", node="n", environment="e",
+                               model="H100-80GB"), HOUR0 + timedelta(minutes=m), 50.0)
+                 for m in range(65, 70)])
+    leader = store.minute_masks(Thresholds())
+    store.rollup(HOUR0 + timedelta(hours=1, minutes=45))
+    leader.record_closed_hours()
+    assert leader.halves_recorded == 1
+    done = leader.refresh()
+    httpx.post(f"{victoria_metrics}/api/v1/admin/tsdb/delete_series",
+               data={"match[]": '{__name__="gpufleet_masks_half", gpu_uuid="GPU-3"}'}
+               ).raise_for_status()
+    replica = store.minute_masks(Thresholds())
+    replica.refresh()
+    assert (replica.hours_read, replica.halves_read) == (25, 0)
+    assert answers(replica, done) == answers(leader, done)
