@@ -207,3 +207,27 @@ def test_compaction_keeps_rows_whose_series_is_not_in_the_dictionary(store):
                        [int(at(30).timestamp() * 1000)])
     store.rollup(T0 + HOUR)
     assert count(store, "samples") == 3
+
+
+def test_a_range_query_through_the_same_bindings_sees_series_learnt_since(store):
+    """The store reuses the last query's slots for the same bindings object and question:
+    a series written since, or one that moved, must still change the answer."""
+    from gpufleet.tsdb import Binding
+
+    bindings = {("GPU-a", None): [Binding(T0 - HOUR, None, "alloc-1", "p1")],
+                ("GPU-b", None): [Binding(T0 - HOUR, None, "alloc-2", "p2")]}
+
+    def averages(**kwargs):
+        return {tuple(r.labels.values()): values_of(r)
+                for r in store.query_range("gpu.sm_active", T0, T0 + HOUR, HOUR,
+                                           bindings=bindings, **kwargs)}
+
+    store.write(ticks("gpu.sm_active", "GPU-a", [20.0] * 360, environment="dev"))
+    assert averages(group_by=["project"]) == {("p1",): [20.0]}
+    store.write(ticks("gpu.sm_active", "GPU-b", [60.0] * 360, environment="dev"))
+    assert averages(group_by=["project"]) == {("p1",): [20.0], ("p2",): [60.0]}
+    assert averages(group_by=["allocation"]) == {("alloc-1",): [20.0], ("alloc-2",): [60.0]}
+    assert averages(group_by=["project"], filters={"project": ["p2"]}) == {("p2",): [60.0]}
+    assert averages(group_by=["environment"]) == {("dev",): [40.0]}
+    store.write(ticks("gpu.sm_active", "GPU-b", [60.0], environment="prod"))  # it moved
+    assert averages(group_by=["environment"]) == {("dev",): [20.0], ("prod",): [60.0]}

@@ -67,6 +67,7 @@ class Slots:
         self.froms: list[int] = []
         self.tos: list[int] = []
         self.keys: dict[tuple, int] = {}
+        self._arrays: dict | None = None
 
     def add(self, sid: int, group: int, binding: Binding | None) -> None:
         self.ids.append(sid)
@@ -76,10 +77,19 @@ class Slots:
                         else binding.end_ms)
 
     def columns(self) -> dict[str, tuple[str, Sequence[int]]]:
-        """The selection as columns for `duckdb_columns.registered` (`slots_table`)."""
-        return {"slot": (INT32, range(len(self.ids))), "sid": (INT32, self.ids),
-                "grp": (INT32, self.groups), "from_ms": (INT64, self.froms),
-                "to_ms": (INT64, self.tos)}
+        """The selection as columns for `duckdb_columns.registered` (`slots_table`): made
+        numpy arrays once, on the first call after the selection is complete (the store
+        may ask the same slots again: DuckDBTelemetryStore._slots_of)."""
+        if self._arrays is None:
+            import numpy as np  # as duckdb_columns: not at import
+
+            self._arrays = {
+                "slot": (INT32, np.arange(len(self.ids), dtype=INT32)),
+                "sid": (INT32, np.asarray(self.ids, dtype=INT32)),
+                "grp": (INT32, np.asarray(self.groups, dtype=INT32)),
+                "from_ms": (INT64, np.asarray(self.froms, dtype=INT64)),
+                "to_ms": (INT64, np.asarray(self.tos, dtype=INT64))}
+        return self._arrays
 
     def parameters(self) -> dict[str, list[int]]:
         return {"slots": list(range(len(self.ids))), "ids": self.ids, "groups": self.groups,

@@ -35,7 +35,7 @@ import tempfile
 import threading
 import weakref
 from array import array
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from operator import itemgetter
 from pathlib import Path
@@ -50,7 +50,13 @@ from gpufleet.private_files import make_private
 from gpufleet.tsdb.compaction import compact_rollups, compact_samples, kept_as_received
 from gpufleet.tsdb.duckdb_columns import INT32, registered
 from gpufleet.tsdb.duckdb_masks import DuckDBMinuteMasks, series_minutes
-from gpufleet.tsdb.duckdb_query import fill_pieces, plan_range, select_slots, slots_table
+from gpufleet.tsdb.duckdb_query import (
+    Slots,
+    fill_pieces,
+    plan_range,
+    select_slots,
+    slots_table,
+)
 from gpufleet.tsdb.edge_pieces import EdgePieces
 from gpufleet.tsdb.journal import Journal, JournalRecord, packed
 from gpufleet.tsdb.journal_applier import JournalApplier
@@ -125,6 +131,10 @@ class DuckDBTelemetryStore:
         # walking every series of the store (300,000 at 100,000 GPUs).
         self._by_metric: dict[str, dict[int, SeriesLabels]] = {}
         self._by_gpu: dict[str, dict[int, SeriesLabels]] = {}
+        # Bumped whenever the dictionary learns or relabels a series (under its lock): the
+        # last range query's slots are reused only while it stands (`_slots_of`).
+        self._dictionary_version = 0
+        self._last_slots: tuple | None = None  # (key, bindings, Slots)
         self._series_ids = SeriesIds()
         self._fresh: dict[str, int] = {}  # ids handed out to the batch being built
         # Bumped after a transaction that wrote `series` rows commits (not when a series is
@@ -315,8 +325,7 @@ class DuckDBTelemetryStore:
                           retention=self.retention)
         unit_filters = {k: v for k, v in (filters or {}).items() if k not in OWNER_LABELS}
         owner_filters = {k: set(v) for k, v in (filters or {}).items() if k in OWNER_LABELS}
-        slots = select_slots(self._selection(metric, unit_filters), group_by, bindings,
-                             owner_filters)
+        slots = self._slots_of(metric, unit_filters, group_by, bindings, owner_filters)
         if not slots.ids:
             return []
         self._catch_up()
@@ -337,6 +346,29 @@ class DuckDBTelemetryStore:
                                                              strict=True)))
             found.points.append((from_ms(bucket_ms), float(value)))
         return [results[grp] for grp in sorted(results)]
+
+    def _slots_of(self, metric: str, unit_filters: Filters, group_by: Sequence[str],
+                  bindings: Bindings | None,
+                  owner_filters: Mapping[str, set[str]]) -> Slots:
+        """`select_slots` of the query, or the last query's slots when it asked the same
+        of the same dictionary through the same `Bindings` object (the caller's bindings
+        are read-only once passed: telemetry's range query hands the same object again
+        while the bindings have not changed). At 10,000 GPUs a project average spent
+        ~6 ms CPU walking 10,000 series into 7,251 slots, a fifth of its whole time."""
+        with self._dictionary_lock:
+            version = self._dictionary_version
+        key = (metric, frozenset((k, frozenset(v)) for k, v in unit_filters.items()),
+               tuple(group_by), frozenset((k, frozenset(v)) for k, v in owner_filters.items()),
+               version)
+        last = self._last_slots
+        if last is not None and last[0] == key and last[1] is bindings:
+            return last[2]
+        slots = select_slots(self._selection(metric, unit_filters), group_by, bindings,
+                             owner_filters)
+        with self._dictionary_lock:
+            if self._dictionary_version == version:  # else a series came meanwhile
+                self._last_slots = (key, bindings, slots)
+        return slots
 
     def latest(self, filters: Filters | None = None, *, metric: str | None = None,
                since: datetime | None = None,
@@ -509,6 +541,7 @@ class DuckDBTelemetryStore:
         self._labels[sid] = labels
         self._by_metric.setdefault(labels.metric, {})[sid] = labels
         self._by_gpu.setdefault(labels.gpu_uuid, {})[sid] = labels
+        self._dictionary_version += 1
         self._series_ids.known(sid, labels.metric)
 
     def _remember_all(self, new: dict[SeriesLabels, int]) -> None:

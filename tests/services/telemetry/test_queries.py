@@ -142,6 +142,20 @@ def test_range_query_by_project_and_environment(api, fleet):
     assert filtered["series"][0]["points"][0][1] == pytest.approx(30.0)
 
 
+def test_a_repeated_range_query_follows_who_asks(api, fleet):
+    """The same question asked in turn by an admin and a member: each gets their own
+    bindings' answer, though the last bindings and slots are reused while unchanged."""
+    def projects(who):
+        result = get(who, "query", metric="gpu.sm_active", by="project", since="5h", step="1h")
+        return {s["labels"]["project"]: [v for _, v in s["points"]] for s in result["series"]}
+
+    everyone = {"vision": [60.0] * 5, "speech": [0.0] * 5}
+    assert projects(api) == everyone
+    assert projects(api) == everyone
+    assert projects(fleet["member"]) == {"vision": [60.0] * 5}
+    assert projects(api) == everyone
+
+
 @pytest.mark.parametrize(("params", "code"), [
     ({"metric": "gpu.nope"}, "unknown_metric"),
     ({"metric": "gpu.sm_active", "since": "6 hours"}, "invalid_duration"),

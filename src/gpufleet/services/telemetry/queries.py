@@ -55,7 +55,14 @@ from gpufleet.tsdb.masks import (
     UnitMemory,
     steps_fit_hours,
 )
-from gpufleet.tsdb.protocol import MINUTE_MS, OWNER_LABELS, UNIT_LABELS, from_ms, to_ms
+from gpufleet.tsdb.protocol import (
+    MINUTE_MS,
+    OWNER_LABELS,
+    UNIT_LABELS,
+    Bindings,
+    from_ms,
+    to_ms,
+)
 from gpufleet.tsdb.rollups import combine_across
 from gpufleet.wire import telemetry_queries as wt
 
@@ -105,6 +112,7 @@ class TelemetryQueries:
         self._masks: tuple[TelemetryStore, MinuteMasks] | None = None
         self._masks_lock = threading.Lock()
         self._slot_cache = SlotCache(MAX_WINDOW + IDLE_LOOKBACK, clock)
+        self._last_bindings: tuple[list[Slot], Bindings] | None = None  # `_bindings_of`
         self._gauges: dict[frozenset[str] | None, tuple[float, wt.FunnelView]] = {}
         self._recent: dict[tuple, wt.FunnelView] = {}  # recent_funnel's answers, by question
         self._recent_lock = threading.Lock()
@@ -178,7 +186,7 @@ class TelemetryQueries:
         if "mig_profile" in by:
             store_by += [n for n in ("gpu_uuid", "mig_uuid") if n not in store_by]
             filters.setdefault("mig_uuid", list(profiles))
-        bindings = telemetry_bindings(slots) if slots is not None else None
+        bindings = self._bindings_of(slots) if slots is not None else None
         new_counts = metric in COUNTED_FROM_READER_START  # per series, then first values
         results = self.telemetry.query_range(
             metric, start, end, step_span, filters=filters or None, bindings=bindings,
@@ -195,6 +203,19 @@ class TelemetryQueries:
             step_s=step_span.total_seconds(), by=by,
             series=[wt.QuerySeries(labels={k: r.labels.get(k) for k in by}, points=r.points)
                     for r in results])
+
+    def _bindings_of(self, slots: list[Slot]) -> Bindings:
+        """`telemetry_bindings` of the slots, the same object as the last range query's
+        while its slots are the same ones (compared item by item: the slot cache hands the
+        same `Slot` objects until the binding table changes). The DuckDB store reuses its
+        last selection for the same bindings object (`_slots_of`), so a repeated question
+        walks neither the slots into bindings nor the series into slots again."""
+        last = self._last_bindings
+        if last is not None and last[0] == slots:
+            return last[1]
+        bindings = telemetry_bindings(slots)
+        self._last_bindings = (slots, bindings)
+        return bindings
 
     def _labels_of(self, row) -> tuple[str, ...]:
         extra = PROCESS_LABELS if Scope.PROCESS in row.scopes else ()
