@@ -36,7 +36,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -447,15 +447,8 @@ class PrometheusMinuteMasks:
             n = len(group_ids)
             sums = np.zeros((4, n))
             last = np.full(n, -1, np.int64)
-            for hour_ms in range(int(lo.min()) // HOUR_MS * HOUR_MS, int(hi.max()), HOUR_MS):
-                hour = hour_of(hour_ms)
-                if hour is None:
-                    continue
-                at = _spans_in(hour_ms, hour, uid, lo, hi)
-                if not len(at):
-                    continue
+            for hour_ms, hour, at, rm in _hours_of_spans(hour_of, uid, lo, hi):
                 u, g, w = uid[at], group[at], weight[at]
-                rm = _range_masks(hour_ms, lo[at], hi[at])
                 active = rm & hour.act_hot[u]
                 sums[0] += np.bincount(g, w * np.bitwise_count(active), n)
                 sums[1] += np.bincount(g, w * np.bitwise_count(active & hour.sm_hot[u]), n)
@@ -488,15 +481,8 @@ class PrometheusMinuteMasks:
             group_ids, group = np.unique(groups, return_inverse=True)
             n = len(group_ids)
             sums = np.zeros((2, n))
-            for hour_ms in range(int(lo.min()) // HOUR_MS * HOUR_MS, int(hi.max()), HOUR_MS):
-                hour = hour_of(hour_ms)
-                if hour is None:
-                    continue
-                at = _spans_in(hour_ms, hour, uid, lo, hi)
-                if not len(at):
-                    continue
+            for _, hour, at, rm in _hours_of_spans(hour_of, uid, lo, hi):
                 u, g, w = uid[at], group[at], weight[at]
-                rm = _range_masks(hour_ms, lo[at], hi[at])
                 sums[0] += np.bincount(g, w * np.bitwise_count(rm & hour.act_hot[u]), n)
                 sums[1] += np.bincount(g, w * np.bitwise_count(rm & hour.act_known[u]), n)
         return {int(group_ids[i]): (float(sums[0][i]), float(sums[1][i])) for i in range(n)}
@@ -579,6 +565,20 @@ def _range_masks(hour_ms: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return np.clip(-(-(edge - hour_ms) // MINUTE_MS), 0, 60).astype(_U64)
     one = _U64(1)
     return ((one << minute(hi)) - one) ^ ((one << minute(lo)) - one)
+
+
+def _hours_of_spans(hour_of: Callable, uid: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                    ) -> Iterator[tuple[int, HourMasks, np.ndarray, np.ndarray]]:
+    """Each hour the clipped spans touch, oldest first, that the cache holds and some span
+    lies in: (hour_ms, the hour's masks, the indices of its spans, their minutes in it as
+    masks) — the walk `tallies` and `active_known` share."""
+    for hour_ms in range(int(lo.min()) // HOUR_MS * HOUR_MS, int(hi.max()), HOUR_MS):
+        hour = hour_of(hour_ms)
+        if hour is None:
+            continue
+        at = _spans_in(hour_ms, hour, uid, lo, hi)
+        if len(at):
+            yield hour_ms, hour, at, _range_masks(hour_ms, lo[at], hi[at])
 
 
 def _spans_in(hour_ms: int, hour: HourMasks, uid: np.ndarray, lo: np.ndarray,
