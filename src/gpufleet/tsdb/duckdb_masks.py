@@ -248,16 +248,14 @@ class DuckDBMinuteMasks:
         # question's window and dropping units the store never heard of happen in the
         # engine (a question at 100,000 GPUs passes 75,000 spans).
         columns = self._span_columns(spans)
-        rm = _range_mask("s.lo_ms", "s.hi_ms")
         last = (f", (max({_highest_minute('(rm & hot)')}) "
                 "FILTER (WHERE (rm & hot) <> 0))::BIGINT" if last_active else ", NULL")
-        sql = f"""WITH s AS ({_spans_sql("{view}", lo_ms, hi_ms)}),
-            a AS (SELECT unit_id, hour_ms, {_ACT_KNOWN} AS known, {_ACT_HOT} AS hot,
-                         sm_known, sm_hot, sm_sum FROM ({self._rows(lo_ms, hi_ms)})),
-            j AS (SELECT s.grp, s.w, a.hour_ms, a.known, a.hot, a.sm_known, a.sm_hot, a.sm_sum,
-                         {rm.replace("hour_ms", "a.hour_ms")} AS rm
-                  FROM s JOIN a ON a.unit_id = s.unit_id
-                   AND a.hour_ms > s.lo_ms - {HOUR_MS} AND a.hour_ms < s.hi_ms)
+        joined = _spans_joined(
+            lo_ms, hi_ms,
+            f"""SELECT unit_id, hour_ms, {_ACT_KNOWN} AS known, {_ACT_HOT} AS hot,
+                       sm_known, sm_hot, sm_sum FROM ({self._rows(lo_ms, hi_ms)})""",
+            "s.grp, s.w, a.hour_ms, a.known, a.hot, a.sm_known, a.sm_hot, a.sm_sum, {rm} AS rm")
+        sql = f"""{joined}
             SELECT grp, coalesce(sum(w * bit_count(rm & hot)), 0)::DOUBLE,
                    coalesce(sum(w * bit_count(rm & hot & sm_hot)), 0)::DOUBLE,
                    coalesce(sum(w * bit_count(rm & known)), 0)::DOUBLE,
@@ -274,13 +272,12 @@ class DuckDBMinuteMasks:
         if not spans or lo_ms >= hi_ms:
             return {}
         columns = self._span_columns(spans)
-        rm = _range_mask("s.lo_ms", "s.hi_ms").replace("hour_ms", "a.hour_ms")
-        sql = f"""WITH s AS ({_spans_sql("{view}", lo_ms, hi_ms)}),
-            a AS (SELECT unit_id, hour_ms, {_ACT_KNOWN} AS known, {_ACT_HOT} AS hot
-                  FROM ({self._rows(lo_ms, hi_ms)})),
-            j AS (SELECT s.grp, s.w, a.known, a.hot, {rm} AS rm
-                  FROM s JOIN a ON a.unit_id = s.unit_id
-                   AND a.hour_ms > s.lo_ms - {HOUR_MS} AND a.hour_ms < s.hi_ms)
+        joined = _spans_joined(
+            lo_ms, hi_ms,
+            f"""SELECT unit_id, hour_ms, {_ACT_KNOWN} AS known, {_ACT_HOT} AS hot
+                FROM ({self._rows(lo_ms, hi_ms)})""",
+            "s.grp, s.w, a.known, a.hot, {rm} AS rm")
+        sql = f"""{joined}
             SELECT grp, coalesce(sum(w * bit_count(rm & hot)), 0)::DOUBLE,
                    coalesce(sum(w * bit_count(rm & known)), 0)::DOUBLE
             FROM j GROUP BY grp"""
@@ -295,13 +292,12 @@ class DuckDBMinuteMasks:
         if not spans or lo_ms >= hi_ms:
             return {}
         columns = self._span_columns(spans)
-        rm = _range_mask("s.lo_ms", "s.hi_ms").replace("hour_ms", "a.hour_ms")
-        sql = f"""WITH s AS ({_spans_sql("{view}", lo_ms, hi_ms)}),
-            a AS (SELECT * FROM (SELECT unit_id, hour_ms, {_ACT_HOT} AS hot
-                                 FROM ({self._rows(lo_ms, hi_ms)})) WHERE hot <> 0),
-            j AS (SELECT s.grp, a.hour_ms, a.hot & {rm} AS m
-                  FROM s JOIN a ON a.unit_id = s.unit_id
-                   AND a.hour_ms > s.lo_ms - {HOUR_MS} AND a.hour_ms < s.hi_ms)
+        joined = _spans_joined(
+            lo_ms, hi_ms,
+            f"""SELECT * FROM (SELECT unit_id, hour_ms, {_ACT_HOT} AS hot
+                               FROM ({self._rows(lo_ms, hi_ms)})) WHERE hot <> 0""",
+            "s.grp, a.hour_ms, a.hot & {rm} AS m")
+        sql = f"""{joined}
             SELECT grp, max({_highest_minute("m")})::BIGINT FROM j WHERE m <> 0 GROUP BY grp"""
         return dict(self._read(lambda cur: _run(cur, sql, columns)))
 
@@ -411,6 +407,19 @@ def _spans_sql(view: str, lo_ms: int, hi_ms: int) -> str:
                    SELECT unit_id, greatest(lo_ms, {int(lo_ms)}) AS lo_ms,
                           least(hi_ms, {int(hi_ms)}) AS hi_ms, grp, w FROM {view})
                WHERE unit_id >= 0 AND lo_ms < hi_ms"""
+
+
+def _spans_joined(lo_ms: int, hi_ms: int, unit_hours: str, joined: str) -> str:
+    """SQL: the CTEs a question over spans selects from — `s` the spans (`_spans_sql`), `a`
+    the unit-hours `unit_hours` selects, and `j`: the columns `joined` names, of each span
+    with each hour of its unit it overlaps; `{rm}` in `joined` stands for the span's minutes
+    of that hour, as a mask."""
+    rm = _range_mask("s.lo_ms", "s.hi_ms").replace("hour_ms", "a.hour_ms")
+    return f"""WITH s AS ({_spans_sql("{view}", lo_ms, hi_ms)}),
+            a AS ({unit_hours}),
+            j AS (SELECT {joined.replace("{rm}", rm)}
+                  FROM s JOIN a ON a.unit_id = s.unit_id
+                   AND a.hour_ms > s.lo_ms - {HOUR_MS} AND a.hour_ms < s.hi_ms)"""
 
 
 def _run(cur, sql: str, columns: dict[str, tuple[str, Sequence]]) -> list[tuple]:
