@@ -33,7 +33,8 @@ ClassKey = tuple
 # Share of a several-whole-GPU kind's weight measured at the largest host CPU / memory
 # seen for it (the rest at the mean). On the openb family (BENCHMARKS.md, "…several-GPU
 # kinds measured at their largest host") 0.25 lifted the worst sequence against FGD from
-# -0.13 to -0.08 points; 0.1, 0.35 and 0.5 each left a sequence 0.12-0.17 below FGD.
+# -0.13 to -0.08 points; 0.1, 0.35 and 0.5 each lowered some of the six sequences tried
+# by 0.04-0.10 points against the code before it (the figures that section records).
 LARGEST_HOST_SHARE = 0.25
 
 
@@ -147,8 +148,8 @@ class FragmentationMeter:
     The GPU part (per task kind: how many units fit, and the free capacity of GPUs that
     cannot hold one) depends only on the node's GPU picture and is cached by it; the
     fragmentation per task kind (GPU part and host CPU, memory, task limit) is cached
-    while the kinds and their mean host demands stay the same, and the weighted sum
-    while the weights do.
+    while the entries and their host demands (the mean, or the largest seen for a share of
+    a several-GPU kind) stay the same, and the weighted sum while the weights do.
     """
 
     def __init__(self, workload: Workload, whole_gpus_from_shared: bool = False):
