@@ -13,7 +13,9 @@ sm_active sum; per GPU "any signal" is activity or sm_active known). Each minute
 the `telemetry-masks` leader lock) writes each closed hour's masks back into the engine as
 `gpufleet_masks` series; a replica filling its cache reads the recorded hours with one
 export (5 numbers per unit-hour) and computes in the engine only the hours not recorded yet
-(first deployment, a gap, an import not searchable yet) and the open hour.
+(first deployment, a gap, an import not searchable yet) and the open hour — past its half,
+only the open half, once the leader has recorded the closed first half ("Recorded halves"
+in engine_masks.py).
 
 **Rolled up** has no engine-side meaning (the engine keeps no rollup state), so the store's
 `rollup(until)` — which the server's upkeep loop calls every minute with now −
@@ -61,13 +63,12 @@ from gpufleet.tsdb.engine_masks import (
     threshold_labels,
 )
 from gpufleet.tsdb.masks import SlotSpan, SpanColumns, Tally, TallyRows, UnitKey
-from gpufleet.tsdb.prometheus_names import exposition_name, series_of_labels
+from gpufleet.tsdb.prometheus_names import LATEST_AHEAD_MS, exposition_name, series_of_labels
 from gpufleet.tsdb.protocol import MINUTE_MS, SeriesLabels, newest_of_units
 
 DEFAULT_CACHE_HOURS = 25  # a 24-hour window ending now touches 25 hours
 QUIET_AFTER_S = 600  # no question for this long: the upkeep refreshes every...
 QUIET_REFRESH_MS = 15 * MINUTE_MS  # ... this many minutes only
-MEMORY_AHEAD_MS = 3_600_000  # as `latest`: samples stamped by a clock running ahead count
 # Queries in flight for one hour's masks: one, fetched and parsed while the previous answer
 # is folded. More (2 and 4 were tried) cost VictoriaMetrics ~10 % more CPU at 100,000 GPUs
 # and saved no wall time on a 2-core machine, where the engine already spreads each query
@@ -203,12 +204,12 @@ class PrometheusMinuteMasks:
         return {unit: held[unit] for unit in units if unit in held}
 
     def _fetch_memory(self, done_ms: int, fresh_ms: int) -> dict[UnitKey, float]:
-        """Each unit's newest memory_used in (done − fresh, done + MEMORY_AHEAD_MS]: one
+        """Each unit's newest memory_used in (done − fresh, done + LATEST_AHEAD_MS]: one
         instant query of the values; the units answered by two series (moved node) are
         asked again, with their samples' times, to take the newest."""
         name = f'__name__="{exposition_name(MEMORY_USED)}"'
-        window = f"[{fresh_ms + MEMORY_AHEAD_MS}ms]"
-        at_ms = done_ms + MEMORY_AHEAD_MS
+        window = f"[{fresh_ms + LATEST_AHEAD_MS}ms]"
+        at_ms = done_ms + LATEST_AHEAD_MS
         values: dict[UnitKey, float] = {}
         moved: set[UnitKey] = set()
         for found in self._engine.instant(f"last_over_time({{{name}}}{window})", at_ms):
@@ -270,7 +271,9 @@ class PrometheusMinuteMasks:
             for part in parts:
                 hour = partial[part].result() if part in partial else recorded.get(part[0])
                 if part in halved:
-                    first = first_halves[part] or self._compute(part[0], part[0] + HALF_MS)
+                    first = first_halves[part]
+                    if first is None:  # not recorded: computed (an empty one is recorded)
+                        first = self._compute(part[0], part[0] + HALF_MS)
                     first.merge(hour)
                     hour = first
                 yield (*part, self._compute(part[1], part[2]) if hour is None else hour)
@@ -392,7 +395,6 @@ class PrometheusMinuteMasks:
                 gid = self._gpus[unit[0]] = len(self._gpu_attrs)
                 self._gpu_attrs.append(attrs)
                 self._gpu_first_ms.append(at_ms)
-                self._first_ms_bound = max(self._first_ms_bound, at_ms)
             uid = self._units[unit] = len(self._gpu_of_unit)
             self._gpu_of_unit.append(gid)
             self._unit_labels.append(_unit_label_set(labels))

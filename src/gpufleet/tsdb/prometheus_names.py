@@ -18,6 +18,9 @@ EXPOSITION_PREFIX = "gpufleet_"
 # Labels a query adds to tell the parts of one answer apart; never written.
 PART_LABEL = "gpufleet_part"
 RESERVED_LABELS = frozenset((METRIC_NAME_LABEL, PART_LABEL))
+# How far past now a "newest value" read looks (the store's `latest`, the masks' memory
+# read): samples stamped by a node whose clock runs ahead still count.
+LATEST_AHEAD_MS = 3_600_000
 
 
 def exposition_name(metric: str) -> str:

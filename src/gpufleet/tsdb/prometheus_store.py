@@ -53,6 +53,7 @@ from gpufleet.domain.telemetry.vocabulary import AcrossSeries, Comparison, OverT
 from gpufleet.tsdb.prometheus_masks import PrometheusMinuteMasks, series_minutes
 from gpufleet.tsdb.prometheus_names import (
     EXPOSITION_PREFIX,
+    LATEST_AHEAD_MS,
     PART_LABEL,
     RESERVED_LABELS,
     exposition_labels,
@@ -90,7 +91,6 @@ _TIER_WIDTH_MS = {Tier.RAW: 1, Tier.MINUTE: MINUTE_MS, Tier.HOUR: HOUR_MS}
 
 MAX_SAMPLES_PER_REQUEST = 50_000  # one remote-write body stays a few hundred kB
 MAX_POINTS_PER_QUERY = 10_000  # under Prometheus' 11,000 and VictoriaMetrics' 30,000
-LATEST_AHEAD_MS = 3_600_000  # `latest` also sees samples stamped by a clock running ahead
 # `latest` without `since` looks back this far: as long as raw samples may be kept (the
 # setting's limit); a window reaching back to the epoch finds nothing in VictoriaMetrics.
 LATEST_LOOKBACK_MS = 3661 * 86_400_000
