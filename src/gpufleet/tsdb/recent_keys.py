@@ -15,7 +15,7 @@ The store narrows that start allowance to what it holds (`stored_through`): ever
 earlier process stored is in `ingested_batches` with its newest sample, so an upload whose
 oldest sample is newer than the newest of them cannot be a replay of one of them (a replay
 carries the same samples). A fresh store, or one whose senders are ahead of what it holds,
-then needs no DuckDB statement in its first hour either.
+then needs no DuckDB statement in its first `future_allowance_ms` either.
 """
 
 from __future__ import annotations

@@ -239,6 +239,7 @@ def steady_columns(columns: WriteColumns, plans: Sequence[SeriesPlan],
 
 
 def _store_labels(units: NodeUnits, key: tuple, plan: SeriesPlan) -> SeriesLabels:
+    """The store's labels of `plan`'s series on the node of `units` (kept there by key)."""
     return node_series_labels_keyed(units, key, plan.route.metric.name, plan.address.gpu_uuid,
                                     plan.mig_uuid, plan.extra)
 
@@ -301,9 +302,10 @@ class _NodeReading:
         places on another node are counted in `outcome` as foreign_gpu."""
         units, out = self.units, ColumnsBuilder()
         gpus, known = units.gpus, units.series_labels
-        # Rows of one sample (all of them, in a Prometheus' steady state) are gathered in
-        # a run and handed to the builder together (`ColumnsBuilder.firsts`), in the order
-        # they came: a row of several samples ends the run first.
+        # Rows of one sample (a body `steady_columns` turned down: workload labels, drops)
+        # are gathered in a run and handed to the builder together
+        # (`ColumnsBuilder.firsts`), in the order they came: a row of several samples ends
+        # the run first.
         run = _SinglesRun()
         for plan, row in self.rows.values():
             metric: Metric = plan.route.metric
@@ -314,8 +316,7 @@ class _NodeReading:
             if plan.problem is not None:
                 out.drop(plan.problem, row.values())
                 continue
-            labels = known.get(plan.labels_key) or node_series_labels_keyed(
-                units, plan.labels_key, metric.name, gpu, plan.mig_uuid, plan.extra)
+            labels = known.get(plan.labels_key) or _store_labels(units, plan.labels_key, plan)
             if len(row) == 1:
                 [(t, v)] = row.items()
                 if v is not None:
