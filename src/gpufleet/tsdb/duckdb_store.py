@@ -39,7 +39,6 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -60,6 +59,7 @@ from gpufleet.tsdb.duckdb_query import (
 from gpufleet.tsdb.edge_pieces import EdgePieces
 from gpufleet.tsdb.journal import Journal, JournalRecord, packed
 from gpufleet.tsdb.journal_applier import JournalApplier
+from gpufleet.tsdb.kept_latest import KeptLatest
 from gpufleet.tsdb.parquet_columns import PackedColumn, PhysicalType, write_parquet
 from gpufleet.tsdb.protocol import (
     HOUR_MS,
@@ -84,9 +84,6 @@ from gpufleet.tsdb.recent_keys import RecentKeys
 from gpufleet.tsdb.rollups import TierSources, fold
 from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labels
 from gpufleet.tsdb.series_ids import SeriesIds
-
-if TYPE_CHECKING:
-    from gpufleet.tsdb.kept_latest import KeptLatest
 
 _UNNEST_SERIES = ", ".join(f"unnest(${n}::{kind}[])" for n, kind in enumerate(
     ("INTEGER", *["VARCHAR"] * 7), start=1))
@@ -194,9 +191,8 @@ class DuckDBTelemetryStore:
                 values.append(float(sample.value))
             self._transaction(lambda con: self._store(con, new, ids, times, values), new)
             if self._kept:
-                self._keep(lambda np: (np.array(ids, dtype=np.int64),
-                                       np.array(times, dtype=np.int64),
-                                       np.array(values, dtype=np.float64)))
+                self._keep(np.array(ids, dtype=np.int64), np.array(times, dtype=np.int64),
+                           np.array(values, dtype=np.float64))
             return len(ids)
 
     def write_columns(self, batches: Sequence[tuple[str, SampleColumns]]) -> list[int | None]:
@@ -433,8 +429,6 @@ class DuckDBTelemetryStore:
             return kept
         if not kept_as_received(metric):
             return None
-        from gpufleet.tsdb.kept_latest import KeptLatest
-
         with self._lock:
             self._apply_journal()
             kept = self._kept.get(metric)
@@ -448,16 +442,12 @@ class DuckDBTelemetryStore:
                 kept = self._kept[metric] = KeptLatest(horizon, rows, series)
             return kept
 
-    def _keep(self, columns) -> None:
-        """Stored samples to the kept metrics (under the store's lock, after the commit);
-        `columns(numpy)`: (series ids, times ms, values) as arrays."""
-        import numpy as np
-
-        ids, times, values = columns(np)
+    def _keep(self, ids: np.ndarray, times_ms: np.ndarray, values: np.ndarray) -> None:
+        """Stored samples to the kept metrics (under the store's lock, after the commit)."""
         for metric, kept in self._kept.items():
             if len(self._by_metric.get(metric, ())) != kept.tracked:  # new series
                 kept.track(self._units_of_series(metric))
-            kept.add(ids, times, values)
+            kept.add(ids, times_ms, values)
 
     def _units_of_series(self, metric: str) -> dict[int, tuple[str, str | None]]:
         with self._dictionary_lock:
@@ -640,10 +630,9 @@ class DuckDBTelemetryStore:
                 self._pending[:0] = taken
             raise
         if self._kept:
-            self._keep(lambda np: tuple(
-                np.frombuffer(b"".join(getattr(r, name) for r in taken), dtype=kind)
-                for name, kind in (("series_ids", "<i4"), ("times_ms", "<i8"),
-                                   ("values", "<f8"))))
+            self._keep(*(np.frombuffer(b"".join(getattr(r, name) for r in taken), dtype=kind)
+                         for name, kind in (("series_ids", "<i4"), ("times_ms", "<i8"),
+                                            ("values", "<f8"))))
         with self._ingest_lock:
             self._pending_keys.difference_update(r.key for r in taken)
             self._unapplied_batches -= len(taken)

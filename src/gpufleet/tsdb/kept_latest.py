@@ -13,8 +13,7 @@ compaction keeps as received (`Metric.stored_decimals` None): a rounded one woul
 differently once its hour is compacted.
 
 At the same time the larger value wins, as `newest_of_units` folds units (DuckDB's
-`arg_max` picks any of a series' samples at one time). numpy is imported only with this
-module, which the store imports when a metric is first asked.
+`arg_max` picks any of a series' samples at one time).
 """
 
 from __future__ import annotations
