@@ -9,7 +9,7 @@ from functools import cache
 
 import duckdb
 
-from gpufleet.domain.telemetry.catalogue import CATALOGUE
+from gpufleet.domain.telemetry.catalogue import CATALOGUE, find
 from gpufleet.domain.telemetry.metric import Metric
 
 
@@ -60,7 +60,8 @@ def _replace_rows(con: duckdb.DuckDBPyConnection, table: str, where: str) -> Non
 
 def kept_as_received(metric: str) -> bool:
     """Whether compaction keeps `metric`'s raw values exactly as they were stored."""
-    return not any(row.name == metric for rows in _stored_precision().values() for row in rows)
+    row = find(metric)
+    return row is None or row.stored_decimals is None
 
 
 def _rounded_value() -> str:
