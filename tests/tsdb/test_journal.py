@@ -281,6 +281,13 @@ def test_numpy_columns_pack_to_the_bytes_lists_pack_to():
     assert packed("q", np.array([], np.int64)) == packed("q", []) == b""
 
 
+def test_a_number_too_wide_is_refused_from_numpy_as_from_a_list():
+    with pytest.raises(OverflowError):
+        packed("i", [2**31])
+    with pytest.raises(OverflowError):
+        packed("i", np.array([1, 2**31], np.int64))
+
+
 def test_packed_columns_load_into_duckdb_through_parquet(tmp_path):
     ids, times, values = [1, 2, 2**31 - 1], [-5, 0, 2**62], [0.1, -2.5, 1e300]
     path = tmp_path / "x.parquet"

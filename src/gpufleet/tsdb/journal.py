@@ -73,7 +73,12 @@ def packed(typecode: str, values: Sequence | np.ndarray) -> bytes:
     column (remote-write's steady body) is converted whole, in C: the same bytes as the
     list's, without a Python number a sample on the way."""
     if isinstance(values, np.ndarray):
-        return values.astype(_NUMPY_TYPES[typecode], copy=False).tobytes()
+        kind = _NUMPY_TYPES[typecode]
+        if kind.kind == "i" and len(values) and values.dtype.itemsize > kind.itemsize:
+            bounds = np.iinfo(kind)  # astype would wrap silently where array() refuses
+            if values.min() < bounds.min or values.max() > bounds.max:
+                raise OverflowError(f"a value does not fit {kind.name}")
+        return values.astype(kind, copy=False).tobytes()
     numbers = array(typecode, values)
     if not _LITTLE_ENDIAN:
         numbers.byteswap()
