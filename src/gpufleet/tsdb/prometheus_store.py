@@ -298,7 +298,9 @@ class PrometheusTelemetryStore:
                                  {"gpu_uuid": sorted({gpu for gpu, _ in wanted})})
         if selector is None:
             return {}
-        at_ms = int(time.time() * 1000) + LATEST_AHEAD_MS  # the window `latest` reads
+        # A whole second: the engine takes an instant query's time to the second, and the
+        # window counted back from a time it moved would miss a sample at `since` itself.
+        at_ms = (int(time.time()) + 1) * 1000 + LATEST_AHEAD_MS  # the window `latest` reads
         window_ms = at_ms - to_ms(since) + 1
         values: dict[tuple[str, str | None], float] = {}
         moved: set[tuple[str, str | None]] = set()
