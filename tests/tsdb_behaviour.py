@@ -191,6 +191,8 @@ def test_latest_gives_the_newest_value_of_each_series(store):
         {("gpu.sm_active", 20.0), ("gpu.power_usage_watts", 310.0)}
     assert store.latest(metric="gpu.sm_active", since=at(5)) == \
         [v for v in latest if v.series.gpu_uuid == "GPU-a"]
+    # GPU-b's only sample lies at `since` itself: the oldest allowed, still answered
+    assert store.latest(metric="gpu.sm_active", since=at(0)) == latest
 
 
 def test_latest_of_units_gives_each_asked_units_newest_value(store):

@@ -245,7 +245,7 @@ class PrometheusTelemetryStore:
         selector, leftover = _selection(names, filters or {})
         if selector is None:
             return []
-        at_ms = int(time.time() * 1000) + LATEST_AHEAD_MS
+        at_ms = _instant_now_ms() + LATEST_AHEAD_MS
         window_ms = at_ms - to_ms(since) + 1 if since is not None else LATEST_LOOKBACK_MS
         # keep_metric_names: the series of several metrics stay apart.
         value = f"last_over_time({selector}[{window_ms}ms]) keep_metric_names"
@@ -298,9 +298,7 @@ class PrometheusTelemetryStore:
                                  {"gpu_uuid": sorted({gpu for gpu, _ in wanted})})
         if selector is None:
             return {}
-        # A whole second: the engine takes an instant query's time to the second, and the
-        # window counted back from a time it moved would miss a sample at `since` itself.
-        at_ms = (int(time.time()) + 1) * 1000 + LATEST_AHEAD_MS  # the window `latest` reads
+        at_ms = _instant_now_ms() + LATEST_AHEAD_MS  # the window `latest` reads
         window_ms = at_ms - to_ms(since) + 1
         values: dict[tuple[str, str | None], float] = {}
         moved: set[tuple[str, str | None]] = set()
@@ -719,6 +717,13 @@ def _quote(text: str) -> str:
 
 def _key(labels: Mapping[str, str]) -> tuple:
     return tuple(sorted(labels.items()))
+
+
+def _instant_now_ms() -> int:
+    """Now for an instant query whose window is counted back to a `since`: the next whole
+    second. The engine takes an instant query's time to the second, and a window counted
+    in ms back from a time it moved would start after `since` and miss a sample there."""
+    return (int(time.time()) + 1) * 1000
 
 
 def _seconds(ms: int) -> str:
