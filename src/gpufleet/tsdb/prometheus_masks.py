@@ -35,7 +35,6 @@ uncached. The questions are counted with numpy over the spans (no per-binding Py
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -63,8 +62,8 @@ from gpufleet.tsdb.engine_masks import (
     threshold_labels,
 )
 from gpufleet.tsdb.masks import SlotSpan, SpanColumns, Tally, TallyRows, UnitKey
-from gpufleet.tsdb.prometheus_names import LATEST_AHEAD_MS, exposition_name, series_of_labels
-from gpufleet.tsdb.protocol import MINUTE_MS, SeriesLabels, newest_of_units
+from gpufleet.tsdb.prometheus_names import LATEST_AHEAD_MS, series_of_labels
+from gpufleet.tsdb.protocol import MINUTE_MS, SeriesLabels
 
 DEFAULT_CACHE_HOURS = 25  # a 24-hour window ending now touches 25 hours
 QUIET_AFTER_S = 600  # no question for this long: the upkeep refreshes every...
@@ -88,6 +87,11 @@ class MaskEngine(Protocol):
 
     def instant(self, query: str, at_ms: int) -> list[dict]:
         """The result entries of an instant query (labels as "metric", "value")."""
+
+    def newest_of_units(self, metric: str, at_ms: int, window_ms: int
+                        ) -> dict[UnitKey, float]:
+        """Each unit's newest value of `metric` in (at − window, at] (a unit answered by
+        two series, having moved node: the newer one's)."""
 
     def import_lines(self, body: bytes) -> None:
         """Store JSON lines (`/api/v1/import`); raise where the engine refused them."""
@@ -204,39 +208,9 @@ class PrometheusMinuteMasks:
         return {unit: held[unit] for unit in units if unit in held}
 
     def _fetch_memory(self, done_ms: int, fresh_ms: int) -> dict[UnitKey, float]:
-        """Each unit's newest memory_used in (done − fresh, done + LATEST_AHEAD_MS]: one
-        instant query of the values; the units answered by two series (moved node) are
-        asked again, with their samples' times, to take the newest."""
-        name = f'__name__="{exposition_name(MEMORY_USED)}"'
-        window = f"[{fresh_ms + LATEST_AHEAD_MS}ms]"
-        at_ms = done_ms + LATEST_AHEAD_MS
-        values: dict[UnitKey, float] = {}
-        moved: set[UnitKey] = set()
-        for found in self._engine.instant(f"last_over_time({{{name}}}{window})", at_ms):
-            labels = found["metric"]
-            if "gpu_uuid" not in labels:
-                continue
-            value = float(found["value"][1])
-            unit = (labels["gpu_uuid"], labels.get("mig_uuid") or None)
-            if math.isnan(value):
-                continue
-            if unit in values:
-                moved.add(unit)
-            values[unit] = value
-        if moved:
-            gpus = "|".join(sorted({re.escape(gpu) for gpu, _ in moved}))
-            chosen = "{" + f'{name}, gpu_uuid=~"' + \
-                gpus.replace("\\", "\\\\").replace('"', '\\"') + '"}'
-            found_at = {}
-            for fn in ("last_over_time", "tlast_over_time"):
-                for found in self._engine.instant(f"{fn}({chosen}{window})", at_ms):
-                    labels = found["metric"]  # last_over_time keeps the name, tlast not
-                    key = tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
-                    found_at.setdefault(key, {})[fn] = float(found["value"][1])
-            values.update(newest_of_units(
-                (((dict(key)["gpu_uuid"], dict(key).get("mig_uuid") or None),
-                  round(got["tlast_over_time"] * 1000), got["last_over_time"])
-                 for key, got in found_at.items() if len(got) == 2), moved))
+        """Each unit's newest memory_used in (done − fresh, done + LATEST_AHEAD_MS]."""
+        values = self._engine.newest_of_units(MEMORY_USED, done_ms + LATEST_AHEAD_MS,
+                                              fresh_ms + LATEST_AHEAD_MS)
         with self._lock:
             if self._memory_key is None or done_ms >= self._memory_key[0]:
                 self._memory, self._memory_key = values, (done_ms, fresh_ms)

@@ -242,11 +242,16 @@ class PrometheusTelemetryStore:
                where: ValueFilter | None = None) -> list[LatestValue]:
         _check_label_names(list(filters or {}))
         names = exposition_name(metric) if metric is not None else f"{EXPOSITION_PREFIX}.+"
-        selector, leftover = _selection(names, filters or {})
-        if selector is None:
-            return []
         at_ms = _instant_now_ms() + LATEST_AHEAD_MS
         window_ms = at_ms - to_ms(since) + 1 if since is not None else LATEST_LOOKBACK_MS
+        return self._latest_at(names, metric, filters or {}, at_ms, window_ms, where)
+
+    def _latest_at(self, names: str, metric: str | None, filters: Filters, at_ms: int,
+                   window_ms: int, where: ValueFilter | None = None) -> list[LatestValue]:
+        """`latest` over the window (at − window, at]."""
+        selector, leftover = _selection(names, filters)
+        if selector is None:
+            return []
         # keep_metric_names: the series of several metrics stay apart.
         value = f"last_over_time({selector}[{window_ms}ms]) keep_metric_names"
         at = f"tlast_over_time({selector}[{window_ms}ms]) keep_metric_names"
@@ -258,13 +263,13 @@ class PrometheusTelemetryStore:
             if where.percent_of is None:
                 value = _compared(value, where)
             else:
-                passing = _percent_compared(selector, metric, filters or {}, window_ms, where)
+                passing = _percent_compared(selector, metric, filters, window_ms, where)
                 value = f"({value}) and ({passing})"
             for labels, got in self._instant(value, at_ms):
                 found[_key(labels)]["value"] = got
             gpus = sorted({dict(key)["gpu_uuid"] for key in found if dict(key).get("gpu_uuid")})
             queries = [{"at": f"tlast_over_time({narrow}[{window_ms}ms]) keep_metric_names"}
-                       for narrow in _selections_by_gpu(names, filters or {}, gpus)]
+                       for narrow in _selections_by_gpu(names, filters, gpus)]
         else:
             queries = [{"value": value, "at": at}]
         for query in queries:
@@ -288,33 +293,46 @@ class PrometheusTelemetryStore:
 
     def latest_of_units(self, metric: str, units: Collection[tuple[str, str | None]],
                         since: datetime) -> dict[tuple[str, str | None], float]:
-        """See protocol.TelemetryStore. One instant query of the values alone, parsed with
-        orjson, nothing built per series but the unit's key: the idle list asks it for
-        ~20,000 units of a 100,000-GPU fleet, whose UUIDs no selector holds, so the engine
-        answers the whole metric and the units are picked here. The times are asked only
-        for the rare unit answered by several series (it moved node), through `latest`."""
+        """See protocol.TelemetryStore. The idle list asks it for ~20,000 units of a
+        100,000-GPU fleet, whose UUIDs no selector holds, so the engine answers the whole
+        metric and the units are picked here (`newest_of_units`)."""
         wanted = set(units)
-        selector, _ = _selection(exposition_name(metric),
-                                 {"gpu_uuid": sorted({gpu for gpu, _ in wanted})})
-        if selector is None:
+        if not wanted:
             return {}
         at_ms = _instant_now_ms() + LATEST_AHEAD_MS  # the window `latest` reads
-        window_ms = at_ms - to_ms(since) + 1
+        return self.newest_of_units(metric, at_ms, at_ms - to_ms(since) + 1, wanted)
+
+    def newest_of_units(self, metric: str, at_ms: int, window_ms: int,
+                        units: Collection[tuple[str, str | None]] | None = None
+                        ) -> dict[tuple[str, str | None], float]:
+        """Each unit's (of `units`; of every unit when None) newest value of `metric` in
+        (at − window, at]: one instant query of the values alone, parsed with orjson,
+        nothing built per series but the unit's key. The times are asked only for the rare
+        unit answered by several series (it moved node), through `latest`'s reading, in
+        selectors that keep within the engine's query length however many moved."""
+        selector, _ = _selection(
+            exposition_name(metric),
+            {} if units is None else {"gpu_uuid": sorted({gpu for gpu, _ in units})})
+        if selector is None:
+            return {}
+        wanted = None if units is None else set(units)
         values: dict[tuple[str, str | None], float] = {}
         moved: set[tuple[str, str | None]] = set()
         for found in self._instant_results(f"last_over_time({selector}[{window_ms}ms])",
                                            at_ms):
             labels = found["metric"]
-            unit = (labels.get("gpu_uuid"), labels.get("mig_uuid") or None)
+            gpu = labels.get("gpu_uuid")
+            unit = (gpu, labels.get("mig_uuid") or None)
             value = float(found["value"][1])
-            if unit not in wanted or math.isnan(value):
+            if gpu is None or (wanted is not None and unit not in wanted) or math.isnan(value):
                 continue
             if unit in values:
                 moved.add(unit)
             values[unit] = value
         if moved:
-            found = self.latest({"gpu_uuid": sorted({gpu for gpu, _ in moved})}, metric=metric,
-                                since=since)
+            found = self._latest_at(exposition_name(metric), metric,
+                                    {"gpu_uuid": sorted({gpu for gpu, _ in moved})},
+                                    at_ms, window_ms)
             values.update(newest_of_units(
                 (((v.series.gpu_uuid, v.series.mig_uuid), round(v.at.timestamp() * 1000),
                   v.value) for v in found), moved))
@@ -486,6 +504,10 @@ class _MaskEngine:
 
     def instant(self, query: str, at_ms: int) -> list[dict]:
         return self._store._instant_results(query, at_ms)
+
+    def newest_of_units(self, metric: str, at_ms: int, window_ms: int
+                        ) -> dict[tuple[str, str | None], float]:
+        return self._store.newest_of_units(metric, at_ms, window_ms)
 
     def import_lines(self, body: bytes) -> None:
         url = f"{self._store.write_url}/api/v1/import"
