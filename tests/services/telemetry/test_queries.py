@@ -118,6 +118,22 @@ def test_idle_and_idle_held(api, fleet):
     assert get(api, "idle", held_only="true")["items"] == idle["items"]
 
 
+def test_idle_memory_is_read_as_of_the_judged_minutes(api, fleet, clock):
+    """The activity is judged up to the last rolled-up minute; the memory that splits idle
+    from idle-held is read as of that same end, on every store — not as of now, which a
+    late rollup leaves minutes ahead of it (here 8: the memory, 5 minutes fresh, is still
+    the judged minutes' own)."""
+    clock.advance(8 * 60)
+    item = only_item(get(api, "idle"))
+    assert (item["allocation"], item["state"], item["memory_held_bytes"]) == \
+        (fleet["speech"], "idle_held", 2 * GIB)
+
+
+def only_item(view: dict) -> dict:
+    assert len(view["items"]) == 1, view["items"]
+    return view["items"][0]
+
+
 def test_members_see_only_their_projects(api, fleet):
     member = fleet["member"]
     rows = get(member, "funnel", by="project")["rows"]

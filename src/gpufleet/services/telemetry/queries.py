@@ -514,8 +514,10 @@ class TelemetryQueries:
             looked.append(slots[n].unit, *_clip(slots[n], look_lo, done), n, slots[n].weight)
         last = masks.last_active_minutes(looked, look_lo, done, done) if candidates else {}
         units = [slots[n].unit for n in candidates]
+        # Memory as of the judged minutes' end, as the activity: fresh within 5 minutes of it
         memory = masks.unit_memory(units, int(live.FRESH.total_seconds() * 1000)) \
-            if isinstance(masks, UnitMemory) else live.latest_memory(self.telemetry, units, now)
+            if isinstance(masks, UnitMemory) \
+            else live.latest_memory(self.telemetry, units, from_ms(done))
         found = []
         for n in candidates:
             slot, count = slots[n], counts.get(n)
