@@ -59,6 +59,7 @@ from gpufleet.settings import Settings, describe_settings
 from gpufleet.store.database import StateStore
 from gpufleet.store.tables import User
 from gpufleet.tsdb import TelemetryStore
+from gpufleet.tsdb.masks import RecordedInEngine
 from gpufleet.wire import inventory as wi
 from gpufleet.wire import receivers as wr
 from gpufleet.wire.agent import Heartbeat, HeartbeatReply, NodeRegistration, RegistrationReply
@@ -129,8 +130,10 @@ class Gpufleet:
         # request (the first fold after a start reads every kept minute).
         with contextlib.suppress(Unavailable):  # a store the masks cannot read
             masks = self.queries.masks
-            # VictoriaMetrics' masks refresh less often while no question comes
-            getattr(masks, "upkeep_refresh", masks.refresh)()
+            if isinstance(masks, RecordedInEngine):
+                masks.upkeep_refresh()  # less often while no question comes
+            else:
+                masks.refresh()
             self.queries.warm_recent_funnels()
             self.queries.warm_recent_idle()
             self._record_mask_hours()  # last: the pages' answers do not wait for it
@@ -141,12 +144,12 @@ class Gpufleet:
         """On a store that records its closed hours' masks in its engine (VictoriaMetrics:
         tsdb/prometheus_masks.py), the leader replica records them, so that the others —
         and one starting cold — read a few numbers per unit-hour instead of computing."""
-        record = getattr(self.queries.masks, "record_closed_hours", None)
-        if record is None:
+        masks = self.queries.masks
+        if not isinstance(masks, RecordedInEngine):
             return
         with self.store.read() as session:  # the lock lasts while the recording does
             if self.store.try_leader_lock(session, "telemetry-masks"):
-                record()
+                masks.record_closed_hours()
 
     def close_telemetry(self) -> None:
         """Close the telemetry store, if one was opened (the state store stays open)."""

@@ -177,6 +177,20 @@ class MinuteMasks(Protocol):
 
 
 @runtime_checkable
+class RecordedInEngine(Protocol):
+    """Minute masks a shared engine computes and keeps (VictoriaMetrics:
+    prometheus_masks.py): the upkeep loop refreshes them less often in a quiet spell (the
+    engine's cost of a refresh follows the fleet's series, not the minutes), and the
+    leader replica records their closed hours in the engine for the other replicas."""
+
+    def upkeep_refresh(self) -> int | None:
+        """The upkeep loop's refresh; None where a quiet spell skipped it."""
+
+    def record_closed_hours(self) -> int:
+        """Record the closed hours not recorded yet; returns how many were."""
+
+
+@runtime_checkable
 class UnitMemory(Protocol):
     """Minute masks that keep each unit's latest memory_used beside them (the engine's:
     prometheus_masks.py), so the idle list reads its candidates' memory without asking the

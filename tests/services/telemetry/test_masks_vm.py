@@ -15,7 +15,7 @@ import pytest
 from gpufleet.domain.telemetry.funnel import GR_ENGINE_ACTIVE, MEMORY_USED, SM_ACTIVE, Thresholds
 from gpufleet.tsdb import Sample, series
 from gpufleet.tsdb.engine_masks import RECORDED_NAME, SLOT_MS, SLOTS
-from gpufleet.tsdb.masks import MaskStore, SlotSpan
+from gpufleet.tsdb.masks import MaskStore, RecordedInEngine, SlotSpan
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, TelemetryStoreUnavailable, to_ms
 from tests.services.telemetry.test_masks_properties import (
     HOUR0,
@@ -55,7 +55,10 @@ def busy_minutes(store, gpu: str, first: int, count: int) -> None:
 
 
 def test_the_prometheus_store_answers_the_mask_questions(fresh_store):
-    assert isinstance(fresh_store(), MaskStore)
+    store = fresh_store()
+    assert isinstance(store, MaskStore)
+    # the upkeep loop refreshes them less often when quiet, the leader records their hours
+    assert isinstance(store.minute_masks(Thresholds()), RecordedInEngine)
 
 
 def test_only_minutes_rolled_up_since_the_last_refresh_are_fetched(fresh_store):

@@ -9,7 +9,7 @@ import pytest
 from gpufleet.domain.telemetry.funnel import Thresholds
 from gpufleet.tsdb import Sample, series
 from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
-from gpufleet.tsdb.masks import MaskStore, SlotSpan
+from gpufleet.tsdb.masks import MaskStore, RecordedInEngine, SlotSpan
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS, SampleColumns, to_ms
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
@@ -29,6 +29,8 @@ def minutes_of(store, labels, first: int, count: int, value: float) -> None:
 
 def test_the_duckdb_store_answers_the_mask_questions(duck):
     assert isinstance(duck, MaskStore)
+    # its own masks: refreshed each upkeep round, nothing to record in an engine
+    assert not isinstance(duck.minute_masks(Thresholds()), RecordedInEngine)
 
 
 def test_a_series_that_changes_model_is_judged_by_its_new_role(duck):
