@@ -63,8 +63,8 @@ def kept_rows(first_ms: int, end_ms: int) -> str:
 
 class WholeHourFolds:
     """The kept folds. `cursor()` gives a cursor of the store's instance, `state(cur)` how
-    far (ms) the minute and hourly rollups reach; `max_rows` bounds what is kept (past it,
-    a fill keeps only what its query needs)."""
+    far (ms) the minute and hourly rollups reach; `max_rows` bounds what is kept for one
+    extent of the rolled-up hours (past it, a query reads its rows)."""
 
     def __init__(self, cursor: Callable, state: Callable[..., tuple[int, int]], *,
                  max_rows: int = 1_000_000):
@@ -95,11 +95,18 @@ class WholeHourFolds:
                 key = (hour_done, first, end, columns["sid"][1], columns["from_ms"][1],
                        columns["to_ms"][1])
                 if self._filled is None or not _same(key, self._filled):
+                    # Folds of an earlier extent go (a query that filled before the
+                    # rollups moved on sees that extent, or none of these deletes).
                     con.execute(f"DELETE FROM {TABLE} WHERE done_ms <> {hour_done}")
                     with registered(con, columns) as view:
-                        self._fold_missing(con, view, first, end, minute_done, hour_done,
-                                           pieces)
-                con.commit()
+                        kept = self._fold_missing(con, view, first, end, minute_done,
+                                                  hour_done, pieces)
+                    con.commit()
+                    if not kept:
+                        self._filled = None
+                        return NOT_KEPT
+                else:
+                    con.rollback()
                 self._filled = key
                 return hour_done
             finally:
@@ -129,9 +136,10 @@ class WholeHourFolds:
         self._ready = True
 
     def _fold_missing(self, con, view: str, first: int, end: int, minute_done: int,
-                      hour_done: int, pieces: tuple[int, int]) -> None:
+                      hour_done: int, pieces: tuple[int, int]) -> bool:
         """Fold the slots whose span has no kept fold, as the general statement would
-        fold them over a window of the whole hours (one step)."""
+        fold them over a window of the whole hours (one step); whether every span of the
+        slots is kept now."""
         lo, hi = f"greatest(v.from_ms, {first})", f"least(v.to_ms, {end})"
         missing = f"""SELECT v.slot, v.sid, v.from_ms, v.to_ms FROM {view} v
             WHERE {lo} < {hi} AND NOT EXISTS (SELECT 1 FROM {TABLE} f
@@ -139,9 +147,11 @@ class WholeHourFolds:
         [(count, kept)] = con.execute(f"""SELECT (SELECT count(*) FROM ({missing})),
                                                  (SELECT count(*) FROM {TABLE})""").fetchall()
         if not count:
-            return
-        if count + kept > self.max_rows:  # many windows asked: start afresh
-            con.execute(f"DELETE FROM {TABLE}")
+            return True
+        if count + kept > self.max_rows:
+            # Many windows asked in one hour: this one reads its rows. Nothing is deleted
+            # here: a query that filled before may be about to read what it kept.
+            return False
         rows = MixedTiers(first, end, end - first, minute_done, hour_done, *pieces).rows()
         # A slot's fold is keyed by its series and span: two slots of one unit over the
         # same span (bindings side by side on a shared GPU) fold the same rows.
@@ -153,6 +163,7 @@ class WholeHourFolds:
                    greatest(sel.from_ms, {first}), f.v_first, f.v_last, f.v_mean, f.v_min,
                    f.v_max, coalesce(f.n, 0), coalesce(f.inc, 0), {hour_done}
             FROM sel LEFT JOIN folded f ON f.series_id = sel.slot)""").fetchall()
+        return True
 
 
 def _same(key: tuple, last: tuple) -> bool:
