@@ -157,3 +157,21 @@ def test_past_the_row_bound_a_query_reads_its_rows(tmp_path, monkeypatch):
         check(monkeypatch, store, (start, 6 * HOUR, 24 * HOUR), bindings)
         assert {lo for _, lo, *_ in kept(store)} == {to_ms(T0 + HOUR)}
     store.close()
+
+
+def test_bindings_side_by_side_on_a_shared_unit_read_one_fold(tmp_path, monkeypatch):
+    """Two fractions of one GPU bound over the same span (and a third from later): one
+    fold per series and span is kept, and each binding's slot reads it."""
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write(random_history(random.Random(5)))
+    store.rollup(T0 + 5 * HOUR)
+    start = T0 + timedelta(minutes=10, seconds=30)
+    bindings = {(GPUS[0], None): [Binding(start, None, "a1", "p1"),
+                                  Binding(start, None, "a2", "p2"),
+                                  Binding(start + timedelta(minutes=50), None, "a3", "p2")]}
+    check(monkeypatch, store, (timedelta(0), 5 * HOUR, 5 * HOUR), bindings)
+    sid = store._ids[series("gpu.sm_active", GPUS[0])]
+    assert [(lo, hi) for s, lo, hi, *_ in kept(store) if s == sid] == [
+        (to_ms(start), to_ms(T0 + 5 * HOUR)),
+        (to_ms(start + timedelta(minutes=50)), to_ms(T0 + 5 * HOUR))]
+    store.close()
