@@ -35,6 +35,7 @@ from gpufleet.tsdb.protocol import (
     to_ms,
 )
 from gpufleet.tsdb.rollups import TierSources, fold
+from gpufleet.tsdb.whole_hour_folds import NOT_KEPT, WholeHourFolds, kept_rows, whole_hours
 
 _SELECTION = ("SELECT unnest($slots::INTEGER[]) AS slot, unnest($ids::INTEGER[]) AS sid,"
               " unnest($groups::INTEGER[]) AS grp, unnest($froms::BIGINT[]) AS from_ms,"
@@ -169,11 +170,15 @@ class RangePlan:
     whole_hours: bool = False
 
     def sql(self, minute_done_ms: int, hour_done_ms: int,
-            pieces: tuple[int, int] = (0, 0), where: ValueFilter | None = None) -> str:
+            pieces: tuple[int, int] = (0, 0), where: ValueFilter | None = None,
+            folds_done_ms: int = NOT_KEPT) -> str:
         """The statement (over the table `slots_table` makes of `Slots.columns()`)
         answering (group, step start, value) rows, given how far the rollups have been
-        folded, and the hours [from, to) whose edge pieces are kept for this query's slots
-        (`fill_pieces`); with `where`, the rows whose value passes it."""
+        folded, the hours [from, to) whose edge pieces are kept for this query's slots
+        (`fill_pieces`) and the extent of the rolled-up hours their whole-hour folds are
+        kept for (`fill_folds`); with `where`, the rows whose value passes it."""
+        if self.reads_folds(hour_done_ms, folds_done_ms):
+            return self._from_folds(minute_done_ms, hour_done_ms, where)
         if self.whole_hours:
             tagged = MixedTiers(self.lo_ms, self.hi_ms, self.step_ms, minute_done_ms,
                                 hour_done_ms, *pieces).rows()
@@ -183,6 +188,41 @@ class RangePlan:
                          FROM ({sources.rows(self.tier, self.lo_ms, self.hi_ms)}) r
                          JOIN sel ON r.series_id = sel.sid
                           AND r.bucket_ms >= sel.from_ms AND r.bucket_ms < sel.to_ms"""
+        return self._folded(tagged, where)
+
+    def one_step(self) -> bool:
+        """Whether the whole window is one step."""
+        return self.step_ms >= self.hi_ms - self.lo_ms
+
+    def reads_folds(self, hour_done_ms: int, folds_done_ms: int) -> bool:
+        """Whether the slots' whole hours are read from the kept folds: kept for the very
+        extent of the rolled-up hours this query's snapshot reads, the window one step."""
+        return self.whole_hours and self.one_step() and folds_done_ms == hour_done_ms
+
+    def _from_folds(self, minute_done_ms: int, hour_done_ms: int,
+                    where: ValueFilter | None) -> str:
+        """The statement reading each slot's kept fold of the window's whole hours
+        (whole_hour_folds.py) and the minute tier's rows outside them."""
+        first, end = whole_hours(self.lo_ms, self.hi_ms, hour_done_ms)
+        kept = kept_rows(first, end)
+        outside = [(lo, hi) for lo, hi in ((self.lo_ms, first), (end, self.hi_ms)) if lo < hi]
+        if not outside:  # a slot's kept fold is its answer: one row a slot, one step
+            having = '' if where is None else 'HAVING ' + where.sql(_ACROSS[self.across])
+            return f"""SELECT grp, {self.lo_ms} AS bucket_ms, {_ACROSS[self.across]}
+                FROM (SELECT sel.grp, k.{self.column} AS v FROM ({kept}) k
+                      JOIN sel ON sel.slot = k.series_id)
+                GROUP BY grp {having} ORDER BY grp"""
+        sources = TierSources(minute_done_ms, hour_done_ms, _IN_SLOTS)
+        parts = [f"({kept})"] + [f"""(SELECT sel.slot AS series_id, {aliased_row('r')}
+                         FROM ({sources.minute(lo, hi)}) r
+                         JOIN sel ON r.series_id = sel.sid
+                          AND r.bucket_ms >= sel.from_ms AND r.bucket_ms < sel.to_ms)"""
+                                 for lo, hi in outside]
+        return self._folded(" UNION ALL ".join(parts), where)
+
+    def _folded(self, tagged: str, where: ValueFilter | None) -> str:
+        """The statement folding each slot's rows (`tagged`, the slot as `series_id`)
+        into steps, then combining the slots per group."""
         # Each slot's rows are folded into steps on their own (carry: the step between two
         # rows of a slot goes to the later row's step), then combined per group.
         return f"""WITH per_slot AS (SELECT series_id AS slot, bucket_ms, {self.column} AS v
@@ -201,6 +241,17 @@ def fill_pieces(plan: RangePlan, pieces: EdgePieces, slots: Slots) -> tuple[int,
     tiers = MixedTiers(plan.lo_ms, plan.hi_ms, plan.step_ms, 0, _FOREVER_MS)
     return pieces.fill(f"{_SLOTS}, {tiers.spans()}", slots.parameters(), plan.lo_ms,
                        plan.hi_ms, tiers.in_one_step)
+
+
+def fill_folds(plan: RangePlan, folds: WholeHourFolds, slots: Slots,
+               pieces: tuple[int, int]) -> int:
+    """Keep the folds of this query's slots over the window's whole hours
+    (whole_hour_folds.py) when its window is one step, reading the edge pieces kept for
+    the hours `pieces` (`fill_pieces`); returns the extent of the rolled-up hours they are
+    kept for (NOT_KEPT: none; the plan reads the rows)."""
+    if not plan.whole_hours or not plan.one_step():
+        return NOT_KEPT
+    return folds.fill(slots.columns(), plan.lo_ms, plan.hi_ms, pieces)
 
 
 def plan_range(metric: str, start: datetime, end: datetime, step: timedelta, *,

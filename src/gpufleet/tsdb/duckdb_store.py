@@ -51,6 +51,7 @@ from gpufleet.tsdb.duckdb_columns import INT32, registered
 from gpufleet.tsdb.duckdb_masks import DuckDBMinuteMasks, series_minutes
 from gpufleet.tsdb.duckdb_query import (
     Slots,
+    fill_folds,
     fill_pieces,
     plan_range,
     select_slots,
@@ -84,6 +85,7 @@ from gpufleet.tsdb.recent_keys import RecentKeys
 from gpufleet.tsdb.rollups import TierSources, fold
 from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labels
 from gpufleet.tsdb.series_ids import SeriesIds
+from gpufleet.tsdb.whole_hour_folds import WholeHourFolds
 
 _UNNEST_SERIES = ", ".join(f"unnest(${n}::{kind}[])" for n, kind in enumerate(
     ("INTEGER", *["VARCHAR"] * 7), start=1))
@@ -163,6 +165,7 @@ class DuckDBTelemetryStore:
         self._pieces = EdgePieces(self._new_cursor, lambda con: self._state(con)[1],
                                   horizon_hours=min(48, int(retention.minute
                                                             / timedelta(hours=1))))
+        self._folds = WholeHourFolds(self._new_cursor, self._state)
         self._applier = None if apply_interval_s is None else JournalApplier(
             self._catch_up, apply_interval_s)
 
@@ -267,6 +270,7 @@ class DuckDBTelemetryStore:
                 con.execute("DELETE FROM ingested_batches WHERE newest_ms < $1",
                             [now_ms - _ms(r.raw)])
             self._transaction(drop)
+            self._folds.drop_before(now_ms - _ms(r.hour))
             for kept in self._kept.values():
                 kept.drop_before(raw_cut[0])
 
@@ -326,11 +330,13 @@ class DuckDBTelemetryStore:
             return []
         self._catch_up()
         pieces = fill_pieces(plan, self._pieces, slots)
+        folds_done = fill_folds(plan, self._folds, slots, pieces)
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
             with registered(cur, slots.columns()) as view:
                 cur.execute(slots_table(view))  # gone with the read's rollback
-            return cur.execute(plan.sql(*self._state(cur), pieces, where)).fetchall()
+            return cur.execute(plan.sql(*self._state(cur), pieces, where,
+                                        folds_done)).fetchall()
 
         # A result is made for the groups answered only: with a value filter, a handful.
         keys = list(slots.keys)  # in group number order (numbered as added)

@@ -1,0 +1,177 @@
+"""A one-step range query through bindings reads each slot's whole hours from a kept fold
+(tsdb/whole_hour_folds.py): the answer must be the one the hourly rows give, and the
+minute tier's, whatever happened between the fold being kept and the question.
+
+The histories are test_tiers.py's (gaps, counter resets, silent stretches); the windows
+start and end anywhere in a minute; bindings start and end mid-hour, some arrive late
+(with a start in the past, after folds were kept), hours are rolled up after folds were
+kept, and a unit is relabelled. Each answer is compared with the same question asked with
+the folds turned off (the hourly rows) and with `tier=Tier.MINUTE`, for every class of
+metric.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries
+from gpufleet.tsdb import Binding, Sample, Tier, series
+from gpufleet.tsdb import duckdb_store as duckdb_store_module
+from gpufleet.tsdb.duckdb_query import RangePlan
+from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
+from gpufleet.tsdb.protocol import HOUR_MS, to_ms
+from gpufleet.tsdb.whole_hour_folds import NOT_KEPT, TABLE
+from tests.tsdb.test_tiers import (
+    CLASSES,
+    GPUS,
+    HOURS,
+    answer,
+    assert_same,
+    random_bindings,
+    random_history,
+)
+from tests.tsdb_behaviour import HOUR, T0, at
+
+
+def kept(store) -> list[tuple]:
+    return store._con.execute(f"SELECT sid, lo_ms, hi_ms, n, done_ms FROM {TABLE} "
+                              "ORDER BY ALL").fetchall()
+
+
+def without_folds(monkeypatch, store, *args, **kwargs) -> dict:
+    """The question answered from the hourly rows: no fold kept or read."""
+    with monkeypatch.context() as patch:
+        patch.setattr(duckdb_store_module, "fill_folds", lambda *_: NOT_KEPT)
+        return answer(store, *args, **kwargs)
+
+
+def check(monkeypatch, store, window, bindings) -> None:
+    """Every class, grouped three ways: folds = hourly rows = minutes."""
+    for metric, over_time, across in CLASSES:
+        for group_by in (("project",), ("allocation",), ()):
+            question = (store, metric, over_time, across, window, bindings)
+            folded = answer(*question, group_by=group_by)
+            assert folded == answer(*question, group_by=group_by)  # read back from the kept
+            hourly = without_folds(monkeypatch, *question, group_by=group_by)
+            minutes = answer(*question, group_by=group_by, tier=Tier.MINUTE)
+            assert minutes  # the comparison is not vacuous
+            assert_same(folded, hourly)
+            assert_same(folded, minutes)
+
+
+def random_window(rng: random.Random, last_hour: int) -> tuple:
+    """One step over a window starting and ending anywhere in a second, ≥ 90 minutes (the
+    window's start is floored to its minute: a step of the window's length plus a minute
+    holds it)."""
+    start = timedelta(seconds=rng.randint(0, 2 * 3600))
+    end = timedelta(seconds=rng.randint(int(start.total_seconds()) + 5400, last_hour * 3600))
+    return (start, end, rng.choice([end - start + timedelta(minutes=1), 24 * HOUR]))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_kept_folds_answer_as_the_hourly_rows_and_the_minutes(tmp_path, monkeypatch, seed):
+    rng = random.Random(seed)
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write(random_history(rng))
+    store.rollup(T0 + 3 * HOUR + timedelta(minutes=21))
+    bindings = random_bindings(rng)
+    for _ in range(2):
+        check(monkeypatch, store, random_window(rng, 4), bindings)
+    assert kept(store), "the folds were kept (the test reads them)"
+    # A late binding: the unbound GPU, held since before the folds were kept.
+    late = {**bindings, (GPUS[-1], None): [
+        Binding(T0 + timedelta(minutes=rng.randint(1, 59), seconds=13), None, "late", "p2")]}
+    check(monkeypatch, store, random_window(rng, 4), late)
+    # Hours rolled up after the folds were kept: the spans grow, the old folds go.
+    store.rollup(T0 + (HOURS - 1) * HOUR + timedelta(minutes=7))
+    window = random_window(rng, HOURS)
+    check(monkeypatch, store, window, late)
+    long = (timedelta(seconds=rng.randint(1, 3599)),  # the late binding's hours, all
+            HOURS * HOUR - timedelta(seconds=rng.randint(1, 3599)), 24 * HOUR)
+    check(monkeypatch, store, long, late)
+    assert {done for *_, done in kept(store)} <= {to_ms(T0 + (HOURS - 1) * HOUR)}
+    # A relabelled unit (moved to another node): the same series id, the same folds.
+    moved = series("gpu.sm_active", GPUS[0], node="node-moved", model="H100-80GB")
+    store.write([Sample(moved, at(HOURS * 3600 - 2), 50.0)])
+    check(monkeypatch, store, window, late)
+    store.close()
+
+
+def test_the_kept_fold_is_read_in_place_of_the_rows(tmp_path):
+    """Spoiling the rows after a first query shows which rows answer."""
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write([Sample(series("gpu.sm_active", "GPU-a"), at(i * 10), 40.0)
+                 for i in range(5 * 360)])
+    store.rollup(T0 + 4 * HOUR + timedelta(minutes=10))
+    bindings = {("GPU-a", None): [Binding(T0 + timedelta(minutes=30), None, "a", "p1")]}
+    window = (timedelta(0), 4 * HOUR, 4 * HOUR)
+    first = answer(store, "gpu.sm_active", None, None, window, bindings)
+    assert first == {("p1",): [(T0, pytest.approx(40.0))]}
+    sid = store._ids[series("gpu.sm_active", "GPU-a")]
+    assert [row[:4] for row in kept(store)] == \
+        [(sid, to_ms(T0 + timedelta(minutes=30)), to_ms(T0 + 4 * HOUR), 210 * 6)]
+    for tier in ("rollup_1h", "rollup_1m"):
+        store._con.execute(f"UPDATE {tier} SET v_mean = 99 WHERE bucket_ms < $1",
+                           [to_ms(T0 + 4 * HOUR)])
+    assert answer(store, "gpu.sm_active", None, None, window, bindings) == first
+    # Past the whole hours (4:00 to 4:10) the minutes are read: 10 spoiled minutes.
+    later = answer(store, "gpu.sm_active", None, None,
+                   (timedelta(0), 4 * HOUR + timedelta(minutes=10), 5 * HOUR), bindings)
+    assert later == {("p1",): [(T0, pytest.approx(40.0))]}
+    store._con.execute("UPDATE rollup_1m SET v_mean = 99")
+    spoiled = answer(store, "gpu.sm_active", None, None,
+                     (timedelta(0), 4 * HOUR + timedelta(minutes=10), 5 * HOUR), bindings)
+    assert spoiled == {("p1",): [(T0, pytest.approx((210 * 40 + 10 * 99) / 220))]}
+    # A window of hourly steps reads no fold: it sees the spoiled hourly rows.
+    assert answer(store, "gpu.sm_active", None, None, (timedelta(0), 4 * HOUR, HOUR),
+                  bindings)[("p1",)][1][1] == pytest.approx(99.0)
+    store.close()
+
+
+def test_folds_kept_for_another_extent_are_not_read():
+    """A query whose snapshot reads more rolled-up hours than the fill kept folds for
+    (a rollup committed in between) reads the rows, as does a window of several steps."""
+    lo, hi, done = to_ms(T0), to_ms(T0 + 5 * HOUR), to_ms(T0 + 4 * HOUR)
+    one = RangePlan(Tier.MINUTE, lo, hi, hi - lo, "v_mean", AcrossSeries.MEAN, True)
+    steps = RangePlan(Tier.MINUTE, lo, hi, HOUR_MS, "v_mean", AcrossSeries.MEAN, True)
+    assert one.reads_folds(done, done) and TABLE in one.sql(hi, done, folds_done_ms=done)
+    moved = one.sql(hi, done + HOUR_MS, folds_done_ms=done)
+    assert not one.reads_folds(done + HOUR_MS, done) and TABLE not in moved
+    assert not steps.reads_folds(done, done)
+    assert TABLE not in steps.sql(hi, done, folds_done_ms=done)
+    assert TABLE not in one.sql(hi, done, folds_done_ms=NOT_KEPT)
+
+
+def test_past_the_row_bound_a_query_reads_its_rows(tmp_path, monkeypatch):
+    """With room for one window's folds, a second window keeps nothing and reads its
+    rows; nothing kept is deleted under a query that may be about to read it."""
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write(random_history(random.Random(4)))
+    store.rollup(T0 + 6 * HOUR)
+    store._folds.max_rows = 6
+    bindings = {(gpu, None): [Binding(T0 - HOUR, None, f"a-{gpu}", "p1")] for gpu in GPUS}
+    for start in (timedelta(minutes=10), timedelta(minutes=70)):
+        check(monkeypatch, store, (start, 6 * HOUR, 24 * HOUR), bindings)
+        assert {lo for _, lo, *_ in kept(store)} == {to_ms(T0 + HOUR)}
+    store.close()
+
+
+def test_bindings_side_by_side_on_a_shared_unit_read_one_fold(tmp_path, monkeypatch):
+    """Two fractions of one GPU bound over the same span (and a third from later): one
+    fold per series and span is kept, and each binding's slot reads it."""
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write(random_history(random.Random(5)))
+    store.rollup(T0 + 5 * HOUR)
+    start = T0 + timedelta(minutes=10, seconds=30)
+    bindings = {(GPUS[0], None): [Binding(start, None, "a1", "p1"),
+                                  Binding(start, None, "a2", "p2"),
+                                  Binding(start + timedelta(minutes=50), None, "a3", "p2")]}
+    check(monkeypatch, store, (timedelta(0), 5 * HOUR, 5 * HOUR), bindings)
+    sid = store._ids[series("gpu.sm_active", GPUS[0])]
+    assert [(lo, hi) for s, lo, hi, *_ in kept(store) if s == sid] == [
+        (to_ms(start), to_ms(T0 + 5 * HOUR)),
+        (to_ms(start + timedelta(minutes=50)), to_ms(T0 + 5 * HOUR))]
+    store.close()
