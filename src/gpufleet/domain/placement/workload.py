@@ -42,13 +42,13 @@ ClassKey = tuple
 LARGEST_HOST_SHARE = 0.25
 
 # `ExpectedWaste`: the chance, at each shared task that arrives, that a partly used GPU
-# gets no more tasks (the fleet fills up, or other GPUs take them) — about 20 more shared
+# gets no more tasks (the fleet fills up, or other GPUs take them) — about 50 more shared
 # arrivals for a GPU to fill. 0 (a fitting task always comes in the end) makes the 190
 # milli beside an 810-milli task look fillable, which it seldom is (50-160-milli tasks
 # are 1-2 % of the openb GPU tasks): 0.14-0.22 points lost on each sequence tried.
 # BENCHMARKS.md ("…partly used GPUs at the waste expected once full") has the values
 # tried and their figures.
-FILL_STOP_CHANCE = 0.05
+FILL_STOP_CHANCE = 0.02
 
 
 @dataclass
