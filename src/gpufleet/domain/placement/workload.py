@@ -169,7 +169,8 @@ class ExpectedWaste:
         self.workload = workload
         self._kinds: dict[str, list[tuple[int, float]]] = {}  # model -> (milli, weight)
         self._waste: dict[tuple[str, int], float] = {}
-        self.corrections: dict[object, float] = {}  # the meter's per-pictures memo
+        # the meter's corrections by (pictures, free CPU, free memory, open)
+        self.corrections: dict[tuple, float] = {}
 
     def clear(self) -> None:
         self._kinds.clear()
@@ -306,6 +307,7 @@ class FragmentationMeter:
         kinds (the same when none fits). Only the shared kinds the node's host CPU,
         memory and task room still take count: for the others the GPU stays lost, as
         FGD says. The whole-GPU kinds' part stays too: the GPU is lost to them either way.
+        W itself is over all the model's shared kinds (one table per model, not per host).
         """
         waste = self.waste
         found = waste.corrections.get(memo_key)
