@@ -379,6 +379,42 @@ def test_only_kinds_of_several_whole_gpus_are_measured_at_their_largest_host():
     assert sum(workload.weights) == pytest.approx(7 / 8)
 
 
+
+def test_expected_waste_of_a_partly_used_gpu_once_full():
+    # 300-milli tasks are most shared arrivals, 160-milli ones rare: 330 free is likely to
+    # take a 300 and lose 30; 190 free waits for a rare 160; 100 free fits nothing.
+    seen = [shared(300)] * 9 + [shared(160)] + [whole(1)] * 10
+    waste = workload_module.ExpectedWaste(Workload(seen))
+    stop = workload_module.FILL_STOP_CHANCE
+    assert waste.of("H100-80GB", 100) == 100
+    assert waste.of("H100-80GB", 190) == pytest.approx(
+        (stop * 190 + (1 - stop) * 0.1 * 30) / (stop + (1 - stop) * 0.1))
+    # 330: a 300 leaves 30, a 160 leaves 170 (which a 160 may fill to 10)
+    after_160 = (stop * 170 + (1 - stop) * 0.1 * 10) / (stop + (1 - stop) * 0.1)
+    assert waste.of("H100-80GB", 330) == pytest.approx(
+        stop * 330 + (1 - stop) * (0.9 * 30 + 0.1 * after_160))
+    assert waste.of("H100-80GB", 330) < waste.of("H100-80GB", 190)
+    restricted = Workload([shared(300, models=frozenset({"A100-80GB"}))] * 9 + [whole(1)])
+    assert workload_module.ExpectedWaste(restricted).of("H100-80GB", 330) == 330
+
+
+def test_expected_waste_counts_only_shared_kinds_the_node_host_still_takes():
+    # The meter replaces FGD's shared-kind count on partly used GPUs by the expected waste
+    # only for the kinds the node's host can take: a node out of CPU measures as FGD does.
+    seen = [shared(300, cpu_milli=4000)] * 9 + [whole(1, cpu_milli=1000)] * 10
+    workload = Workload(seen)
+    pictures = (("H100-80GB", "shared", True, 330, (), False),
+                ("H100-80GB", "shared", True, 1000, (), False))
+    fgd = workload_module.FragmentationMeter(workload, True)
+    waste = workload_module.FragmentationMeter(workload, True, waste_when_full=True)
+    assert waste.node(pictures, 2000, None, True) == pytest.approx(
+        fgd.node(pictures, 2000, None, True))
+    # with CPU for a 300-milli task, the 330 free counts for the 300s (9 of 19 tasks) as
+    # what it is expected to lose once full, about 30, not as nothing (a 300 fits it now)
+    stop = workload_module.FILL_STOP_CHANCE
+    assert waste.node(pictures, 64000, None, True) - fgd.node(pictures, 64000, None, True) \
+        == pytest.approx(9 / 19 * (stop * 330 + (1 - stop) * 30))
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_plan_made_on_one_node_is_reused_on_another_of_the_same_shape(policy):
     # Plans are cached by node shape: the second decision reuses the plan made on the

@@ -4,7 +4,8 @@ A policy gives each candidate plan a sort key (lower is better) and orders GPUs 
 plan has a free choice. Three policies:
 
 - ``default`` — fragmentation-aware (FGD, Weng et al. ATC '23): the plan that increases
-  the node's expected fragmentation least against the workload seen so far; ties go to
+  the node's expected fragmentation least against the workload seen so far (partly used
+  GPUs counted at the waste expected once they are full, `workload.ExpectedWaste`); ties go to
   the tighter node, then to the fuller GPU, then to the node with less host CPU left.
   One rule comes before it: a demand for several whole GPUs goes, where it can, to a
   node it leaves without a free whole GPU (an exact fit).
@@ -76,7 +77,7 @@ class SpreadScorer(Scorer):
 class FragmentationScorer(Scorer):
     def __init__(self, workload: Workload, whole_gpus_from_shared: bool):
         self.workload = workload
-        self.meter = FragmentationMeter(workload, whole_gpus_from_shared)
+        self.meter = FragmentationMeter(workload, whole_gpus_from_shared, waste_when_full=True)
 
     def version(self) -> int:
         return self.workload.weights_generation

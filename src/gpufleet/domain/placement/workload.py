@@ -9,7 +9,11 @@ GPUs do (it can take k more such tasks but has GPUs for more), the share of the 
 GPUs those k tasks cannot reach counts as fragmented too — FGD only notices host
 resources once not even one task fits. A node's fragmentation is the expectation over the
 workload's task kinds, weighted by how often each kind arrives. The default policy places
-each demand where it *increases* fragmentation least.
+each demand where it *increases* fragmentation least. A second extension, for that policy
+(`waste_when_full`): on a partly used shared GPU, the shared kinds' part — free capacity
+times the weight of the shared kinds that cannot use it *now* — is replaced by the waste
+expected once the GPU is full (`ExpectedWaste`), for the shared kinds the node's host can
+still take.
 
 The workload is learnt online from the demands the placer has seen (no look-ahead), or
 seeded with a target distribution. Task kinds are (unit kind, units, fraction or MIG
@@ -36,6 +40,15 @@ ClassKey = tuple
 # -0.13 to -0.08 points; 0.1, 0.35 and 0.5 each lowered some of the six sequences tried
 # by 0.04-0.10 points against the code before it (the figures that section records).
 LARGEST_HOST_SHARE = 0.25
+
+# `ExpectedWaste`: the chance, at each shared task that arrives, that a partly used GPU
+# gets no more tasks (the fleet fills up, or other GPUs take them) — about 50 more shared
+# arrivals for a GPU to fill. 0 (a fitting task always comes in the end) makes the 190
+# milli beside an 810-milli task look fillable, which it seldom is (50-160-milli tasks
+# are 1-2 % of the openb GPU tasks): 0.14-0.22 points lost on each sequence tried.
+# BENCHMARKS.md ("…partly used GPUs at the waste expected once full") has the values
+# tried and their figures.
+FILL_STOP_CHANCE = 0.02
 
 
 @dataclass
@@ -137,6 +150,82 @@ class Workload:
         self.hosts.append(host)
 
 
+class ExpectedWaste:
+    """Free milli-GPU a partly used shared GPU is expected to keep once nothing more fits.
+
+    Shared tasks arrive drawn from the workload's shared kinds (those allowed on the
+    model) by frequency; one that fits the GPU's f free milli takes m of it; before each
+    arrival the GPU gets no more tasks with chance h (`FILL_STOP_CHANCE`). With s the
+    share of arrivals that fit f, W(f) = (h f + (1 - h) s E[W(f - m) | fits]) /
+    (h + (1 - h) s), and W(f) = f when no kind fits. FGD counts a GPU's free part as lost
+    for each kind that cannot use it *now*, so 330 free beside a 670-milli task and 190
+    beside an 810-milli task look almost the same (few kinds fit either); once full, the
+    330 is likely to have taken a 250-330-milli task, the 190 — which only rare 50-160-milli
+    tasks fit — to have lost most of itself. Computed lazily per model and free milli;
+    cleared when the weights change.
+    """
+
+    def __init__(self, workload: Workload):
+        self.workload = workload
+        self._kinds: dict[str, list[tuple[int, float]]] = {}  # model -> (milli, weight)
+        self._waste: dict[tuple[str, int], float] = {}
+        # the meter's corrections by (pictures, free CPU, free memory, open)
+        self.corrections: dict[tuple, float] = {}
+
+    def clear(self) -> None:
+        self._kinds.clear()
+        self._waste.clear()
+        self.corrections.clear()
+
+    def _shared_kinds(self, model: str) -> list[tuple[int, float]]:
+        found = self._kinds.get(model)
+        if found is None:
+            by_milli: dict[int, float] = {}
+            for task, weight in zip(self.workload.gpu_classes, self.workload.weights,
+                                    strict=True):
+                if task.kind is UnitKind.SHARED and (task.models is None
+                                                     or model in task.models):
+                    by_milli[task.milli] = by_milli.get(task.milli, 0.0) + weight
+            found = self._kinds[model] = sorted(by_milli.items())
+        return found
+
+    def shared_weight(self, model: str) -> float:
+        """The workload's weight of the shared kinds allowed on `model`."""
+        return sum(weight for _, weight in self._shared_kinds(model))
+
+    def of(self, model: str, free_milli: int) -> float:
+        memo = self._waste
+        found = memo.get((model, free_milli))
+        if found is not None:
+            return found
+        kinds = self._shared_kinds(model)
+        pending = [free_milli]  # explicit stack: small kinds would recurse deeply
+        while pending:
+            free = pending[-1]
+            if (model, free) in memo:
+                pending.pop()
+                continue
+            missing = [free - milli for milli, _ in kinds
+                       if milli <= free and (model, free - milli) not in memo]
+            if missing:
+                pending.extend(missing)
+                continue
+            fitting = expected = 0.0
+            for milli, weight in kinds:
+                if milli > free:
+                    break
+                fitting += weight
+                expected += weight * memo[(model, free - milli)]
+            if fitting:
+                stop, share = FILL_STOP_CHANCE, fitting / self.shared_weight(model)
+                memo[(model, free)] = ((stop * free + (1 - stop) * share * expected / fitting)
+                                       / (stop + (1 - stop) * share))
+            else:
+                memo[(model, free)] = float(free)
+            pending.pop()
+        return memo[(model, free_milli)]
+
+
 # One GPU for the meter: (model, sharing mode, usable, free milli, MIG layout key, MIG
 # layout fixed).
 Picture = tuple[str, str, bool, int, mig_plans.LayoutKey, bool]
@@ -152,9 +241,13 @@ class FragmentationMeter:
     a several-GPU kind) stay the same, and the weighted sum while the weights do.
     """
 
-    def __init__(self, workload: Workload, whole_gpus_from_shared: bool = False):
+    def __init__(self, workload: Workload, whole_gpus_from_shared: bool = False,
+                 waste_when_full: bool = False):
         self.workload = workload
         self.whole_from_shared = whole_gpus_from_shared
+        # partly used shared GPUs measured by the waste expected once they are full
+        # (`ExpectedWaste`), not by what fits them now
+        self.waste = ExpectedWaste(workload) if waste_when_full else None
         self._gpu_memo: dict[tuple, tuple] = {}
         self._gpu_fits: dict[Picture, tuple[bool, ...]] = {}  # one GPU: fits per task kind
         self._per_kind: dict[tuple, tuple[float, ...]] = {}
@@ -179,6 +272,8 @@ class FragmentationMeter:
             elif workload.hosts != self._hosts_seen:
                 self._per_kind.clear()
             self._hosts_seen = workload.hosts
+            if self.waste is not None:
+                self.waste.clear()
         short = pictures if key is None else key
         memo_key = (short, cpu_milli, memory_mib, open_)
         found = self._memo.get(memo_key)
@@ -196,10 +291,57 @@ class FragmentationMeter:
         value = 0.0
         for weight, fragmented in zip(workload.weights, per_kind, strict=True):
             value += weight * fragmented
+        if self.waste is not None:
+            value += self._waste_correction(pictures, memo_key, cpu_milli, memory_mib, open_)
         if len(self._memo) > 200_000:
             self._memo.clear()
         self._memo[memo_key] = value
         return value
+
+    def _waste_correction(self, pictures: tuple[Picture, ...], memo_key: tuple,
+                          cpu_milli: int | None, memory_mib: int | None,
+                          open_: bool) -> float:
+        """For each partly used shared GPU, the shared kinds' part of its fragmentation —
+        its free capacity times the weight of the shared kinds that cannot use it now —
+        replaced by the waste expected once it is full times the weight of the shared
+        kinds (the same when none fits). Only the shared kinds the node's host CPU,
+        memory and task room still take count: for the others the GPU stays lost, as
+        FGD says. The whole-GPU kinds' part stays too: the GPU is lost to them either way.
+        W itself is over all the model's shared kinds (one table per model, not per host).
+        """
+        waste = self.waste
+        found = waste.corrections.get(memo_key)
+        if found is not None:
+            return found
+        workload = self.workload
+        classes = workload.gpu_classes
+        hosted = [open_ and task.kind is UnitKind.SHARED
+                  and (cpu_milli is None or cpu_milli >= cpu)
+                  and (memory_mib is None or memory_mib >= memory)
+                  for task, (cpu, memory) in zip(classes, workload.hosts, strict=True)]
+        correction = 0.0
+        if any(hosted):
+            weights = workload.weights
+            for gpu in pictures:
+                model, mode, usable, free = gpu[0], gpu[1], gpu[2], gpu[3]
+                if not (usable and mode == "shared" and 0 < free < MILLI):
+                    continue
+                fits = self._gpu_fits.get(gpu)
+                if fits is None:
+                    fits = self._gpu_fits[gpu] = tuple(self._fits(task, gpu)
+                                                       for task in classes)
+                share = unfit = 0.0
+                for weight, fit, task, host_ok in zip(weights, fits, classes, hosted,
+                                                      strict=True):
+                    if host_ok and (task.models is None or model in task.models):
+                        share += weight
+                        if not fit:
+                            unfit += weight
+                correction += share * waste.of(model, free) - free * unfit
+        if len(waste.corrections) > 200_000:
+            waste.corrections.clear()
+        waste.corrections[memo_key] = correction
+        return correction
 
     def _fragmented_per_kind(self, gpu_part: tuple[int, tuple], cpu_milli: int | None,
                              memory_mib: int | None, open_: bool) -> tuple[float, ...]:
