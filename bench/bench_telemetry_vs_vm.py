@@ -27,6 +27,10 @@ result cache bypassed (`nocache=1`: the engine computes the answer) and once as 
 (its cache on). The MetricsQL for each question, and where it differs from gpufleet's
 definition, is beside it below (`VM_QUESTIONS`). The answers are compared and the largest
 difference printed.
+
+`--end-minutes-before N` asks both sides N minutes before the data's end (gpufleet's clock,
+VictoriaMetrics' `time`): a "last 24 h" window then ends mid-hour, as a live one does
+(`--end-minutes-before 23`: at :37).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -71,7 +75,7 @@ VM_NAMES = ("gpu_gr_engine_active", "gpu_sm_active", "gpu_memory_used_bytes")
 GIB = 1024**3
 IDLE_FULL = 4 * 60 * PER_MINUTE * 9 // 10  # 90 % of 4 h of samples: "known ≥ 90 %"
 
-# The questions for VictoriaMetrics, evaluated at NOW. Where they differ from gpufleet's:
+# The questions for VictoriaMetrics, evaluated at NOW (or --end-minutes-before it). Where they differ from gpufleet's:
 # - project average: gpufleet attributes a GPU's samples to the binding holding it at each
 #   instant (the binding intervals); here the `project` label does the same. Both average
 #   each series' (slot's) mean over the window, then the series of a project.
@@ -343,8 +347,9 @@ def timed(call, cpu_now, repeats: int) -> tuple[Timing, object]:
     return Timing(first, wall, cpu), answer
 
 
-def vm_query(http: httpx.Client, url: str, expr: str, *, cache: bool) -> list[dict]:
-    params = {"query": expr, "time": f"{to_ms(NOW) / 1000:.3f}"}
+def vm_query(http: httpx.Client, url: str, expr: str, at: datetime, *,
+             cache: bool) -> list[dict]:
+    params = {"query": expr, "time": f"{to_ms(at) / 1000:.3f}"}
     if not cache:
         params["nocache"] = "1"
     response = http.get(f"{url}/api/v1/query", params=params)
@@ -418,6 +423,10 @@ def main() -> None:
     parser.add_argument("--duckdb-threads", type=int,
                         help="DuckDB's threads for the store asked (as the setting "
                              "telemetry_duckdb_threads; default: DuckDB's, one per core)")
+    parser.add_argument("--end-minutes-before", type=int, default=0, metavar="N",
+                        help="ask both sides at N minutes before the data's end (gpufleet's "
+                             "clock, VictoriaMetrics' `time`): a moving window ending "
+                             "mid-hour, e.g. 23 for one ending at :37")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tvm-") as tmp:
         root = args.data_dir or Path(tmp)
@@ -485,7 +494,11 @@ def load(args, root: Path, vm, vm_url: str, state: StateStore) -> DuckDBTelemetr
 def ask(args, root: Path, vm, vm_url: str, state: StateStore,
         telemetry: DuckDBTelemetryStore) -> None:
     settings = Settings(data_dir=root / "data")
-    gf = Gpufleet(state, settings, ManualClock(NOW), telemetry=telemetry)
+    at = NOW - timedelta(minutes=args.end_minutes_before)
+    if args.end_minutes_before:
+        print(f"asked at {at:%H:%M} UTC of the data's day ({args.end_minutes_before} min "
+              "before its end)")
+    gf = Gpufleet(state, settings, ManualClock(at), telemetry=telemetry)
     token = bootstrap_admin_token(gf, settings.data_dir / "admin-token")
     headers = {"Authorization": f"Bearer {token}"}
     ours = {
@@ -512,9 +525,9 @@ def ask(args, root: Path, vm, vm_url: str, state: StateStore,
                 continue
             expr = VM_QUESTIONS[question]
             vm_repeats = args.vm_repeats or args.repeats
-            computed, theirs = timed(lambda e=expr: vm_query(http, vm_url, e, cache=False),
+            computed, theirs = timed(lambda e=expr: vm_query(http, vm_url, e, at, cache=False),
                                      lambda: cpu_seconds(vm.pid), vm_repeats)
-            cached, _ = timed(lambda e=expr: vm_query(http, vm_url, e, cache=True),
+            cached, _ = timed(lambda e=expr: vm_query(http, vm_url, e, at, cache=True),
                               lambda: cpu_seconds(vm.pid), vm_repeats)
             print(f"{question}:\n"
                   f"  gpufleet         first {here.first_ms:8.1f} ms  p50 {here.p50:8.1f} ms"
