@@ -75,7 +75,8 @@ VM_NAMES = ("gpu_gr_engine_active", "gpu_sm_active", "gpu_memory_used_bytes")
 GIB = 1024**3
 IDLE_FULL = 4 * 60 * PER_MINUTE * 9 // 10  # 90 % of 4 h of samples: "known ≥ 90 %"
 
-# The questions for VictoriaMetrics, evaluated at NOW (or --end-minutes-before it). Where they differ from gpufleet's:
+# The questions for VictoriaMetrics, evaluated at NOW (or --end-minutes-before it). Where
+# they differ from gpufleet's:
 # - project average: gpufleet attributes a GPU's samples to the binding holding it at each
 #   instant (the binding intervals); here the `project` label does the same. Both average
 #   each series' (slot's) mean over the window, then the series of a project.
