@@ -16,30 +16,20 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import random
 import tempfile
 from pathlib import Path
 
-from gpufleet.domain.placement import MILLI, POLICIES
+from bench_placement_heldout import resampled
+from gpufleet.domain.placement import DEFAULT_MAX_CANDIDATES, MILLI, POLICIES
 from gpufleet.whatif import build_report, load_workload, openb_fleet, replay
-
-FLEET_MILLI = 6_212_000  # the openb node list's 6,212 GPUs
-ARRIVAL_SHARE = 1.3
 
 
 def fractional_only(source: Path, seed: int) -> list[dict]:
     """Fraction and host-only rows of `source`, resampled to 130 % of the fleet's GPUs."""
     with gzip.open(source, "rt") as handle:
         rows = [json.loads(line) for line in handle if line.strip()]
-    kept = [r for r in rows if not (r["num_gpu"] >= 1 and r["gpu_milli"] >= MILLI)]
-    rng = random.Random(seed)
-    drawn: list[dict] = []
-    demand_milli = 0
-    while demand_milli < ARRIVAL_SHARE * FLEET_MILLI:
-        row = rng.choice(kept)
-        drawn.append(row)
-        demand_milli += row["num_gpu"] * row["gpu_milli"]
-    return drawn
+    return resampled([r for r in rows if not (r["num_gpu"] >= 1 and r["gpu_milli"] >= MILLI)],
+                     seed)
 
 
 def main() -> None:
@@ -47,7 +37,7 @@ def main() -> None:
     parser.add_argument("--openb-dir", type=Path, default=Path("/work/shared/data/openb"))
     parser.add_argument("--seed", type=int, action="append")
     parser.add_argument("--policy", choices=POLICIES, action="append")
-    parser.add_argument("--max-candidates", type=int, default=128)
+    parser.add_argument("--max-candidates", type=int, default=DEFAULT_MAX_CANDIDATES)
     args = parser.parse_args()
     source = args.openb_dir / "family" / "gpushare80-tune1.3-seed42.jsonl.gz"
     nodes = args.openb_dir / "openb_node_list_gpu_node.csv"

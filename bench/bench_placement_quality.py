@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from gpufleet.domain.placement import POLICIES
+from gpufleet.domain.placement import DEFAULT_MAX_CANDIDATES, POLICIES
 from gpufleet.whatif import build_report, load_workload, openb_fleet, replay
 
 # sequence (relative to the openb directory) -> (BestFit, FGD) allocation ratio, %,
@@ -80,7 +80,7 @@ def main() -> None:
                              "compared with FGD")
     parser.add_argument("--only", action="append", default=[],
                         help="replay only sequences whose name contains this (repeatable)")
-    parser.add_argument("--max-candidates", type=int, default=128)
+    parser.add_argument("--max-candidates", type=int, default=DEFAULT_MAX_CANDIDATES)
     parser.add_argument("--jobs", type=int, default=1, help="replays run in parallel")
     args = parser.parse_args()
     policies = args.policy or ["default"]

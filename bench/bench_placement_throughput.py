@@ -21,7 +21,15 @@ from collections import deque
 
 from common import describe_ms
 from gpufleet.domain.inventory import SharingMode
-from gpufleet.domain.placement import POLICIES, Decision, Demand, FleetState, Placer, UnitKind
+from gpufleet.domain.placement import (
+    DEFAULT_MAX_CANDIDATES,
+    POLICIES,
+    Decision,
+    Demand,
+    FleetState,
+    Placer,
+    UnitKind,
+)
 from gpufleet.sim.scaled import scaled_spec
 from gpufleet.whatif import fleet_from_spec
 
@@ -109,7 +117,7 @@ def main() -> None:
     parser.add_argument("--fill", type=float, default=0.85)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--policy", choices=POLICIES, action="append")
-    parser.add_argument("--max-candidates", type=int, default=128)
+    parser.add_argument("--max-candidates", type=int, default=DEFAULT_MAX_CANDIDATES)
     args = parser.parse_args()
     for policy in args.policy or POLICIES:
         started = time.perf_counter()

@@ -44,7 +44,7 @@ MILLI = 1000
 MAX_GPUS = 8
 
 
-def _read_sequence(path: Path) -> list[dict]:
+def read_sequence(path: Path) -> list[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as handle:
         return [json.loads(line) for line in handle if line.strip()]
@@ -267,7 +267,7 @@ def main() -> None:
                        if not args.only or any(part in p.name for part in args.only))
     trace = _read_trace(args.openb_dir / "openb_pod_list_default.csv")
     for path in sequences:
-        tasks = _read_sequence(path)
+        tasks = read_sequence(path)
         source = trace if args.typical == "trace" and path.parent.name == "requests" else tasks
         specs = typical_specs(source, args.popularity, with_cpu_only=not args.no_cpu_only)
         figures = []

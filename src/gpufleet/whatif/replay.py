@@ -12,7 +12,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.domain.gpu_models import model as catalogue_model
-from gpufleet.domain.placement import MILLI, Decision, FleetState, Placer, Refusal
+from gpufleet.domain.placement import (
+    DEFAULT_MAX_CANDIDATES,
+    MILLI,
+    Decision,
+    FleetState,
+    Placer,
+    Refusal,
+)
 
 from .errors import WhatifError
 from .workloads import Task
@@ -54,7 +61,8 @@ def check_models(fleet: FleetState, tasks: Sequence[Task]) -> None:
 
 
 def replay(fleet: FleetState, tasks: Sequence[Task], *, policy: str = "default", seed: int = 0,
-           whole_gpus_from_shared: bool = False, max_candidates: int = 128,
+           whole_gpus_from_shared: bool = False,
+           max_candidates: int = DEFAULT_MAX_CANDIDATES,
            progress: Callable[[int], None] | None = None) -> ReplayResult:
     """Decide every task in order against `fleet` (changed in place); see the module doc."""
     try:

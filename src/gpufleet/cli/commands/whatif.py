@@ -21,7 +21,7 @@ from rich.table import Table
 from gpufleet.cli.client import api_path, connect
 from gpufleet.cli.commands.common import JsonFlag
 from gpufleet.cli.output import print_json, show
-from gpufleet.domain.placement import POLICIES, FleetState
+from gpufleet.domain.placement import DEFAULT_MAX_CANDIDATES, POLICIES, FleetState
 from gpufleet.whatif import (
     Report,
     WhatifError,
@@ -116,7 +116,8 @@ def whatif(
         "--policy", help=f"Placement policy: {', '.join(POLICIES)}.")] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Seed for tie-breaks.")] = 0,
     max_candidates: Annotated[int, typer.Option(
-        "--max-candidates", min=1, help="Candidate nodes scored per decision.")] = 128,
+        "--max-candidates", min=1,
+        help="Candidate nodes scored per decision.")] = DEFAULT_MAX_CANDIDATES,
     placements_out: Annotated[Path | None, typer.Option(
         "--placements-out", help="Write every decision as JSON lines, in request order "
                                  "(openb format).")] = None,

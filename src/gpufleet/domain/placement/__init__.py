@@ -4,6 +4,7 @@ Pure: no I/O, no clock. The live service and `gpufleet whatif` run this same cod
 docs/placement.md for the rules and the policies.
 """
 
+from .candidates import DEFAULT_MAX_CANDIDATES
 from .fleet import FleetState, NodeSummary, free_milli
 from .mig_plans import geometry_of
 from .model import (
@@ -22,6 +23,7 @@ from .policies import POLICIES
 from .workload import FragmentationMeter, Workload
 
 __all__ = [
+    "DEFAULT_MAX_CANDIDATES",
     "MILLI",
     "POLICIES",
     "Decision",

@@ -35,6 +35,13 @@ class Walk:
     short_of_host: list[str]  # filled in: the nodes passed over for host resources
 
 
+# Candidate nodes a decision scores at most (`Placer(max_candidates=)`). 256: on held-out
+# openb draws (bench_placement_heldout.py) 128 left one fraction-heavy draw 0.54 points
+# below FGD (gpushare80 draw 2: 88.65 %; 256: 89.71 %), the published family the same or
+# better (worst +0.05, mean +0.61); BENCHMARKS.md, "…256 candidates".
+DEFAULT_MAX_CANDIDATES = 256
+
+
 def candidates(walk: Walk, policy: str, max_candidates: int) -> Iterator[NodeState]:
     """Distinct candidate nodes in the policy's order.
 

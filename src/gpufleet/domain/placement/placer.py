@@ -19,7 +19,7 @@ from gpufleet.domain.inventory import SharingMode
 from gpufleet.domain.mig import MigGeometry, MigInstanceSpec, layout_problems
 
 from . import mig_plans
-from .candidates import Walk, candidates
+from .candidates import DEFAULT_MAX_CANDIDATES, Walk, candidates
 from .fleet import FleetState, GpuPicture, Pool
 from .model import (
     MILLI,
@@ -66,7 +66,8 @@ class Placer:
     """
 
     def __init__(self, fleet: FleetState, policy: str = "default", *, seed: int = 0,
-                 whole_gpus_from_shared: bool = False, max_candidates: int = 128,
+                 whole_gpus_from_shared: bool = False,
+                 max_candidates: int = DEFAULT_MAX_CANDIDATES,
                  workload: Workload | None = None, learn: bool = True):
         if policy not in POLICIES:
             raise ValueError(f"unknown placement policy {policy!r}; "
