@@ -148,30 +148,25 @@ def replay(fleet: Fleet, tasks: list[dict], meter: Meter, *, ties: str, score: s
         if spec not in accepts_cache:
             accepts_cache[spec] = fleet.accepts(spec)
         ok = (fleet.cpu >= cpu) & (fleet.memory >= memory) & (fleet.tasks < 1001)
+        shared = bool(num) and milli < MILLI
         if num:
             ok &= accepts_cache[spec][fleet.model]
+        if shared:  # a GPU with the fraction free
+            ok &= (fleet.gpu >= milli).any(axis=1)
+        elif num:  # enough completely free GPUs
+            ok &= (fleet.gpu == MILLI).sum(axis=1) >= num
+        nodes = every[ok]
+        if not len(nodes):
+            refused += 1
+            continue
         gpu_index = None
         if policy == "bestfit":
-            if num and milli < MILLI:
-                ok &= (fleet.gpu >= milli).any(axis=1)
-            elif num:
-                ok &= (fleet.gpu == MILLI).sum(axis=1) >= num
-            nodes = every[ok]
-            if not len(nodes):
-                refused += 1
-                continue
             scores = _best_fit_scores(fleet.cpu[nodes] - cpu,
                                       fleet.gpu[nodes].sum(axis=1) - num * milli)
-            if num and milli < MILLI:  # the tightest GPU that fits, lowest index first
+            if shared:  # the tightest GPU that fits, lowest index first
                 room = np.where(fleet.gpu[nodes] >= milli, fleet.gpu[nodes], MILLI + 1)
                 gpu_index = room.argmin(axis=1)
-        elif num == 0 or milli >= MILLI:
-            if num:
-                ok &= (fleet.gpu == MILLI).sum(axis=1) >= num
-            nodes = every[ok]
-            if not len(nodes):
-                refused += 1
-                continue
+        elif not shared:
             after_gpu = fleet.gpu[nodes].copy()
             if num:
                 free = after_gpu == MILLI
@@ -181,11 +176,6 @@ def replay(fleet: Fleet, tasks: list[dict], meter: Meter, *, ties: str, score: s
             delta = before[nodes] - after
             scores = _score(delta, score)
         else:
-            ok &= (fleet.gpu >= milli).any(axis=1)
-            nodes = every[ok]
-            if not len(nodes):
-                refused += 1
-                continue
             rows, gpus = np.nonzero(fleet.gpu[nodes] >= milli)
             after_gpu = fleet.gpu[nodes[rows]].copy()
             after_gpu[np.arange(len(rows)), gpus] -= milli
