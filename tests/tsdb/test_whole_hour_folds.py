@@ -121,9 +121,17 @@ def test_the_kept_fold_is_read_in_place_of_the_rows(tmp_path):
     later = answer(store, "gpu.sm_active", None, None,
                    (timedelta(0), 4 * HOUR + timedelta(minutes=10), 5 * HOUR), bindings)
     assert later == {("p1",): [(T0, pytest.approx(40.0))]}
+    # Those 10 minutes' running sums are kept now (edge_minute_sums.py): a minute row
+    # never changes once rolled up, so spoiling them shows the kept sums answer.
     store._con.execute("UPDATE rollup_1m SET v_mean = 99")
-    spoiled = answer(store, "gpu.sm_active", None, None,
-                     (timedelta(0), 4 * HOUR + timedelta(minutes=10), 5 * HOUR), bindings)
+    window = (timedelta(0), 4 * HOUR + timedelta(minutes=10), 5 * HOUR)
+    assert answer(store, "gpu.sm_active", None, None, window, bindings) == later
+    # The minute tier forced (no folds, no kept sums) sees the spoiled rows: all 220.
+    assert answer(store, "gpu.sm_active", None, None, window, bindings,
+                  tier=Tier.MINUTE) == {("p1",): [(T0, pytest.approx(99.0))]}
+    # A store that kept nothing yet reads the spoiled minutes past the whole hours.
+    store._edge_sums = type(store._edge_sums)()
+    spoiled = answer(store, "gpu.sm_active", None, None, window, bindings)
     assert spoiled == {("p1",): [(T0, pytest.approx((210 * 40 + 10 * 99) / 220))]}
     # A window of hourly steps reads no fold: it sees the spoiled hourly rows.
     assert answer(store, "gpu.sm_active", None, None, (timedelta(0), 4 * HOUR, HOUR),
@@ -174,4 +182,50 @@ def test_bindings_side_by_side_on_a_shared_unit_read_one_fold(tmp_path, monkeypa
     assert [(lo, hi) for s, lo, hi, *_ in kept(store) if s == sid] == [
         (to_ms(start), to_ms(T0 + 5 * HOUR)),
         (to_ms(start + timedelta(minutes=50)), to_ms(T0 + 5 * HOUR))]
+    store.close()
+
+
+@pytest.mark.parametrize("seed", [6, 7, 8])
+def test_a_moving_window_reads_extended_running_sums(tmp_path, monkeypatch, seed):
+    """A window moving with the clock while its last hour is rolled up minute by minute
+    (the live case): the kept running sums of that open hour are extended by the minutes
+    rolled up since, the raw samples past the minute tier are read per query, and the
+    answer stays the one the rows give (edge_minute_sums.py)."""
+    rng = random.Random(seed)
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write(random_history(rng))
+    bindings = random_bindings(rng)
+    start = timedelta(minutes=rng.randint(20, 30), seconds=rng.randint(0, 59))
+    for minutes in (21, 22, 23, 41):  # at 41 the window has left its first hour
+        store.rollup(T0 + 3 * HOUR + timedelta(minutes=minutes))
+        moved = timedelta(minutes=minutes, seconds=rng.randint(0, 150))
+        check(monkeypatch, store, (start + moved, 3 * HOUR + moved, 24 * HOUR), bindings)
+        # Also combined by count (of slots with a non-zero mean), as a caller may ask.
+        for group_by in (("project",), ()):
+            question = (store, "gpu.sm_active", "mean", "count",
+                        (start + moved, 3 * HOUR + moved, 24 * HOUR), bindings)
+            assert_same(answer(*question, group_by=group_by),
+                        without_folds(monkeypatch, *question, group_by=group_by))
+        hour = to_ms(T0 + 3 * HOUR)
+        open_hour = [kept.hours[hour] for kept in store._edge_sums._sets]  # per metric
+        assert open_hour and all(p.filled == minutes for p in open_hour)  # extended
+
+
+def test_a_unit_bound_later_joins_the_kept_running_sums(tmp_path):
+    """Sums are kept per series of the metric asked so far: a unit whose series was in no
+    slot before (bound after a first question) gets its own sums, not a neighbour's."""
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write([Sample(series("gpu.sm_active", gpu), at(i * 10), value)
+                 for gpu, value in (("GPU-a", 40.0), ("GPU-b", 70.0), ("GPU-c", 10.0))
+                 for i in range(6 * 360)])
+    store.rollup(T0 + 6 * HOUR)
+    window = (timedelta(minutes=30), 4 * HOUR + timedelta(minutes=30), 24 * HOUR)
+    one = {("GPU-b", None): [Binding(T0, None, "b", "p2")]}
+    assert answer(store, "gpu.sm_active", None, None, window, one) == \
+        {("p2",): [(T0 + timedelta(minutes=30), pytest.approx(70.0))]}
+    for gpu, value in (("GPU-a", 40.0), ("GPU-c", 10.0)):  # ids either side of GPU-b's
+        both = {**one, (gpu, None): [Binding(T0, None, gpu, "p1")]}
+        assert answer(store, "gpu.sm_active", None, None, window, both) == {
+            ("p1",): [(T0 + timedelta(minutes=30), pytest.approx(value))],
+            ("p2",): [(T0 + timedelta(minutes=30), pytest.approx(70.0))]}
     store.close()

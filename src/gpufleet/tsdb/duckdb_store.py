@@ -57,6 +57,7 @@ from gpufleet.tsdb.duckdb_query import (
     select_slots,
     slots_table,
 )
+from gpufleet.tsdb.edge_minute_sums import EdgeMinuteSums
 from gpufleet.tsdb.edge_pieces import EdgePieces
 from gpufleet.tsdb.journal import Journal, JournalRecord, packed
 from gpufleet.tsdb.journal_applier import JournalApplier
@@ -166,6 +167,7 @@ class DuckDBTelemetryStore:
                                   horizon_hours=min(48, int(retention.minute
                                                             / timedelta(hours=1))))
         self._folds = WholeHourFolds(self._new_cursor, self._state)
+        self._edge_sums = EdgeMinuteSums()
         self._applier = None if apply_interval_s is None else JournalApplier(
             self._catch_up, apply_interval_s)
 
@@ -257,20 +259,22 @@ class DuckDBTelemetryStore:
             self._apply_journal()
 
             raw_cut: list[int] = []
+            minute_cut: list[int] = []
 
             def drop(con: duckdb.DuckDBPyConnection) -> None:
                 minute_done, hour_done = self._state(con)
                 # Raw rows go only once folded: a tier never loses what no coarser one holds.
                 raw_cut[:] = [min(now_ms - _ms(r.raw), minute_done)]
                 con.execute("DELETE FROM samples WHERE ts_ms < $1", raw_cut)
-                con.execute("DELETE FROM rollup_1m WHERE bucket_ms < $1",
-                            [min(now_ms - _ms(r.minute), hour_done)])
+                minute_cut[:] = [min(now_ms - _ms(r.minute), hour_done)]
+                con.execute("DELETE FROM rollup_1m WHERE bucket_ms < $1", minute_cut)
                 con.execute("DELETE FROM rollup_1h WHERE bucket_ms < $1",
                             [now_ms - _ms(r.hour)])
                 con.execute("DELETE FROM ingested_batches WHERE newest_ms < $1",
                             [now_ms - _ms(r.raw)])
             self._transaction(drop)
             self._folds.drop_before(now_ms - _ms(r.hour))
+            self._edge_sums.forget_before(minute_cut[0], now_ms - _ms(r.hour))
             for kept in self._kept.values():
                 kept.drop_before(raw_cut[0])
 
@@ -333,9 +337,13 @@ class DuckDBTelemetryStore:
         folds_done = fill_folds(plan, self._folds, slots, pieces)
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
+            minute_done, hour_done = self._state(cur)
+            if EdgeMinuteSums.answers(plan, where, minute_done, hour_done, folds_done):
+                return self._edge_sums.answer(cur, plan, slots, metric, minute_done,
+                                              hour_done)
             with registered(cur, slots.columns()) as view:
                 cur.execute(slots_table(view))  # gone with the read's rollback
-            return cur.execute(plan.sql(*self._state(cur), pieces, where,
+            return cur.execute(plan.sql(minute_done, hour_done, pieces, where,
                                         folds_done)).fetchall()
 
         # A result is made for the groups answered only: with a value filter, a handful.

@@ -1,0 +1,254 @@
+"""A moving one-step window's edge minutes as per-series prefix sums, held in numpy: how a
+"last 24 h" mean through bindings ending mid-hour is answered without folding the edge
+minutes of every slot in SQL.
+
+With the whole hours' folds kept (whole_hour_folds.py), a window ending at :37 still read
+the minute rows of its partial first (23 minutes) and last (37) hours for every slot and
+folded them per slot in one statement: at 10,000 GPUs ~240,000 minute rows and ~7 ms of
+DuckDB planning, ~28 ms CPU of a ~40 ms call. Yet for a time-weighted mean (the over-time
+`v_mean` of gauges: sm_active, memory used, temperature) a slot's answer needs only two
+sums, Σ v_mean·n and Σ n, and both add: over the rows of a slot's part of an hour they are
+prefix[b] − prefix[a]. So per edge hour, for the series of the query's slots, the running
+sums over the hour's minute rows (series × 61, the minute tier's rows as they are) are
+built once — read once, as the hour is closed — and the open hour's are extended by the
+minutes rolled up since (a minute row never changes once rolled up: samples before the
+minute tier's extent are not folded again). A query then adds, per slot, its kept
+whole-hour fold (read once per extent and slots), its two edge differences, and the raw
+samples past the minute tier's extent (read per query, as the general statement folds
+them into minutes), and groups slots with `numpy.bincount`.
+
+Exact for the mean of the slots' means, their sum, and the count of non-zero means (the
+general statement's arithmetic, up to the last bits of floating-point sums). The other
+folds (last, increase, peak) and value filters are answered by the general statement.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from gpufleet.domain.telemetry.vocabulary import AcrossSeries
+from gpufleet.tsdb.duckdb_columns import INT32, registered
+from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS
+from gpufleet.tsdb.whole_hour_folds import kept_rows, whole_hours
+
+_ACROSS = (AcrossSeries.MEAN, AcrossSeries.SUM, AcrossSeries.COUNT)
+_MAX_TAIL_MINUTES = 60  # a minute tier further behind: the general statement
+_KEPT_HOURS = 4
+_KEPT_SETS = 2
+
+
+class MinutePrefix:
+    """Running sums of v_mean·n and n over `minutes` minutes from `origin_ms`, one row per
+    series of `sids` (sorted): column k holds the sums of the minutes before minute k. The
+    minutes before `filled` are in."""
+
+    def __init__(self, sids, origin_ms: int, minutes: int):
+        import numpy as np  # as duckdb_columns: not at import
+
+        self.sids = sids
+        self.origin_ms = origin_ms
+        self.filled = 0
+        self.sums = np.zeros((len(sids), minutes + 1))
+        self.counts = np.zeros((len(sids), minutes + 1), dtype=np.int32)
+
+    def add(self, upto: int, series_id, bucket_ms, weighted, n) -> None:
+        """Take the rows of the minutes [filled, upto) (columns of equal length) in."""
+        import numpy as np
+
+        first = self.filled
+        width = upto - first
+        if width <= 0:
+            return
+        rows = np.searchsorted(self.sids, series_id)
+        minute = (bucket_ms - self.origin_ms) // MINUTE_MS - first
+        for total, values in ((self.sums, weighted), (self.counts, n)):
+            block = np.zeros((len(self.sids), width), dtype=total.dtype)
+            block[rows, minute] = values  # one row per series and minute
+            total[:, first + 1:upto + 1] = total[:, first:first + 1] + np.cumsum(block, axis=1)
+            total[:, upto + 1:] = total[:, upto:upto + 1]
+        self.filled = upto
+
+    def between(self, rows, lo_ms, hi_ms):
+        """Each slot's sums over its rows (`rows`: its series' row) starting in
+        [lo, hi) (arrays, ms), clipped to the minutes filled."""
+        import numpy as np
+
+        start = np.clip(-((self.origin_ms - lo_ms) // MINUTE_MS), 0, self.filled)
+        stop = np.clip(-((self.origin_ms - hi_ms) // MINUTE_MS), 0, self.filled)
+        stop = np.maximum(stop, start)
+        return (self.sums[rows, stop] - self.sums[rows, start],
+                self.counts[rows, stop] - self.counts[rows, start])
+
+
+def _minute_rows(cur, sids_view: str, lo_ms: int, hi_ms: int) -> dict:
+    return cur.execute(f"""SELECT series_id, bucket_ms, v_mean * n AS w, n FROM rollup_1m
+        WHERE bucket_ms >= {lo_ms} AND bucket_ms < {hi_ms}
+          AND series_id IN (SELECT sid FROM {sids_view})""").fetchnumpy()
+
+
+def _raw_minutes(cur, sids_view: str, lo_ms: int, hi_ms: int) -> dict:
+    """The raw samples in [lo, hi) as the general statement folds them into minutes."""
+    return cur.execute(f"""SELECT series_id, ts_ms // {MINUTE_MS} * {MINUTE_MS} AS bucket_ms,
+               sum(value) AS w, count(*) AS n FROM samples
+        WHERE ts_ms >= {lo_ms} AND ts_ms < {hi_ms}
+          AND series_id IN (SELECT sid FROM {sids_view})
+        GROUP BY ALL""").fetchnumpy()
+
+
+class _SeriesHours:
+    """The kept prefixes of series of one metric (sorted `sids`), by hour, least
+    recently used first."""
+
+    def __init__(self, metric: str, sids) -> None:
+        self.metric = metric
+        self.sids = sids
+        self.hours: dict[int, MinutePrefix] = {}
+
+    def prefix(self, hour_ms: int) -> MinutePrefix:
+        prefix = self.hours.pop(hour_ms, None) or MinutePrefix(self.sids, hour_ms, 60)
+        self.hours[hour_ms] = prefix  # now the most recently used
+        while len(self.hours) > _KEPT_HOURS:
+            del self.hours[next(iter(self.hours))]
+        return prefix
+
+
+class EdgeMinuteSums:
+    """The kept prefixes of edge hours and the slots' kept whole-hour sums. Bounded:
+    `_KEPT_HOURS` hours (a moving window's two edge hours, twice: two windows asked in
+    turn) for each of the last `_KEPT_SETS` metrics asked, at ~12 bytes a series and
+    minute (10,000 series: 7.3 MB an hour); the whole hours' sums of the last
+    `_KEPT_HOURS` windows and slots asked."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one caller at a time builds and reads the prefixes
+        self._sets: list[_SeriesHours] = []  # most recently used last
+        self._kept: list[tuple] = []  # (key, slots, weighted, n), most recently used last
+
+    @staticmethod
+    def answers(plan, where, minute_done_ms: int, hour_done_ms: int,
+                folds_done_ms: int) -> bool:
+        """Whether this path answers the query (else the general statement does): a
+        time-weighted mean combined by mean, sum or count, no value filter, the whole
+        hours' folds read, and few raw samples past the minute tier."""
+        return (where is None and plan.column == "v_mean" and plan.across in _ACROSS
+                and plan.reads_folds(hour_done_ms, folds_done_ms)
+                and plan.hi_ms - minute_done_ms <= _MAX_TAIL_MINUTES * MINUTE_MS)
+
+    def forget_before(self, minute_cut_ms: int, hour_cut_ms: int) -> None:
+        """Drop what read rows retention deleted: minute rows before `minute_cut_ms`,
+        hourly rows (so whole-hour folds) before `hour_cut_ms`."""
+        with self._lock:
+            for kept in self._sets:
+                for hour in [h for h in kept.hours if h < minute_cut_ms]:
+                    del kept.hours[hour]
+            self._kept = [k for k in self._kept if k[0][1] >= hour_cut_ms]
+
+    def answer(self, cur, plan, slots, metric: str, minute_done_ms: int,
+               hour_done_ms: int) -> list[tuple]:
+        """(group, window start, value) rows, by group, as `RangePlan.sql` answers them,
+        for the slots of `metric`; read on `cur` (the query's snapshot, with
+        `hour_done_ms` the folds' extent)."""
+        import numpy as np
+
+        columns = slots.columns()
+        sid, grp = columns["sid"][1], columns["grp"][1]
+        froms, tos = columns["from_ms"][1], columns["to_ms"][1]
+        first, end = whole_hours(plan.lo_ms, plan.hi_ms, hour_done_ms)
+        with self._lock:
+            kept = self._series(metric, sid)
+            rows = np.searchsorted(kept.sids, sid)
+            with registered(cur, {"sid": (INT32, kept.sids)}) as sids_view:
+                weighted, n = self._whole(cur, slots, hour_done_ms, first, end)
+                weighted, n = weighted.copy(), n.copy()
+                for lo, hi in ((plan.lo_ms, first), (end, plan.hi_ms)):
+                    if lo >= hi:
+                        continue
+                    a, b = np.maximum(froms, lo), np.minimum(tos, hi)
+                    for prefix in _prefixes(cur, kept, sids_view, lo, hi, minute_done_ms):
+                        w, c = prefix.between(rows, a, b)
+                        weighted += w
+                        n += c
+        return _grouped(plan, grp, weighted, n)
+
+    def _series(self, metric: str, sid) -> _SeriesHours:
+        """The kept prefixes of the metric's series asked so far, grown (and built anew)
+        when a slot's series is not among them: a binding starting or ending changes the
+        slots, not the series whose sums are kept."""
+        import numpy as np
+
+        found = next((k for k in self._sets if k.metric == metric), None)
+        if found is not None:
+            self._sets.remove(found)
+            sids = np.unique(sid)
+            at = np.minimum(np.searchsorted(found.sids, sids), len(found.sids) - 1)
+            if not np.array_equal(found.sids[at], sids):
+                found = _SeriesHours(metric, np.union1d(found.sids, sids))
+        else:
+            found = _SeriesHours(metric, np.unique(sid))
+        self._sets = [*self._sets, found][-_KEPT_SETS:]
+        return found
+
+    def _whole(self, cur, slots, hour_done_ms: int, first: int, end: int):
+        """Each slot's Σ v_mean·n and Σ n over the window's whole hours: its kept fold
+        (read once per extent, window and slots)."""
+        import numpy as np
+
+        key = (hour_done_ms, first, end)
+        found = next((k for k in self._kept if k[0] == key and k[1] is slots), None)
+        if found is None:
+            with registered(cur, slots.columns()) as view:
+                got = cur.execute(f"""WITH sel AS (SELECT * FROM {view})
+                    SELECT series_id AS slot, v_mean * n AS w, n
+                    FROM ({kept_rows(first, end)})""").fetchnumpy()
+            weighted = np.zeros(len(slots.ids))
+            n = np.zeros(len(slots.ids), dtype=np.int64)
+            weighted[got["slot"]] = got["w"]
+            n[got["slot"]] = got["n"]
+            found = (key, slots, weighted, n)
+        else:
+            self._kept.remove(found)
+        self._kept = [*self._kept, found][-_KEPT_HOURS:]
+        return found[2], found[3]
+
+
+def _prefixes(cur, kept: _SeriesHours, sids_view: str, lo: int, hi: int,
+              minute_done_ms: int):
+    """The prefixes covering [lo, hi): one per hour of the minute tier's rows (kept,
+    extended to the tier's extent), and one of the raw samples past it (this query's
+    own)."""
+    for hour in range(lo // HOUR_MS * HOUR_MS, min(hi, minute_done_ms), HOUR_MS):
+        prefix = kept.prefix(hour)
+        upto = min(60, (minute_done_ms - hour) // MINUTE_MS)
+        if prefix.filled < upto:
+            got = _minute_rows(cur, sids_view, hour + prefix.filled * MINUTE_MS,
+                               hour + upto * MINUTE_MS)
+            prefix.add(upto, got["series_id"], got["bucket_ms"], got["w"], got["n"])
+        yield prefix
+    tail = max(lo, minute_done_ms)
+    if tail < hi:
+        origin = tail // MINUTE_MS * MINUTE_MS
+        minutes = -(-(hi - origin) // MINUTE_MS)
+        prefix = MinutePrefix(kept.sids, origin, minutes)
+        got = _raw_minutes(cur, sids_view, tail, hi)
+        prefix.add(minutes, got["series_id"], got["bucket_ms"], got["w"], got["n"])
+        yield prefix
+
+
+def _grouped(plan, grp, weighted, n) -> list[tuple]:
+    """The slots' means combined per group as `RangePlan._folded` combines them: a slot
+    with no rows counts for nothing; a group with none is not answered."""
+    import numpy as np
+
+    has = n > 0
+    groups = grp[has]
+    mean = weighted[has] / n[has]
+    size = int(grp.max()) + 1 if len(grp) else 0
+    counted = np.bincount(groups, minlength=size)
+    if plan.across is AcrossSeries.MEAN:
+        values = np.bincount(groups, weights=mean, minlength=size) / np.maximum(counted, 1)
+    elif plan.across is AcrossSeries.SUM:
+        values = np.bincount(groups, weights=mean, minlength=size)
+    else:
+        values = np.bincount(groups, weights=(mean != 0), minlength=size)
+    answered = np.flatnonzero(counted)
+    return [(int(g), plan.lo_ms, float(values[g])) for g in answered]
