@@ -40,7 +40,7 @@ _KEPT_SETS = 2
 class MinutePrefix:
     """Running sums of v_mean·n and n over `minutes` minutes from `origin_ms`, one row per
     series of `sids` (sorted): column k holds the sums of the minutes before minute k. The
-    minutes before `filled` are in."""
+    minutes before `filled` are in (the columns past it are not read)."""
 
     def __init__(self, sids, origin_ms: int, minutes: int):
         import numpy as np  # as duckdb_columns: not at import
@@ -65,7 +65,6 @@ class MinutePrefix:
             block = np.zeros((len(self.sids), width), dtype=total.dtype)
             block[rows, minute] = values  # one row per series and minute
             total[:, first + 1:upto + 1] = total[:, first:first + 1] + np.cumsum(block, axis=1)
-            total[:, upto + 1:] = total[:, upto:upto + 1]
         self.filled = upto
 
     def between(self, rows, lo_ms, hi_ms):
