@@ -37,11 +37,6 @@ from gpufleet.tsdb.protocol import (
 from gpufleet.tsdb.rollups import TierSources, fold
 from gpufleet.tsdb.whole_hour_folds import NOT_KEPT, WholeHourFolds, kept_rows, whole_hours
 
-_SELECTION = ("SELECT unnest($slots::INTEGER[]) AS slot, unnest($ids::INTEGER[]) AS sid,"
-              " unnest($groups::INTEGER[]) AS grp, unnest($froms::BIGINT[]) AS from_ms,"
-              " unnest($tos::BIGINT[]) AS to_ms")
-_SLOTS = f"WITH sel AS ({_SELECTION})"
-
 
 def slots_table(view: str) -> str:
     """SQL: the query's selection as a temporary table of its read cursor, from the view
@@ -91,10 +86,6 @@ class Slots:
                 "from_ms": (INT64, np.asarray(self.froms, dtype=INT64)),
                 "to_ms": (INT64, np.asarray(self.tos, dtype=INT64))}
         return self._arrays
-
-    def parameters(self) -> dict[str, list[int]]:
-        return {"slots": list(range(len(self.ids))), "ids": self.ids, "groups": self.groups,
-                "froms": self.froms, "tos": self.tos}
 
 
 def select_slots(selected: Iterable[tuple[int, SeriesLabels]], group_by: Sequence[str],
@@ -239,7 +230,7 @@ def fill_pieces(plan: RangePlan, pieces: EdgePieces, slots: Slots) -> tuple[int,
     if not plan.whole_hours:
         return (0, 0)
     tiers = MixedTiers(plan.lo_ms, plan.hi_ms, plan.step_ms, 0, _FOREVER_MS)
-    return pieces.fill(f"{_SLOTS}, {tiers.spans()}", slots.parameters(), plan.lo_ms,
+    return pieces.fill(tiers.spans(), slots.columns(), plan.lo_ms,
                        plan.hi_ms, tiers.in_one_step)
 
 
