@@ -88,6 +88,12 @@ demands = st.builds(
 
 
 def check_invariants(fleet: FleetState, held: list[Decision]) -> None:
+    # the running sums the default policy reads equal a count from scratch
+    counted = [(node.cpu_milli_free, fleet.summary(node.name).free_milli)
+               for node in fleet.nodes if node.cpu_milli_free is not None
+               and fleet.summary(node.name).open and fleet.summary(node.name).free_milli]
+    assert fleet.open_free_cpu_milli == sum(cpu for cpu, _ in counted)
+    assert fleet.open_free_gpu_milli == sum(gpu for _, gpu in counted)
     for node in fleet.nodes:
         if node.cpu_milli_free is not None:
             assert node.cpu_milli_free >= 0

@@ -329,11 +329,13 @@ def test_default_policy_keeps_whole_gpus_free_for_the_workload_it_expects():
 
 
 def test_default_policy_gives_several_whole_gpus_the_node_they_fill_exactly():
-    # On "four" the expected single-GPU tasks would run out of host CPU before GPUs, so
-    # the fragmentation measure alone takes it for the 2-GPU task (it strands less
-    # there); the exact-fit rule keeps its free GPUs together and fills "two" instead.
+    # On "four" the expected single-GPU tasks would run out of host CPU before GPUs (and
+    # so would the fleet's: "bare" has GPUs and no CPU), so the fragmentation measure
+    # alone takes it for the 2-GPU task (it strands less there); the exact-fit rule keeps
+    # its free GPUs together and fills "two" instead.
     def build() -> FleetState:
-        state = fleet(node("four", 4, cpu=3000), node("two", 4, cpu=64000))
+        state = fleet(node("four", 4, cpu=3000), node("two", 4, cpu=2000),
+                      node("bare", 8, cpu=0))
         for gpu in state.node("two").gpus[:2]:
             gpu.whole_bound = True
         state.refresh("two")
@@ -351,8 +353,11 @@ def test_default_policy_keeps_the_node_only_the_largest_multi_gpu_tasks_fit(monk
     # 8-GPU tasks ask 78 cores on average, but the largest 120: only "big" holds it. The
     # single-GPU task strands less CPU on "big", so the measure at the mean host alone puts
     # it there; measuring a quarter of the 8-GPU kind at its largest host keeps "big" whole.
+    # ("bare", GPUs without CPU, makes the fleet run out of CPU first, so that the
+    # stranding the single-GPU kind sees counts.)
     def build() -> FleetState:
-        return fleet(node("big", 8, cpu=128_000), node("small", 8, cpu=90_000))
+        return fleet(node("big", 8, cpu=128_000), node("small", 8, cpu=90_000),
+                     node("bare", 8, cpu=0))
 
     seen = ([whole(1, cpu_milli=13_000)] * 4 + [whole(8, cpu_milli=64_000)] * 3
             + [whole(8, cpu_milli=120_000)])
@@ -362,6 +367,30 @@ def test_default_policy_keeps_the_node_only_the_largest_multi_gpu_tasks_fit(monk
     monkeypatch.setattr(workload_module, "LARGEST_HOST_SHARE", 0.0)
     mean_alone = Placer(build(), workload=Workload(seen), learn=False)
     assert placed(mean_alone, demand).units[0].node == "big"
+
+
+def test_whole_gpu_kinds_host_stranding_counts_only_while_the_fleet_runs_out_of_cpu():
+    # A single-GPU task asking 2 cores, against single-GPU tasks asking 1 on average:
+    # on "tight" (3 cores for 4 GPUs) it leaves CPU for one more such task beside 3 free
+    # GPUs, on "roomy" for dozens. Counting the GPUs "tight" would strand, it goes to
+    # "roomy"; not counting them, both leave the kind fitting and the tie goes to the node
+    # left with less CPU, "tight". Which holds depends on the fleet: with only these two
+    # nodes CPU is to spare (67 cores for 8 free GPUs, at 1 core per GPU asked); with 64
+    # more free GPUs behind no CPU ("bare"), the fleet runs out of CPU first.
+    def build(bare: bool) -> FleetState:
+        nodes = [node("tight", 4, cpu=3000), node("roomy", 4, cpu=64000)]
+        if bare:
+            nodes += [node(f"bare{n}", 8, cpu=0) for n in range(8)]
+        return fleet(*nodes)
+
+    expected = Workload([whole(1, cpu_milli=1000)] * 8)
+    demand = whole(1, cpu_milli=2000)
+    spare = Placer(build(bare=False), workload=expected, learn=False)
+    assert not spare._scorer.cpu_runs_out_first()
+    assert placed(spare, demand).units[0].node == "tight"
+    short = Placer(build(bare=True), workload=expected, learn=False)
+    assert short._scorer.cpu_runs_out_first()
+    assert placed(short, demand).units[0].node == "roomy"
 
 
 def test_only_kinds_of_several_whole_gpus_are_measured_at_their_largest_host():

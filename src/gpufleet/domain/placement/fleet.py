@@ -191,6 +191,10 @@ class FleetState:
         self.pools: dict[tuple[str, str], Pool] = {}
         self.models: dict[str, int] = {}  # model -> GPUs of it
         self.ids = TupleIds()  # node shapes and sorted GPU pictures (NodeSummary)
+        # free CPU and free GPU capacity over the open nodes that have both tracked CPU and
+        # free GPU capacity: whether the fleet runs out of CPU first (the default policy)
+        self.open_free_cpu_milli = 0
+        self.open_free_gpu_milli = 0
         for node in nodes:
             self.add_node(node)
 
@@ -261,6 +265,9 @@ class FleetState:
     def _index(self, node: NodeState) -> None:
         summary = summarise(node, self.ids)
         self._summaries[node.name] = summary
+        if summary.open and summary.free_milli and node.cpu_milli_free is not None:
+            self.open_free_cpu_milli += node.cpu_milli_free
+            self.open_free_gpu_milli += summary.free_milli
         entries: list[tuple[dict, int, tuple]] = []
         self._entries[node.name] = entries
         for model in summary.models:
@@ -304,7 +311,12 @@ class FleetState:
                 del bucket[signature]
                 if not bucket:
                     del levels[level]
-        self._summaries.pop(name, None)
+        summary = self._summaries.pop(name, None)
+        # the summary holds the free CPU the node was indexed with (signature[1])
+        if (summary is not None and summary.open and summary.free_milli
+                and summary.signature[1] is not None):
+            self.open_free_cpu_milli -= summary.signature[1]
+            self.open_free_gpu_milli -= summary.free_milli
 
     # --- JSON ------------------------------------------------------------------------
     def to_json(self) -> dict:

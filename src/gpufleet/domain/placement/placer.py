@@ -81,7 +81,8 @@ class Placer:
         self.workload = workload if workload is not None else Workload()
         self.learn = learn
         self._rng = random.Random(seed)
-        self._scorer: Scorer = make_scorer(policy, self.workload, whole_gpus_from_shared)
+        self._scorer: Scorer = make_scorer(policy, self.workload, whole_gpus_from_shared,
+                                           fleet)
         # plans and ranks reused across nodes of one shape (plans.py); None: never reused
         self._shapes: ShapeCache | None = ShapeCache(fleet, self._scorer)
 

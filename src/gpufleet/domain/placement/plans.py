@@ -89,8 +89,9 @@ class ShapeCache:
     """Per demand, plans by node shape and ranks by shape and host resources.
 
     Ranks are dropped whenever the scorer's `version()` changes (the default policy's
-    workload weights); plans only when a bound is passed. Demands with many distinct
-    host sizes (a live fleet) cycle through at most 256 entries.
+    workload weights, or whether the fleet's CPU runs out first); plans only when a bound
+    is passed. Demands with many distinct host sizes (a live fleet) cycle through at most
+    256 entries.
     """
 
     def __init__(self, fleet: FleetState, scorer: Scorer):

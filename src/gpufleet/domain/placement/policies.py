@@ -5,7 +5,9 @@ plan has a free choice. Three policies:
 
 - ``default`` — fragmentation-aware (FGD, Weng et al. ATC '23): the plan that increases
   the node's expected fragmentation least against the workload seen so far (partly used
-  GPUs counted at the waste expected once they are full, `workload.ExpectedWaste`); ties go to
+  GPUs counted at the waste expected once they are full, `workload.ExpectedWaste`; the
+  whole-GPU kinds' host stranding counted only while the fleet's CPU runs out before its
+  GPUs, `FragmentationScorer.cpu_runs_out_first`); ties go to
   the tighter node, then to the fuller GPU, then to the node with less host CPU left.
   One rule comes before it: a demand for several whole GPUs goes, where it can, to a
   node it leaves without a free whole GPU (an exact fit).
@@ -44,7 +46,7 @@ class Scorer:
     def rank(self, fleet: FleetState, node: NodeState, plan: NodePlan) -> tuple:
         raise NotImplementedError
 
-    def version(self) -> int:
+    def version(self) -> object:
         """Changes whenever ranks computed before may no longer hold."""
         return 0
 
@@ -75,23 +77,43 @@ class SpreadScorer(Scorer):
 
 
 class FragmentationScorer(Scorer):
-    def __init__(self, workload: Workload, whole_gpus_from_shared: bool):
+    def __init__(self, workload: Workload, whole_gpus_from_shared: bool, fleet: FleetState):
         self.workload = workload
+        self.fleet = fleet
         self.meter = FragmentationMeter(workload, whole_gpus_from_shared, waste_when_full=True)
 
-    def version(self) -> int:
-        return self.workload.weights_generation
+    def version(self) -> tuple[int, bool]:
+        return self.workload.weights_generation, self.cpu_runs_out_first()
+
+    def cpu_runs_out_first(self) -> bool:
+        """Whether the open nodes' free CPU is short of what their free GPU capacity would
+        take, at the workload's CPU per milli-GPU: the fleet runs out of CPU first.
+
+        Only then does the whole-GPU kinds' host stranding count. A whole GPU a node's CPU
+        cannot serve is lost only if CPU is what the fleet lacks; while CPU is to spare,
+        the term steers CPU-heavy tasks away from nodes with free GPUs for nothing, and
+        fractions and host-only tasks use those GPUs and that CPU in the end. On the
+        openb family (BENCHMARKS.md, "…whole-GPU kinds' host stranding while CPU runs out
+        first") counting it always cost the default sequences 0.04-0.10 points, and never
+        counting it put `cpu250` (2.5× the CPU per task) below FGD. Fractions keep the
+        term always: without it they strand GPUs behind exhausted CPU by the point.
+        """
+        fleet = self.fleet
+        return (fleet.open_free_cpu_milli
+                < self.workload.cpu_per_gpu_milli * fleet.open_free_gpu_milli)
 
     def rank(self, fleet: FleetState, node: NodeState, plan: NodePlan) -> tuple:
         summary = fleet.summary(node.name)
+        strand_whole = self.cpu_runs_out_first()
         before = self.meter.node(summary.signature[0], node.cpu_milli_free,
-                                 node.memory_mib_free, summary.open, key=summary.pictures_id)
+                                 node.memory_mib_free, summary.open, key=summary.pictures_id,
+                                 strand_whole=strand_whole)
         cpu = node.cpu_milli_free - plan.cpu_milli if node.cpu_milli_free is not None else None
         memory = (node.memory_mib_free - plan.memory_mib
                   if node.memory_mib_free is not None else None)
         open_after = node.max_tasks is None or node.tasks + 1 < node.max_tasks
         after = self.meter.node(plan.pictures_after, cpu, memory, open_after,
-                                key=plan.after_id)
+                                key=plan.after_id, strand_whole=strand_whole)
         return (self._leaves_whole_gpus(plan), round(after - before, 6), plan.free_after,
                 plan.gpu_free_after, *_host_after(node, plan))
 
@@ -119,12 +141,13 @@ class FragmentationScorer(Scorer):
             mode == "exclusive" or (mode == "shared" and self.meter.whole_from_shared))
 
 
-def make_scorer(policy: str, workload: Workload, whole_gpus_from_shared: bool) -> Scorer:
+def make_scorer(policy: str, workload: Workload, whole_gpus_from_shared: bool,
+                fleet: FleetState) -> Scorer:
     if policy == "binpack":
         return BinpackScorer()
     if policy == "spread":
         return SpreadScorer()
-    return FragmentationScorer(workload, whole_gpus_from_shared)
+    return FragmentationScorer(workload, whole_gpus_from_shared, fleet)
 
 
 __all__ = ["MILLI", "POLICIES", "Scorer", "make_scorer"]

@@ -9,7 +9,9 @@ GPUs do (it can take k more such tasks but has GPUs for more), the share of the 
 GPUs those k tasks cannot reach counts as fragmented too — FGD only notices host
 resources once not even one task fits. A node's fragmentation is the expectation over the
 workload's task kinds, weighted by how often each kind arrives. The default policy places
-each demand where it *increases* fragmentation least. A second extension, for that policy
+each demand where it *increases* fragmentation least, and counts that stranding for
+whole-GPU kinds only while the fleet runs out of CPU before GPUs (`strand_whole`;
+policies.py, `FragmentationScorer.cpu_runs_out_first`). A second extension, for that policy
 (`waste_when_full`): on a partly used shared GPU, the shared kinds' part — free capacity
 times the weight of the shared kinds that cannot use it *now* — is replaced by the waste
 expected once the GPU is full (`ExpectedWaste`), for the shared kinds the node's host can
@@ -105,6 +107,7 @@ class Workload:
         self.gpu_classes: list[TaskClass] = []
         self.weights: list[float] = []
         self.hosts: list[tuple[float, float]] = []  # (cpu milli, memory MiB) per entry
+        self.cpu_per_gpu_milli = 0.0  # host CPU milli asked per milli-GPU asked, all tasks
         for demand in demands:
             self.observe(demand)
 
@@ -129,6 +132,9 @@ class Workload:
     def _refresh(self) -> None:
         self._seen_at_refresh = self._seen
         total = sum(c.seen for c in self.classes.values()) or 1.0
+        gpu_milli = sum(c.seen * c.count * c.milli for c in self.classes.values())
+        self.cpu_per_gpu_milli = (sum(c.cpu_milli_sum for c in self.classes.values())
+                                  / gpu_milli if gpu_milli else 0.0)
         self.gpu_classes, self.weights, self.hosts = [], [], []
         for task in self.classes.values():
             if task.count == 0:
@@ -257,9 +263,12 @@ class FragmentationMeter:
         self._weights_seen = -1
 
     def node(self, pictures: tuple[Picture, ...], cpu_milli: int | None,
-             memory_mib: int | None, open_: bool, *, key: int | None = None) -> float:
+             memory_mib: int | None, open_: bool, *, key: int | None = None,
+             strand_whole: bool = True) -> float:
         """`key`: a small stand-in for `pictures` in the caches (a `FleetState.ids` id),
-        the same for the same pictures; the pictures themselves when None."""
+        the same for the same pictures; the pictures themselves when None.
+        `strand_whole`: count the host stranding of whole-GPU kinds too (the default
+        policy does only while the fleet runs out of CPU first; the report always does)."""
         workload = self.workload
         if workload.weights_generation != self._weights_seen:
             self._weights_seen = workload.weights_generation
@@ -275,7 +284,7 @@ class FragmentationMeter:
             if self.waste is not None:
                 self.waste.clear()
         short = pictures if key is None else key
-        memo_key = (short, cpu_milli, memory_mib, open_)
+        memo_key = (short, cpu_milli, memory_mib, open_, strand_whole)
         found = self._memo.get(memo_key)
         if found is not None:
             return found
@@ -284,7 +293,8 @@ class FragmentationMeter:
             gpu_part = self._gpu_memo.get(short)
             if gpu_part is None:
                 gpu_part = self._gpu_memo[short] = self._gpu_part(pictures)
-            per_kind = self._fragmented_per_kind(gpu_part, cpu_milli, memory_mib, open_)
+            per_kind = self._fragmented_per_kind(gpu_part, cpu_milli, memory_mib, open_,
+                                                 strand_whole)
             if len(self._per_kind) > 200_000:
                 self._per_kind.clear()
             self._per_kind[memo_key] = per_kind
@@ -344,8 +354,10 @@ class FragmentationMeter:
         return correction
 
     def _fragmented_per_kind(self, gpu_part: tuple[int, tuple], cpu_milli: int | None,
-                             memory_mib: int | None, open_: bool) -> tuple[float, ...]:
-        """Free milli-GPU each task kind cannot use on the node."""
+                             memory_mib: int | None, open_: bool,
+                             strand_whole: bool = True) -> tuple[float, ...]:
+        """Free milli-GPU each task kind cannot use on the node; without `strand_whole`
+        a whole-GPU kind that fits counts only the GPUs too small for it, as FGD does."""
         total, fits = gpu_part
         workload = self.workload
         found: list[float] = []
@@ -354,6 +366,9 @@ class FragmentationMeter:
             if not (open_ and n_fit >= task.count and (cpu_milli is None or cpu_milli >= cpu)
                     and (memory_mib is None or memory_mib >= memory)):
                 found.append(total)
+                continue
+            if not strand_whole and task.kind is UnitKind.WHOLE:
+                found.append(frag)
                 continue
             # How many such tasks the node can still take: host CPU and memory may run out
             # before its GPUs do, and the GPUs they leave behind are stranded.
