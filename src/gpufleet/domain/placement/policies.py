@@ -93,10 +93,11 @@ class FragmentationScorer(Scorer):
         cannot serve is lost only if CPU is what the fleet lacks; while CPU is to spare,
         the term steers CPU-heavy tasks away from nodes with free GPUs for nothing, and
         fractions and host-only tasks use those GPUs and that CPU in the end. On the
-        openb family (BENCHMARKS.md, "…whole-GPU kinds' host stranding while CPU runs out
-        first") counting it always cost the default sequences 0.04-0.10 points, and never
-        counting it put `cpu250` (2.5× the CPU per task) below FGD. Fractions keep the
-        term always: without it they strand GPUs behind exhausted CPU by the point.
+        openb family (BENCHMARKS.md, "…whole-GPU kinds' host stranding only while the
+        fleet runs out of CPU first") counting it always cost the default sequences
+        0.04-0.10 points, and never counting it cost `cpu250` (more CPU-only tasks)
+        0.12 / 0.51. Fractions keep the term always: without it they strand GPUs behind
+        exhausted CPU by the point.
         """
         fleet = self.fleet
         return (fleet.open_free_cpu_milli
