@@ -229,3 +229,56 @@ def test_a_unit_bound_later_joins_the_kept_running_sums(tmp_path):
             ("p1",): [(T0 + timedelta(minutes=30), pytest.approx(value))],
             ("p2",): [(T0 + timedelta(minutes=30), pytest.approx(70.0))]}
     store.close()
+
+
+@pytest.mark.parametrize("seed", [9, 10, 11])
+def test_changed_slots_fold_only_the_slots_they_add(tmp_path, monkeypatch, seed):
+    """When a binding starts or ends between two questions over the same hours, the fills
+    look for the slots it adds or changes only (edge_pieces.slots_added): the answer stays
+    the rows' for every kind of change — an end set mid-window, a start moved, a unit bound
+    anew, a unit's bindings gone."""
+    from gpufleet.tsdb import edge_pieces, whole_hour_folds
+
+    rng = random.Random(seed)
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write(random_history(rng))
+    store.rollup(T0 + 3 * HOUR + timedelta(minutes=21))
+    bindings = random_bindings(rng)
+    window = (timedelta(minutes=rng.randint(1, 50), seconds=rng.randint(0, 59)),
+              3 * HOUR + timedelta(minutes=10), 24 * HOUR)
+    looked_for: list[int] = []  # slots each fill looked for
+
+    def spy(module):
+        real = module.slots_added
+
+        def counted(columns, key, last):
+            found = real(columns, key, last)
+            looked_for.append(len(found["sid"][1]))
+            return found
+        monkeypatch.setattr(module, "slots_added", counted)
+
+    spy(edge_pieces)
+    spy(whole_hour_folds)
+    question = (store, "gpu.sm_active", None, None, window)
+    answer(*question, bindings)
+    gpu, held = next((g, h) for g, h in bindings.items() if h[-1].end is None)
+    last = held[-1]
+    ended = T0 + timedelta(hours=rng.randint(1, 2), minutes=rng.randint(1, 59), seconds=7)
+    changes = [
+        {**bindings, gpu: [*held[:-1], Binding(last.start, max(ended, last.start + HOUR),
+                                               last.allocation, last.project)]},
+        {**bindings, gpu: [*held[:-1], Binding(last.start + timedelta(minutes=3), None,
+                                               last.allocation, last.project)]},
+        {**bindings, (GPUS[-1], None): [Binding(T0 + timedelta(minutes=17), None, "new",
+                                                "p2")]},
+        {k: v for k, v in bindings.items() if k != next(iter(bindings))},
+    ]
+    slots = sum(len(h) for h in bindings.values())
+    for changed in changes:
+        answer(*question, bindings)  # the slots before, kept again
+        looked_for.clear()
+        got = answer(*question, changed)
+        assert looked_for and max(looked_for) < slots // 2  # the few it adds, not all
+        assert_same(got, without_folds(monkeypatch, *question, changed))
+        assert_same(got, answer(*question, changed, tier=Tier.MINUTE))
+    store.close()

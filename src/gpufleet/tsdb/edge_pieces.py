@@ -100,7 +100,10 @@ class EdgePieces:
                        columns["to_ms"][1])
                 if not _same(key, self._filled):
                     con.execute(f"DELETE FROM {CACHE}.piece WHERE lo_ms < {oldest}")
-                    self._fold_missing(con, spans, columns, need)
+                    # Over the same hours, the slots the last fill kept everything for
+                    # still have it: only the slots not among them are looked for.
+                    self._fold_missing(con, spans, slots_added(columns, key, self._filled),
+                                       need)
                 con.commit()
                 self._filled = key
                 return (lo_hour, hi_hour)
@@ -152,6 +155,37 @@ class EdgePieces:
                    coalesce(sum(n), 0)::INTEGER,
                    coalesce(sum(inc + {_STEP_INCREASE}), 0)
             FROM rows GROUP BY sid, plo, phi)""", [sids, los, his])
+
+
+def slots_added(columns: dict, key: tuple, last: tuple | None) -> dict:
+    """`columns` (`Slots.columns()`), less the slots the last fill kept everything for when
+    it did so for the same hours (`key[:-3]` and `last[:-3]` equal; a fill's key ends with
+    the slots' sid, from_ms and to_ms): when a binding starts or ends, the few slots it
+    adds or changes, not the 7,500 others, are looked for again (the anti-joins of every
+    slot cost ~15 ms CPU on such a minute at 10,000 GPUs)."""
+    if last is None or key[:-3] != last[:-3] or not len(last[-3]):
+        return columns
+    import numpy as np  # as duckdb_columns: not at import
+
+    new, old = key[-3:], last[-3:]
+    hashed_old = _hashed(old)
+    order = np.argsort(hashed_old)
+    sorted_old = hashed_old[order]
+    hashed_new = _hashed(new)
+    at = order[np.minimum(np.searchsorted(sorted_old, hashed_new), len(order) - 1)]
+    # A slot counts as kept only where its three values equal a kept slot's: hashes that
+    # collide among the kept slots only make a slot looked for again.
+    kept = hashed_old[at] == hashed_new
+    for values, before in zip(new, old, strict=True):
+        kept &= values == before[at]
+    added = np.flatnonzero(~kept)
+    return {name: (kind, np.asarray(values)[added]) for name, (kind, values) in columns.items()}
+
+
+def _hashed(slots: tuple):
+    """One int64 per slot of its (sid, from_ms, to_ms) arrays, wrapping on overflow."""
+    sid, from_ms, to_ms = slots
+    return (sid.astype("int64") * 0x9E3779B1 + from_ms) * 0x85EBCA77 + to_ms
 
 
 def _same(key: tuple, last: tuple | None) -> bool:

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable
 
 from gpufleet.tsdb.duckdb_columns import registered
-from gpufleet.tsdb.edge_pieces import CACHE
+from gpufleet.tsdb.edge_pieces import CACHE, slots_added
 from gpufleet.tsdb.mixed_tiers import MixedTiers
 from gpufleet.tsdb.protocol import HOUR_MS
 from gpufleet.tsdb.rollups import fold
@@ -98,7 +98,9 @@ class WholeHourFolds:
                     # Folds of an earlier extent go (a query that filled before the
                     # rollups moved on sees that extent, or none of these deletes).
                     con.execute(f"DELETE FROM {TABLE} WHERE done_ms <> {hour_done}")
-                    with registered(con, columns) as view:
+                    # Over the same whole hours, the slots the last fill kept
+                    # everything for still have it: only the others are looked for.
+                    with registered(con, slots_added(columns, key, self._filled)) as view:
                         kept = self._fold_missing(con, view, first, end, minute_done,
                                                   hour_done, pieces)
                     con.commit()
