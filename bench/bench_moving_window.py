@@ -57,6 +57,11 @@ def write_minute(store: DuckDBTelemetryStore, sids: np.ndarray, values: np.ndarr
                                       "value": np.ascontiguousarray(flat.T).ravel()})
         con.execute("INSERT INTO samples SELECT series_id, ts_ms, value FROM minute_chunk")
         con.close()
+        # As the store's writes do after their commit (raw_writes.py); a store without
+        # that log (the code before it) keeps no raw minutes.
+        raw_writes = getattr(store._edge_sums, "raw_writes", None)
+        if raw_writes is not None:
+            raw_writes.wrote(int(ts[0]))
 
 
 def main() -> None:

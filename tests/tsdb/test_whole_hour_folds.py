@@ -282,3 +282,47 @@ def test_changed_slots_fold_only_the_slots_they_add(tmp_path, monkeypatch, seed)
         assert_same(got, without_folds(monkeypatch, *question, changed))
         assert_same(got, answer(*question, changed, tier=Tier.MINUTE))
     store.close()
+
+
+def test_late_samples_in_the_grace_reach_the_kept_raw_minutes(tmp_path, monkeypatch):
+    """The raw minutes past the minute tier are read once and kept (edge_minute_sums.py,
+    raw_writes.py), yet samples may arrive late within the rollup grace: one written
+    (straight, or through the journal) after a first question changes the next answer as
+    it changes the rows', and only its minute and later ones are read again."""
+    from gpufleet.tsdb import edge_minute_sums
+    from gpufleet.tsdb.protocol import MINUTE_MS, SampleColumns
+
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1, apply_interval_s=None)
+    store.write(random_history(random.Random(12)))
+    store.rollup(T0 + 3 * HOUR + timedelta(minutes=21))
+    bindings = {(gpu, None): [Binding(T0 - HOUR, None, f"a-{gpu}", "p1")] for gpu in GPUS}
+    window = (timedelta(minutes=25, seconds=31), 3 * HOUR + timedelta(minutes=25), 24 * HOUR)
+    reads: list[tuple[int, int]] = []
+    real = edge_minute_sums._raw_minutes
+
+    def counted(cur, view, lo_ms, hi_ms):
+        reads.append(((lo_ms - to_ms(T0 + 3 * HOUR)) // MINUTE_MS,
+                      (hi_ms - to_ms(T0 + 3 * HOUR)) // MINUTE_MS))
+        return real(cur, view, lo_ms, hi_ms)
+    monkeypatch.setattr(edge_minute_sums, "_raw_minutes", counted)
+    question = (store, "gpu.sm_active", None, None, window, bindings)
+
+    def checked() -> dict:
+        reads.clear()
+        got = answer(*question)
+        assert_same(got, without_folds(monkeypatch, *question))
+        assert_same(got, answer(*question, tier=Tier.MINUTE))
+        return got
+
+    first = checked()
+    assert reads == [(21, 25)]  # 3:21 to 3:25 (the minutes of the grace), read once
+    assert checked() == first and reads == []  # kept: nothing read
+    store.write([Sample(series("gpu.sm_active", GPUS[0]), T0 + 3 * HOUR
+                        + timedelta(minutes=22, seconds=13), 1000.0)])
+    late = checked()
+    assert late != first and reads == [(22, 25)]  # 3:21 kept; 3:22 on read again
+    at_ms = to_ms(T0 + 3 * HOUR + timedelta(minutes=23, seconds=41))
+    store.write_columns([("late:1", SampleColumns([series("gpu.sm_active", GPUS[1])], [0],
+                                                  [at_ms], [2000.0]))])
+    assert checked() != late and reads == [(23, 25)]
+    store.close()

@@ -195,6 +195,8 @@ class DuckDBTelemetryStore:
                 times.append(last_ms)
                 values.append(float(sample.value))
             self._transaction(lambda con: self._store(con, new, ids, times, values), new)
+            if times:
+                self._edge_sums.raw_writes.wrote(min(times))
             if self._kept:
                 self._keep(np.array(ids, dtype=np.int64), np.array(times, dtype=np.int64),
                            np.array(values, dtype=np.float64))
@@ -336,11 +338,13 @@ class DuckDBTelemetryStore:
         pieces = fill_pieces(plan, self._pieces, slots)
         folds_done = fill_folds(plan, self._folds, slots, pieces)
 
+        raw_version = self._edge_sums.raw_writes.version  # before the read's snapshot
+
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
             minute_done, hour_done = self._state(cur)
             if EdgeMinuteSums.answers(plan, where, minute_done, hour_done, folds_done):
                 return self._edge_sums.answer(cur, plan, slots, metric, minute_done,
-                                              hour_done)
+                                              hour_done, raw_version)
             with registered(cur, slots.columns()) as view:
                 cur.execute(slots_table(view))  # gone with the read's rollback
             return cur.execute(plan.sql(minute_done, hour_done, pieces, where,
@@ -643,6 +647,10 @@ class DuckDBTelemetryStore:
             with self._ingest_lock:
                 self._pending[:0] = taken
             raise
+        oldest = min((_oldest(np.frombuffer(r.times_ms, dtype="<i8")) for r in taken
+                      if r.samples), default=None)
+        if oldest is not None:  # after the commit: raw_writes.py
+            self._edge_sums.raw_writes.wrote(oldest)
         if self._kept:
             self._keep(*(np.frombuffer(b"".join(getattr(r, name) for r in taken), dtype=kind)
                          for name, kind in (("series_ids", "<i4"), ("times_ms", "<i8"),
