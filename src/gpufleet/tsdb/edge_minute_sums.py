@@ -28,6 +28,7 @@ import threading
 
 from gpufleet.domain.telemetry.vocabulary import AcrossSeries
 from gpufleet.tsdb.duckdb_columns import INT32, registered
+from gpufleet.tsdb.edge_pieces import kept_among
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS
 from gpufleet.tsdb.raw_writes import RawWrites
 from gpufleet.tsdb.whole_hour_folds import kept_rows, whole_hours
@@ -208,18 +209,31 @@ class EdgeMinuteSums:
 
     def _whole(self, cur, slots, hour_done_ms: int, first: int, end: int):
         """Each slot's Σ v_mean·n and Σ n over the window's whole hours: its kept fold
-        (read once per extent, window and slots)."""
+        (read once per extent, window and slots; when the slots changed, a binding having
+        started or ended, only for the slots not among the last ones: ~3 ms CPU of such a
+        minute at 10,000 GPUs)."""
         import numpy as np
 
         key = (hour_done_ms, first, end)
         found = next((k for k in self._kept if k[0] == key and k[1] is slots), None)
         if found is None:
-            with registered(cur, slots.columns()) as view:
+            columns = slots.columns()
+            weighted = np.zeros(len(slots.ids))
+            n = np.zeros(len(slots.ids), dtype=np.int64)
+            before = next((k for k in reversed(self._kept) if k[0] == key), None)
+            if before is not None:  # the same whole hours: unchanged slots, same folds
+                old = before[1].columns()
+                at = kept_among(tuple(columns[c][1] for c in ("sid", "from_ms", "to_ms")),
+                                tuple(old[c][1] for c in ("sid", "from_ms", "to_ms")))
+                same = at >= 0
+                weighted[same], n[same] = before[2][at[same]], before[3][at[same]]
+                chosen = np.flatnonzero(~same)
+                columns = {name: (kind, np.asarray(values)[chosen])
+                           for name, (kind, values) in columns.items()}
+            with registered(cur, columns) as view:
                 got = cur.execute(f"""WITH sel AS (SELECT * FROM {view})
                     SELECT series_id AS slot, v_mean * n AS w, n
                     FROM ({kept_rows(first, end)})""").fetchnumpy()
-            weighted = np.zeros(len(slots.ids))
-            n = np.zeros(len(slots.ids), dtype=np.int64)
             weighted[got["slot"]] = got["w"]
             n[got["slot"]] = got["n"]
             found = (key, slots, weighted, n)

@@ -163,23 +163,31 @@ def slots_added(columns: dict, key: tuple, last: tuple | None) -> dict:
     the slots' sid, from_ms and to_ms): when a binding starts or ends, the few slots it
     adds or changes, not the 7,500 others, are looked for again (the anti-joins of every
     slot cost ~15 ms CPU on such a minute at 10,000 GPUs)."""
-    if last is None or key[:-3] != last[:-3] or not len(last[-3]):
+    if last is None or key[:-3] != last[:-3]:
         return columns
     import numpy as np  # as duckdb_columns: not at import
 
-    new, old = key[-3:], last[-3:]
+    added = np.flatnonzero(kept_among(key[-3:], last[-3:]) < 0)
+    return {name: (kind, np.asarray(values)[added]) for name, (kind, values) in columns.items()}
+
+
+def kept_among(new: tuple, old: tuple):
+    """For each slot of `new` ((sid, from_ms, to_ms) arrays) the index of a slot of `old`
+    with the same three values, else -1."""
+    import numpy as np
+
+    if not len(old[0]):
+        return np.full(len(new[0]), -1)
     hashed_old = _hashed(old)
     order = np.argsort(hashed_old)
-    sorted_old = hashed_old[order]
     hashed_new = _hashed(new)
-    at = order[np.minimum(np.searchsorted(sorted_old, hashed_new), len(order) - 1)]
-    # A slot counts as kept only where its three values equal a kept slot's: hashes that
-    # collide among the kept slots only make a slot looked for again.
-    kept = hashed_old[at] == hashed_new
+    at = order[np.minimum(np.searchsorted(hashed_old[order], hashed_new), len(order) - 1)]
+    # A slot counts as found only where its three values equal the old slot's: hashes
+    # that collide among the old slots only make a slot not found.
+    same = hashed_old[at] == hashed_new
     for values, before in zip(new, old, strict=True):
-        kept &= values == before[at]
-    added = np.flatnonzero(~kept)
-    return {name: (kind, np.asarray(values)[added]) for name, (kind, values) in columns.items()}
+        same &= values == before[at]
+    return np.where(same, at, -1)
 
 
 def _hashed(slots: tuple):
