@@ -326,3 +326,30 @@ def test_late_samples_in_the_grace_reach_the_kept_raw_minutes(tmp_path, monkeypa
                                                   [at_ms], [2000.0]))])
     assert checked() != late and reads == [(23, 25)]
     store.close()
+
+
+def test_a_repeated_fill_takes_no_cursor_until_the_hours_move(tmp_path, monkeypatch):
+    """With the extent of the store's last rollup known, fills whose slots and hours are
+    the last ones' take no cursor; a rollup moving the hours makes them fill again, and
+    the answer stays the rows'."""
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write(random_history(random.Random(13)))
+    store.rollup(T0 + 3 * HOUR + timedelta(minutes=21))
+    bindings = random_bindings(random.Random(13))
+    cursors = []
+    real = store._new_cursor
+    monkeypatch.setattr(store, "_new_cursor", lambda: cursors.append(1) or real())
+    store._pieces._new_cursor = store._folds._new_cursor = store._new_cursor
+    window = (timedelta(minutes=30), 3 * HOUR + timedelta(minutes=21), 24 * HOUR)
+    question = (store, "gpu.sm_active", None, None, window, bindings)
+    first = answer(*question)
+    assert len(cursors) == 2  # the pieces' fill and the folds'
+    cursors.clear()
+    assert answer(*question) == first and cursors == []
+    store.rollup(T0 + 4 * HOUR + timedelta(minutes=2))  # the hour 3:00 rolled up
+    later = (timedelta(minutes=30), 4 * HOUR + timedelta(minutes=2), 24 * HOUR)
+    got = answer(store, "gpu.sm_active", None, None, later, bindings)
+    assert len(cursors) == 2
+    assert_same(got, without_folds(monkeypatch, store, "gpu.sm_active", None, None, later,
+                                   bindings))
+    store.close()

@@ -163,10 +163,15 @@ class DuckDBTelemetryStore:
         self._recent.stored_through(self._con.execute(
             "SELECT max(newest_ms) FROM ingested_batches").fetchone()[0])
         # Pieces are kept no longer than the minutes they fold (a shorter minute retention).
+        # How far the hourly rollups reached at this process's last rollup (a fill whose
+        # slots and hours are the last ones' then takes no cursor).
+        self._hour_done_ms: int | None = self._state(self._con)[1]
         self._pieces = EdgePieces(self._new_cursor, lambda con: self._state(con)[1],
                                   horizon_hours=min(48, int(retention.minute
-                                                            / timedelta(hours=1))))
-        self._folds = WholeHourFolds(self._new_cursor, self._state)
+                                                            / timedelta(hours=1))),
+                                  known=lambda: self._hour_done_ms)
+        self._folds = WholeHourFolds(self._new_cursor, self._state,
+                                     known=lambda: self._hour_done_ms)
         self._edge_sums = EdgeMinuteSums()
         self._applier = None if apply_interval_s is None else JournalApplier(
             self._catch_up, apply_interval_s)
@@ -252,7 +257,11 @@ class DuckDBTelemetryStore:
         until_ms = to_ms(until)
         with self._lock:
             self._apply_journal()
-            self._transaction(lambda con: self._rollup(con, until_ms))
+            self._hour_done_ms = None  # unknown while the rollup runs
+            try:
+                self._transaction(lambda con: self._rollup(con, until_ms))
+            finally:
+                self._hour_done_ms = self._state(self._con)[1]
 
     def apply_retention(self, now: datetime) -> None:
         now_ms = to_ms(now)

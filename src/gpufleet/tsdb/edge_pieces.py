@@ -64,12 +64,14 @@ def pieces_sql(need: str) -> str:
 
 class EdgePieces:
     """The kept pieces. `cursor()` gives a cursor of the store's instance, `rolled_up(cur)`
-    how far (ms) the hourly rollups reach."""
+    how far (ms) the hourly rollups reach, `known()` how far they reached at the store's
+    last rollup (None: unknown)."""
 
     def __init__(self, cursor: Callable, rolled_up: Callable[..., int], *,
-                 horizon_hours: int = 48):
+                 horizon_hours: int = 48, known: Callable[[], int | None] = lambda: None):
         self._new_cursor = cursor
         self._rolled_up = rolled_up
+        self._known = known
         self.horizon_hours = horizon_hours
         self._lock = threading.Lock()  # one filler at a time: a piece is folded once
         self._ready = False
@@ -81,23 +83,26 @@ class EdgePieces:
         over them as `sel`) need in the rolled-up hours inside [lo, hi); returns the hours
         [from, to) whose pieces are now all kept (empty when none can be)."""
         with self._lock:
+            # The same slots over the same hours (the next query of a dashboard, or the
+            # same one a minute later) need what the last fill kept: nothing has gone
+            # since (pieces go only when the rolled-up hours move on). With the extent
+            # of the store's last rollup known, that is seen without a cursor, a
+            # transaction and the rollup state (~1.5 ms CPU a query).
+            known = self._known()
+            if known is not None and self._filled is not None:
+                hours, key, _ = self._plan(known, columns, lo_ms, hi_ms, in_one_step)
+                if key is None or _same(key, self._filled):
+                    return hours
             con = self._new_cursor()
             try:
                 self._create(con)
                 con.begin()
-                hour_done = self._rolled_up(con)
-                oldest = hour_done - self.horizon_hours * HOUR_MS
-                lo_hour = max(-(-lo_ms // HOUR_MS) * HOUR_MS, oldest)
-                hi_hour = min(hi_ms // HOUR_MS * HOUR_MS, hour_done)
-                if lo_hour >= hi_hour:
+                hours, key, need = self._plan(self._rolled_up(con), columns, lo_ms, hi_ms,
+                                              in_one_step)
+                if key is None:
                     con.rollback()
-                    return (0, 0)
-                need = need_sql(lo_hour, hi_hour, in_one_step)
-                # The same slots over the same hours (the next query of a dashboard, or
-                # the same one a minute later) need what the last fill kept: nothing has
-                # gone since (pieces go only when the rolled-up hours move on).
-                key = (oldest, need, columns["sid"][1], columns["from_ms"][1],
-                       columns["to_ms"][1])
+                    return hours
+                oldest = key[0]
                 if not _same(key, self._filled):
                     con.execute(f"DELETE FROM {CACHE}.piece WHERE lo_ms < {oldest}")
                     # Over the same hours, the slots the last fill kept everything for
@@ -106,9 +111,22 @@ class EdgePieces:
                                        need)
                 con.commit()
                 self._filled = key
-                return (lo_hour, hi_hour)
+                return hours
             finally:
                 con.close()
+
+    def _plan(self, hour_done: int, columns: dict, lo_ms: int, hi_ms: int,
+              in_one_step: Callable[[str], str]) -> tuple[tuple[int, int], tuple | None, str]:
+        """The hours [from, to) a fill keeps pieces for, given how far the hourly rollups
+        reach, its key and the SQL of the pieces needed (key None: no hour)."""
+        oldest = hour_done - self.horizon_hours * HOUR_MS
+        lo_hour = max(-(-lo_ms // HOUR_MS) * HOUR_MS, oldest)
+        hi_hour = min(hi_ms // HOUR_MS * HOUR_MS, hour_done)
+        if lo_hour >= hi_hour:
+            return (0, 0), None, ""
+        need = need_sql(lo_hour, hi_hour, in_one_step)
+        key = (oldest, need, columns["sid"][1], columns["from_ms"][1], columns["to_ms"][1])
+        return (lo_hour, hi_hour), key, need
 
     def _create(self, con) -> None:
         if self._ready:

@@ -67,9 +67,10 @@ class WholeHourFolds:
     extent of the rolled-up hours (past it, a query reads its rows)."""
 
     def __init__(self, cursor: Callable, state: Callable[..., tuple[int, int]], *,
-                 max_rows: int = 1_000_000):
+                 max_rows: int = 1_000_000, known: Callable[[], int | None] = lambda: None):
         self._new_cursor = cursor
         self._state = state
+        self._known = known  # how far the hourly rollups reached at the store's last one
         self.max_rows = max_rows
         self._lock = threading.Lock()  # one filler at a time: a span is folded once
         self._ready = False
@@ -81,6 +82,17 @@ class WholeHourFolds:
         `pieces` (fill_pieces); returns the extent of the rolled-up hours they are kept
         for (NOT_KEPT when the window has no whole rolled-up hour)."""
         with self._lock:
+            # The same slots over the same whole hours as the last fill, seen without a
+            # cursor, a transaction and the rollup state when the extent of the store's
+            # last rollup is known (a query reads the folds only if its snapshot sees
+            # the very extent returned: RangePlan.reads_folds).
+            known = self._known()
+            if known is not None and self._filled is not None:
+                first, end = whole_hours(lo_ms, hi_ms, known)
+                if first < end and _same((known, first, end, columns["sid"][1],
+                                          columns["from_ms"][1], columns["to_ms"][1]),
+                                         self._filled):
+                    return known
             con = self._new_cursor()
             try:
                 self._create(con)
