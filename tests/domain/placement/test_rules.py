@@ -444,6 +444,20 @@ def test_expected_waste_counts_only_shared_kinds_the_node_host_still_takes():
     assert waste.node(pictures, 64000, None, True) - fgd.node(pictures, 64000, None, True) \
         == pytest.approx(9 / 19 * (stop * 330 + (1 - stop) * 30))
 
+def test_fraction_host_stranding_in_task_slots_counts_what_the_cpu_cannot_serve():
+    # A fresh 8-GPU node with 96 cores takes 9 470-milli tasks of 10 cores, though its
+    # GPUs hold 16: one task per fitting GPU sees nothing stranded, task slots see the 7
+    # tasks' worth of GPU the CPU cannot serve (7 / 16 of its free capacity).
+    workload = Workload([shared(470, cpu_milli=10_000)])
+    pictures = (("V100", "shared", True, 1000, (), False),) * 8
+    meter = workload_module.FragmentationMeter(workload, True)
+    assert meter.node(pictures, 96_000, None, True) == 0
+    assert meter.node(pictures, 96_000, None, True, fraction_slots=True) == \
+        pytest.approx(7 / 16 * 8000)
+    # with CPU for all 16, nothing is stranded either way
+    assert meter.node(pictures, 160_000, None, True, fraction_slots=True) == 0
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_plan_made_on_one_node_is_reused_on_another_of_the_same_shape(policy):
     # Plans are cached by node shape: the second decision reuses the plan made on the

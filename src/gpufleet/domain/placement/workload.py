@@ -11,7 +11,9 @@ resources once not even one task fits. A node's fragmentation is the expectation
 workload's task kinds, weighted by how often each kind arrives. The default policy places
 each demand where it *increases* fragmentation least, and counts that stranding for
 whole-GPU kinds only while the fleet runs out of CPU before GPUs (`strand_whole`;
-policies.py, `FragmentationScorer.cpu_runs_out_first`). A second extension, for that policy
+policies.py, `FragmentationScorer.cpu_runs_out_first`), and under the same condition
+counts a fraction's stranding against its task slots, not one task per fitting GPU
+(`fraction_slots`). A second extension, for that policy
 (`waste_when_full`): on a partly used shared GPU, the shared kinds' part — free capacity
 times the weight of the shared kinds that cannot use it *now* — is replaced by the waste
 expected once the GPU is full (`ExpectedWaste`), for the shared kinds the node's host can
@@ -264,11 +266,14 @@ class FragmentationMeter:
 
     def node(self, pictures: tuple[Picture, ...], cpu_milli: int | None,
              memory_mib: int | None, open_: bool, *, key: int | None = None,
-             strand_whole: bool = True) -> float:
+             strand_whole: bool = True, fraction_slots: bool = False) -> float:
         """`key`: a small stand-in for `pictures` in the caches (a `FleetState.ids` id),
         the same for the same pictures; the pictures themselves when None.
         `strand_whole`: count the host stranding of whole-GPU kinds too (the default
-        policy does only while the fleet runs out of CPU first; the report always does)."""
+        policy does only while the fleet runs out of CPU first; the report always does).
+        `fraction_slots`: count a one-unit fraction's host stranding against the tasks its
+        fitting GPUs hold (a fresh 8-GPU node holds 16 470-milli tasks), not one per GPU
+        (the default policy does while the fleet runs out of CPU first; the report never)."""
         workload = self.workload
         if workload.weights_generation != self._weights_seen:
             self._weights_seen = workload.weights_generation
@@ -284,7 +289,7 @@ class FragmentationMeter:
             if self.waste is not None:
                 self.waste.clear()
         short = pictures if key is None else key
-        memo_key = (short, cpu_milli, memory_mib, open_, strand_whole)
+        memo_key = (short, cpu_milli, memory_mib, open_, strand_whole, fraction_slots)
         found = self._memo.get(memo_key)
         if found is not None:
             return found
@@ -294,7 +299,7 @@ class FragmentationMeter:
             if gpu_part is None:
                 gpu_part = self._gpu_memo[short] = self._gpu_part(pictures)
             per_kind = self._fragmented_per_kind(gpu_part, cpu_milli, memory_mib, open_,
-                                                 strand_whole)
+                                                 strand_whole, fraction_slots)
             if len(self._per_kind) > 200_000:
                 self._per_kind.clear()
             self._per_kind[memo_key] = per_kind
@@ -355,13 +360,14 @@ class FragmentationMeter:
 
     def _fragmented_per_kind(self, gpu_part: tuple[int, tuple], cpu_milli: int | None,
                              memory_mib: int | None, open_: bool,
-                             strand_whole: bool = True) -> tuple[float, ...]:
+                             strand_whole: bool = True,
+                             fraction_slots: bool = False) -> tuple[float, ...]:
         """Free milli-GPU each task kind cannot use on the node; without `strand_whole`
         a whole-GPU kind that fits counts only the GPUs too small for it, as FGD does."""
         total, fits = gpu_part
         workload = self.workload
         found: list[float] = []
-        for (n_fit, frag), task, (cpu, memory) in zip(
+        for (n_fit, frag, slots), task, (cpu, memory) in zip(
                 fits, workload.gpu_classes, workload.hosts, strict=True):
             if not (open_ and n_fit >= task.count and (cpu_milli is None or cpu_milli >= cpu)
                     and (memory_mib is None or memory_mib >= memory)):
@@ -371,19 +377,25 @@ class FragmentationMeter:
                 found.append(frag)
                 continue
             # How many such tasks the node can still take: host CPU and memory may run out
-            # before its GPUs do, and the GPUs they leave behind are stranded.
-            tasks = n_fit // task.count
+            # before its GPUs do, and the GPUs they leave behind are stranded. With
+            # `fraction_slots` a one-unit fraction's room is its task slots, else one task
+            # per fitting GPU.
+            room = (slots if fraction_slots and task.kind is UnitKind.SHARED
+                    and task.count == 1 else n_fit)
+            tasks = room // task.count
             if cpu_milli is not None and cpu > 0:
                 tasks = min(tasks, int(cpu_milli // cpu))
             if memory_mib is not None and memory > 0:
                 tasks = min(tasks, int(memory_mib // memory))
-            stranded = max(0.0, 1.0 - tasks * task.count / n_fit)
+            stranded = max(0.0, 1.0 - tasks * task.count / room)
             found.append(frag + stranded * (total - frag))
         return tuple(found)
 
     def _gpu_part(self, pictures: tuple[Picture, ...]) -> tuple[int, tuple]:
         """(free milli-GPU, per task kind (GPUs that can hold one unit, free milli-GPU of
-        the others)); GPUs with nothing free count for neither."""
+        the others, task slots: units of the kind its fitting GPUs hold — one per GPU for
+        whole GPUs and MIG, free // milli for a fraction)); GPUs with nothing free count
+        for none."""
         total = 0
         copies: dict[Picture, int] = {}  # nodes often have several GPUs alike
         for gpu in pictures:
@@ -393,6 +405,7 @@ class FragmentationMeter:
         classes = self.workload.gpu_classes
         n_fit = [0] * len(classes)
         frag = [0] * len(classes)
+        slots = [0] * len(classes)
         for gpu, count in copies.items():
             fits = self._gpu_fits.get(gpu)
             if fits is None:
@@ -403,11 +416,14 @@ class FragmentationMeter:
             for number, fit in enumerate(fits):
                 if fit:
                     n_fit[number] += count
+                    task = classes[number]
+                    slots[number] += (count * (free // task.milli)
+                                      if task.kind is UnitKind.SHARED else count)
                 else:
                     frag[number] += count * free
         if len(self._gpu_memo) > 200_000:
             self._gpu_memo.clear()
-        return total, tuple(zip(n_fit, frag, strict=True))
+        return total, tuple(zip(n_fit, frag, slots, strict=True))
 
     def _fits(self, task: TaskClass, gpu: Picture) -> bool:
         """Whether one unit of `task` fits on a usable GPU with something free."""
