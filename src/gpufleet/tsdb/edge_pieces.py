@@ -91,7 +91,7 @@ class EdgePieces:
             known = self._known()
             if known is not None and self._filled is not None:
                 hours, key, _ = self._plan(known, columns, lo_ms, hi_ms, in_one_step)
-                if key is None or _same(key, self._filled):
+                if key is None or same_fill_key(key, self._filled, 2):
                     return hours
             con = self._new_cursor()
             try:
@@ -103,7 +103,7 @@ class EdgePieces:
                     con.rollback()
                     return hours
                 oldest = key[0]
-                if not _same(key, self._filled):
+                if not same_fill_key(key, self._filled, 2):
                     con.execute(f"DELETE FROM {CACHE}.piece WHERE lo_ms < {oldest}")
                     # Over the same hours, the slots the last fill kept everything for
                     # still have it: only the slots not among them are looked for.
@@ -214,12 +214,13 @@ def _hashed(slots: tuple):
     return (sid.astype("int64") * 0x9E3779B1 + from_ms) * 0x85EBCA77 + to_ms
 
 
-def _same(key: tuple, last: tuple | None) -> bool:
-    """Whether two fill keys match: numbers and SQL compared, then the slots' columns
-    (numpy arrays, the same objects when the store reused the query's slots)."""
-    if last is None or key[:2] != last[:2]:
+def same_fill_key(key: tuple, last: tuple | None, scalars: int) -> bool:
+    """Whether two fill keys match: their first `scalars` items (numbers, SQL) compared,
+    then the slots' columns (numpy arrays, the same objects when the store reused the
+    query's slots). Shared with whole_hour_folds.py."""
+    if last is None or key[:scalars] != last[:scalars]:
         return False
     import numpy as np  # as duckdb_columns: not at import
 
     return all(new is old or np.array_equal(new, old)
-               for new, old in zip(key[2:], last[2:], strict=True))
+               for new, old in zip(key[scalars:], last[scalars:], strict=True))

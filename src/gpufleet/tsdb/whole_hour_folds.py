@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable
 
 from gpufleet.tsdb.duckdb_columns import registered
-from gpufleet.tsdb.edge_pieces import CACHE, slots_added
+from gpufleet.tsdb.edge_pieces import CACHE, same_fill_key, slots_added
 from gpufleet.tsdb.mixed_tiers import MixedTiers
 from gpufleet.tsdb.protocol import HOUR_MS
 from gpufleet.tsdb.rollups import fold
@@ -89,9 +89,9 @@ class WholeHourFolds:
             known = self._known()
             if known is not None and self._filled is not None:
                 first, end = whole_hours(lo_ms, hi_ms, known)
-                if first < end and _same((known, first, end, columns["sid"][1],
-                                          columns["from_ms"][1], columns["to_ms"][1]),
-                                         self._filled):
+                last = (known, first, end, columns["sid"][1], columns["from_ms"][1],
+                        columns["to_ms"][1])
+                if first < end and same_fill_key(last, self._filled, 3):
                     return known
             con = self._new_cursor()
             try:
@@ -106,7 +106,7 @@ class WholeHourFolds:
                 # or the same one a minute later) need what the last fill kept.
                 key = (hour_done, first, end, columns["sid"][1], columns["from_ms"][1],
                        columns["to_ms"][1])
-                if self._filled is None or not _same(key, self._filled):
+                if self._filled is None or not same_fill_key(key, self._filled, 3):
                     # Folds of an earlier extent go (a query that filled before the
                     # rollups moved on sees that extent, or none of these deletes).
                     con.execute(f"DELETE FROM {TABLE} WHERE done_ms <> {hour_done}")
@@ -178,14 +178,3 @@ class WholeHourFolds:
                    f.v_max, coalesce(f.n, 0), coalesce(f.inc, 0), {hour_done}
             FROM sel LEFT JOIN folded f ON f.series_id = sel.slot)""").fetchall()
         return True
-
-
-def _same(key: tuple, last: tuple) -> bool:
-    """Whether two fill keys match: numbers compared, then the slots' columns (numpy
-    arrays, the same objects when the store reused the query's slots)."""
-    if key[:3] != last[:3]:
-        return False
-    import numpy as np  # as duckdb_columns: not at import
-
-    return all(new is old or np.array_equal(new, old)
-               for new, old in zip(key[3:], last[3:], strict=True))
