@@ -27,6 +27,10 @@ Then, per task kind (host only, fractions by size, 1/2/4/8 whole GPUs): how many
 how many were refused, and when the first refusal came (task index and the fleet's GPU
 allocation then). The published FGD figure says how much FGD left free in total; only
 the total can be compared with it.
+
+Last, the fractions' packing against an offline first-fit-decreasing packing of the same
+placed fractions, per GPU model (`packing_gap`): how much better pairing alone could
+free, knowing the whole sequence (host CPU / memory ignored).
 """
 
 from __future__ import annotations
@@ -37,7 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_placement_quality import PUBLISHED
-from gpufleet.domain.placement import MILLI, POLICIES, FleetState, NodeState, UnitKind
+from gpufleet.domain.placement import (
+    DEFAULT_MAX_CANDIDATES,
+    MILLI,
+    POLICIES,
+    FleetState,
+    NodeState,
+    UnitKind,
+)
 from gpufleet.whatif import load_workload, openb_fleet, replay
 from gpufleet.whatif.replay import ReplayResult
 
@@ -193,6 +204,55 @@ def floor_pairs(result: ReplayResult) -> tuple[int, int, int]:
     return lone, small, paired
 
 
+def packing_gap(result: ReplayResult) -> dict[str, tuple[int, int, int]]:
+    """GPU model -> (GPUs holding fractions at the end, GPUs an offline first-fit-decreasing
+    packing of the same placed fractions needs, a lower bound on any packing's GPUs).
+
+    The bound is `_least_gpus`'s. Host CPU / memory are ignored.
+    Where the first-fit packing meets the bound, no pairing of these fractions, even
+    knowing the whole sequence, frees more than the difference between the first two.
+    """
+    model = {gpu.key: gpu.model for node in result.fleet.nodes for gpu in node.gpus}
+    on_gpu: dict[str, list[int]] = defaultdict(list)
+    for outcome in result.outcomes:
+        if outcome.decision is not None:
+            for unit in outcome.decision.units:
+                if unit.milli < MILLI:
+                    on_gpu[unit.gpu].append(unit.milli)
+    by_model: dict[str, list[int]] = defaultdict(list)
+    used: Counter = Counter()
+    for gpu, tasks in on_gpu.items():
+        by_model[model[gpu]].extend(tasks)
+        used[model[gpu]] += 1
+    found = {}
+    for name, tasks in sorted(by_model.items()):
+        bins: list[int] = []
+        for milli in sorted(tasks, reverse=True):
+            for number, filled in enumerate(bins):
+                if filled + milli <= MILLI:
+                    bins[number] += milli
+                    break
+            else:
+                bins.append(milli)
+        found[name] = (used[name], len(bins), _least_gpus(tasks))
+    return found
+
+
+def _least_gpus(tasks: list[int]) -> int:
+    """A lower bound on the GPUs any packing of these fractions needs (Martello and Toth's
+    L2): for a size k up to half a GPU, the tasks over MILLI - k share a GPU with no task
+    of k or more, those over half a GPU each need their own, and the tasks of k to half a
+    GPU fill at most what the latter leave free."""
+    best = -(-sum(tasks) // MILLI)
+    for k in {0, *(milli for milli in tasks if 2 * milli <= MILLI)}:
+        alone = sum(1 for milli in tasks if milli > MILLI - k)
+        large = [milli for milli in tasks if MILLI - k >= milli and 2 * milli > MILLI]
+        middle = sum(milli for milli in tasks if k <= milli and 2 * milli <= MILLI)
+        spill = middle - (len(large) * MILLI - sum(large))
+        best = max(best, alone + len(large) + max(0, -(-spill // MILLI)))
+    return best
+
+
 def report(label: str, policy: str, result: ReplayResult, fgd: float) -> None:
     total = result.total_milli
     by_model = leftovers(result)
@@ -217,6 +277,15 @@ def report(label: str, policy: str, result: ReplayResult, fgd: float) -> None:
     print(f"{FLOOR_TASK_MILLI}-milli tasks alone on a GPU: {lone}; tasks of at most "
           f"{MILLI - FLOOR_TASK_MILLI} milli placed: {small}, beside an "
           f"{FLOOR_TASK_MILLI}-milli task: {paired}")
+    gap = packing_gap(result)
+    print("GPUs holding fractions / an offline first-fit-decreasing packing of the same "
+          "fractions / a lower bound for any packing: "
+          + ", ".join(f"{name} {used}/{ffd}/{bound}" for name, (used, ffd, bound) in gap.items()))
+    freed = sum(used - ffd for used, ffd, _ in gap.values())
+    least = sum(used - bound for used, _, bound in gap.values())
+    print(f"offline first-fit packing would free {freed} GPUs, "
+          f"{100 * freed * MILLI / total:.2f} % of the fleet; no packing more than {least} "
+          f"GPUs, {100 * least * MILLI / total:.2f} % (hosts ignored)")
 
 
 def main() -> None:
@@ -225,7 +294,7 @@ def main() -> None:
     parser.add_argument("--policy", choices=POLICIES, action="append")
     parser.add_argument("--only", action="append", default=[],
                         help="sequences whose name contains this (repeatable)")
-    parser.add_argument("--max-candidates", type=int, default=128)
+    parser.add_argument("--max-candidates", type=int, default=DEFAULT_MAX_CANDIDATES)
     args = parser.parse_args()
     sequences = [s for s in PUBLISHED if not args.only or any(p in s for p in args.only)]
     for sequence in sequences:
