@@ -1,0 +1,57 @@
+"""Hostile cases for a moving window's kept running sums (tsdb/edge_minute_sums.py): the
+sums are shared by every query of the store, so a query must read from them only what its
+own snapshot holds, whatever another query kept meanwhile."""
+
+from __future__ import annotations
+
+import random
+import threading
+from datetime import timedelta
+
+from gpufleet.tsdb import Binding, edge_minute_sums
+from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
+from gpufleet.tsdb.protocol import to_ms
+from tests.tsdb.test_tiers import GPUS, answer, assert_same, random_history
+from tests.tsdb_behaviour import HOUR, T0
+
+
+def test_an_older_snapshot_reads_no_minutes_a_newer_one_kept(tmp_path, monkeypatch):
+    """Query A takes its snapshot (minutes rolled up to 3:21), then waits for the lock;
+    meanwhile the minutes to 3:25 are rolled up and query B extends the open hour's sums
+    to 3:25. A must still read the minutes 3:21-3:25 once: from the raw samples its
+    snapshot holds, not also from B's extended sums (counted twice, A's mean moved)."""
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write(random_history(random.Random(12)))
+    store.rollup(T0 + 3 * HOUR + timedelta(minutes=21))
+    bindings = {(gpu, None): [Binding(T0 - HOUR, None, f"a-{gpu}", "p1")] for gpu in GPUS}
+    window = (timedelta(minutes=25, seconds=31), 3 * HOUR + timedelta(minutes=25),
+              24 * HOUR)
+    question = (store, "gpu.sm_active", None, None, window, bindings)
+    before = answer(*question)  # the sums of hour 3 kept to 3:21
+    real = edge_minute_sums.EdgeMinuteSums.answer
+    waiting, go = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def held_back(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:  # A: its snapshot is taken (minute_done 3:21), B goes first
+            waiting.set()
+            assert go.wait(60)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(edge_minute_sums.EdgeMinuteSums, "answer", held_back)
+    got: dict = {}
+    query_a = threading.Thread(target=lambda: got.update(a=answer(*question)))
+    query_a.start()
+    assert waiting.wait(60)
+    store.rollup(T0 + 3 * HOUR + timedelta(minutes=25))
+    query_b = answer(*question)
+    go.set()
+    query_a.join(60)
+    assert len(calls) == 2  # both answered from the kept sums
+    hour = store._edge_sums._sets[0].hours[to_ms(T0 + 3 * HOUR)]
+    assert hour.filled == 25  # B extended them past A's snapshot
+    # The same rows, tiered differently: every answer is the first one.
+    assert_same(query_b, before)
+    assert_same(got["a"], before)
+    store.close()
