@@ -79,13 +79,17 @@ class MinutePrefix:
             total[:, first + 1:upto + 1] = total[:, first:first + 1] + np.cumsum(block, axis=1)
         self.filled = upto
 
-    def between(self, rows, lo_ms, hi_ms):
+    def between(self, rows, lo_ms, hi_ms, upto: int | None = None):
         """Each slot's sums over its rows (`rows`: its series' row) starting in
-        [lo, hi) (arrays, ms), clipped to the minutes filled."""
+        [lo, hi) (arrays, ms), clipped to the minutes filled, and to the first `upto`
+        (the minutes the caller's snapshot has rolled up: a query that took its snapshot
+        before a rollup reads the later minutes from its raw samples, not also from the
+        sums another query extended since)."""
         import numpy as np
 
-        start = np.clip(-((self.origin_ms - lo_ms) // MINUTE_MS), 0, self.filled)
-        stop = np.clip(-((self.origin_ms - hi_ms) // MINUTE_MS), 0, self.filled)
+        last = self.filled if upto is None else min(self.filled, upto)
+        start = np.clip(-((self.origin_ms - lo_ms) // MINUTE_MS), 0, last)
+        stop = np.clip(-((self.origin_ms - hi_ms) // MINUTE_MS), 0, last)
         stop = np.maximum(stop, start)
         return (self.sums[rows, stop] - self.sums[rows, start],
                 self.counts[rows, stop] - self.counts[rows, start])
@@ -182,9 +186,9 @@ class EdgeMinuteSums:
                         continue
                     a, b = np.maximum(froms, lo), np.minimum(tos, hi)
                     raw = (self.raw_writes, raw_version)
-                    for prefix in _prefixes(cur, kept, sids_view, lo, hi, minute_done_ms,
-                                            raw):
-                        w, c = prefix.between(rows, a, b)
+                    for prefix, upto in _prefixes(cur, kept, sids_view, lo, hi,
+                                                  minute_done_ms, raw):
+                        w, c = prefix.between(rows, a, b, upto)
                         weighted += w
                         n += c
         return _grouped(plan, grp, weighted, n)
@@ -245,8 +249,10 @@ class EdgeMinuteSums:
 
 def _prefixes(cur, kept: _SeriesHours, sids_view: str, lo: int, hi: int,
               minute_done_ms: int, raw: tuple[RawWrites, int]):
-    """The prefixes covering [lo, hi): one per hour of the minute tier's rows (kept,
-    extended to the tier's extent), and one of the raw samples past it (`_raw_prefix`)."""
+    """The prefixes covering [lo, hi), each with how many of its minutes this snapshot
+    reads: one per hour of the minute tier's rows (kept, extended to the tier's extent;
+    a newer query may have extended it further), and one of the raw samples past it
+    (`_raw_prefix`)."""
     for hour in range(lo // HOUR_MS * HOUR_MS, min(hi, minute_done_ms), HOUR_MS):
         prefix = kept.prefix(hour)
         upto = min(60, (minute_done_ms - hour) // MINUTE_MS)
@@ -254,10 +260,10 @@ def _prefixes(cur, kept: _SeriesHours, sids_view: str, lo: int, hi: int,
             got = _minute_rows(cur, sids_view, hour + prefix.filled * MINUTE_MS,
                                hour + upto * MINUTE_MS)
             prefix.add(upto, got["series_id"], got["bucket_ms"], got["w"], got["n"])
-        yield prefix
+        yield prefix, upto
     tail = max(lo, minute_done_ms)
     if tail < hi:
-        yield _raw_prefix(cur, kept, sids_view, tail, hi, raw)
+        yield _raw_prefix(cur, kept, sids_view, tail, hi, raw), None
 
 
 def _raw_prefix(cur, kept: _SeriesHours, sids_view: str, tail: int, hi: int,
