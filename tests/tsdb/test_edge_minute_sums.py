@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import threading
 from datetime import timedelta
 
@@ -79,4 +80,48 @@ def test_a_non_finite_value_before_the_window_does_not_reach_it(tmp_path, bad):
     minutes = answer(store, "gpu.sm_active", None, None, window, bindings, tier=Tier.MINUTE)
     assert minutes == {("p1",): [(T0 + timedelta(minutes=20), 40.0)]}
     assert_same(answer(store, "gpu.sm_active", None, None, window, bindings), minutes)
+    store.close()
+
+
+@pytest.mark.parametrize("kept_sums", [True, False], ids=["kept-sums", "general"])
+def test_a_query_reads_the_folds_its_snapshot_filled(tmp_path, monkeypatch, kept_sums):
+    """Query A fills the whole-hour folds for the hours rolled up to 3:00 and takes its
+    snapshot; before it reads them, the hour 3:00 is rolled up and query B's fill
+    replaces the folds with those to 4:00. A's snapshot reads the rollup state of 3:00, so
+    it reads the folds, and must read its own: the in-memory cache's transaction begins
+    at its first use (after B's delete), unless the read touches it first. Else A's slots
+    have no whole hours and its mean moves (49.295 -> 49.142), whichever path answers."""
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write(random_history(random.Random(12)))
+    store.rollup(T0 + 3 * HOUR + timedelta(minutes=59))
+    bindings = {(gpu, None): [Binding(T0 - HOUR, None, f"a-{gpu}", "p1")] for gpu in GPUS}
+    window = (timedelta(minutes=25, seconds=31), 4 * HOUR + timedelta(seconds=30),
+              24 * HOUR)
+    question = (store, "gpu.sm_active", None, None, window, bindings)
+    if not kept_sums:
+        monkeypatch.setattr(edge_minute_sums.EdgeMinuteSums, "answers",
+                            staticmethod(lambda *_: False))
+    real = DuckDBTelemetryStore._state
+    waiting, go = threading.Event(), threading.Event()
+    held: list[int] = []
+
+    def state(con):
+        got = real(con)
+        if sys._getframe(1).f_code.co_name == "run" and not held:  # A's snapshot
+            held.append(1)
+            waiting.set()
+            assert go.wait(60)
+        return got
+
+    monkeypatch.setattr(DuckDBTelemetryStore, "_state", staticmethod(state))
+    got: dict = {}
+    query_a = threading.Thread(target=lambda: got.update(a=answer(*question)))
+    query_a.start()
+    assert waiting.wait(60)
+    store.rollup(T0 + 4 * HOUR + timedelta(seconds=40))
+    query_b = answer(*question)
+    go.set()
+    query_a.join(60)
+    assert_same(answer(*question, tier=Tier.MINUTE), query_b)
+    assert_same(got["a"], query_b)  # the same rows, rolled up differently
     store.close()
