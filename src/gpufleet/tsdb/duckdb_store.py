@@ -58,7 +58,7 @@ from gpufleet.tsdb.duckdb_query import (
     slots_table,
 )
 from gpufleet.tsdb.edge_minute_sums import EdgeMinuteSums
-from gpufleet.tsdb.edge_pieces import EdgePieces
+from gpufleet.tsdb.edge_pieces import CACHE, EdgePieces
 from gpufleet.tsdb.journal import Journal, JournalRecord, packed
 from gpufleet.tsdb.journal_applier import JournalApplier
 from gpufleet.tsdb.kept_latest import KeptLatest
@@ -86,7 +86,10 @@ from gpufleet.tsdb.recent_keys import RecentKeys
 from gpufleet.tsdb.rollups import TierSources, fold
 from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labels
 from gpufleet.tsdb.series_ids import SeriesIds
-from gpufleet.tsdb.whole_hour_folds import WholeHourFolds
+from gpufleet.tsdb.whole_hour_folds import NOT_KEPT, WholeHourFolds
+from gpufleet.tsdb.whole_hour_folds import TABLE as FOLDS_TABLE
+
+PIECES_TABLE = f"{CACHE}.piece"
 
 _UNNEST_SERIES = ", ".join(f"unnest(${n}::{kind}[])" for n, kind in enumerate(
     ("INTEGER", *["VARCHAR"] * 7), start=1))
@@ -350,6 +353,14 @@ class DuckDBTelemetryStore:
         raw_version = self._edge_sums.raw_writes.version  # before the read's snapshot
 
         def run(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
+            kept = FOLDS_TABLE if folds_done != NOT_KEPT else \
+                PIECES_TABLE if pieces[0] < pieces[1] else None
+            if kept is not None:
+                # The kept folds' and pieces' in-memory database begins its transaction
+                # at its first use: used before the rollup state is read, a snapshot that
+                # reads the state the fills kept them for reads them too, not a later
+                # fill's deletes (that fill follows a rollup this state would show).
+                cur.execute(f"SELECT 1 FROM {kept} LIMIT 0").fetchall()
             minute_done, hour_done = self._state(cur)
             if EdgeMinuteSums.answers(plan, where, minute_done, hour_done, folds_done):
                 return self._edge_sums.answer(cur, plan, slots, metric, minute_done,
