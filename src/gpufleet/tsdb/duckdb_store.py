@@ -363,8 +363,10 @@ class DuckDBTelemetryStore:
                 cur.execute(f"SELECT 1 FROM {kept} LIMIT 0").fetchall()
             minute_done, hour_done = self._state(cur)
             if EdgeMinuteSums.answers(plan, where, minute_done, hour_done, folds_done):
-                return self._edge_sums.answer(cur, plan, slots, metric, minute_done,
-                                              hour_done, raw_version)
+                got = self._edge_sums.answer(cur, plan, slots, metric, minute_done,
+                                             hour_done, raw_version)
+                if got is not None:  # else a NaN or inf reached the sums
+                    return got
             with registered(cur, slots.columns()) as view:
                 cur.execute(slots_table(view))  # gone with the read's rollback
             return cur.execute(plan.sql(minute_done, hour_done, pieces, where,

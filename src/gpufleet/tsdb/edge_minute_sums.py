@@ -50,6 +50,9 @@ class MinutePrefix:
         self.sids = sids
         self.origin_ms = origin_ms
         self.filled = 0
+        # No NaN or inf among the minutes in: one would spoil every later difference of
+        # its series (NaN − NaN), where the rows spoil only the slots holding it.
+        self.finite = True
         self.sums = np.zeros((len(sids), minutes + 1))
         self.counts = np.zeros((len(sids), minutes + 1), dtype=np.int32)
 
@@ -78,6 +81,9 @@ class MinutePrefix:
         for total, block in ((self.sums, weighted), (self.counts, n)):
             total[:, first + 1:upto + 1] = total[:, first:first + 1] + np.cumsum(block, axis=1)
         self.filled = upto
+        # One sum of the block: NaN or inf if any minute is (or if it overflows: the
+        # general statement answers then too). Not a column of the sums: strided.
+        self.finite = self.finite and bool(np.isfinite(weighted.sum()))
 
     def between(self, rows, lo_ms, hi_ms, upto: int | None = None):
         """Each slot's sums over its rows (`rows`: its series' row) starting in
@@ -164,11 +170,12 @@ class EdgeMinuteSums:
             self._kept = [k for k in self._kept if k[0][1] >= hour_cut_ms]
 
     def answer(self, cur, plan, slots, metric: str, minute_done_ms: int,
-               hour_done_ms: int, raw_version: int) -> list[tuple]:
+               hour_done_ms: int, raw_version: int) -> list[tuple] | None:
         """(group, window start, value) rows, by group, as `RangePlan.sql` answers them,
         for the slots of `metric`; read on `cur` (the query's snapshot, with
         `hour_done_ms` the folds' extent, begun after `raw_writes` counted
-        `raw_version`)."""
+        `raw_version`). None where a NaN or inf sample reached the sums read: the
+        general statement answers then."""
         import numpy as np
 
         columns = slots.columns()
@@ -188,6 +195,8 @@ class EdgeMinuteSums:
                     raw = (self.raw_writes, raw_version)
                     for prefix, upto in _prefixes(cur, kept, sids_view, lo, hi,
                                                   minute_done_ms, raw):
+                        if not prefix.finite:
+                            return None
                         w, c = prefix.between(rows, a, b, upto)
                         weighted += w
                         n += c
