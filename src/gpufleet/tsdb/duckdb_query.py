@@ -72,6 +72,22 @@ class Slots:
         self.tos.append(_FOREVER_MS if binding is None or binding.end_ms is None
                         else binding.end_ms)
 
+    @classmethod
+    def of_columns(cls, keys: dict[tuple, int], sid, grp, from_ms, to_ms) -> Slots:
+        """Slots made from numpy columns (slot_updates.py): lists and arrays both set."""
+        import numpy as np  # as duckdb_columns: not at import
+
+        slots = cls()
+        slots.keys = keys
+        slots.ids, slots.groups = sid.tolist(), grp.tolist()
+        slots.froms, slots.tos = from_ms.tolist(), to_ms.tolist()
+        slots._arrays = {"slot": (INT32, np.arange(len(slots.ids), dtype=INT32)),
+                         "sid": (INT32, np.asarray(sid, dtype=INT32)),
+                         "grp": (INT32, np.asarray(grp, dtype=INT32)),
+                         "from_ms": (INT64, np.asarray(from_ms, dtype=INT64)),
+                         "to_ms": (INT64, np.asarray(to_ms, dtype=INT64))}
+        return slots
+
     def columns(self) -> dict[str, tuple[str, Sequence[int]]]:
         """The selection as columns for `duckdb_columns.registered` (`slots_table`): made
         numpy arrays once, on the first call after the selection is complete (the store

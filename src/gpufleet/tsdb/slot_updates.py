@@ -1,0 +1,129 @@
+"""A range query's slots brought up to date when only some units' bindings changed: how a
+"last 24 h" question asked once a minute pays for the bindings that started, ended or left
+the window since the last minute, not for every series again.
+
+`select_slots` walks every selected series (10,000 at 10,000 GPUs) into its slots (7,251):
+~16-24 ms CPU, paid whenever the caller's `Bindings` object is a new one — on a moving
+window about a third of the minutes, each time a binding starts or ends or an ended one
+leaves the window. Yet a series' slots depend only on its own unit's bindings (and on the
+group keys, the owner filters and the selection, which are the same while the question
+is). So the units whose bindings differ between the last question's mapping and this one
+are found (`changed_units`: one dict look-up a unit, the same binding objects compared by
+identity first), their series' slots are made anew by `select_slots` itself, and spliced
+into the last slots where those series stand in the selection's order. The groups are then
+numbered again by first appearance, as `select_slots` numbers them, so the result is the
+very `Slots` the full walk would give: same slots in the same order, same group numbers.
+
+Anything else that changed — metric, filters, grouping, the series dictionary — gives a new
+key and the full walk (duckdb_store.py `_slots_of`); so does a change touching more than a
+tenth of the units (a reloaded or different binding set: the splice would cost as much).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from gpufleet.tsdb.duckdb_query import Slots, select_slots
+from gpufleet.tsdb.protocol import Bindings, SeriesLabels
+
+_MAX_CHANGED_FRACTION = 0.1
+
+
+def changed_units(old: Bindings, new: Bindings) -> list | None:
+    """The units whose bindings differ between `old` and `new` (added, gone or changed),
+    or None when more than a tenth of the units did."""
+    limit = max(int(_MAX_CHANGED_FRACTION * max(len(old), len(new))), 1)
+    changed = []
+    added = 0
+    get = old.get
+    for unit, held in new.items():
+        before = get(unit)
+        # Tuples compare item by item, the same binding objects by identity first.
+        if before is not held and before != held:
+            changed.append(unit)
+            added += before is None
+            if len(changed) > limit:
+                return None
+    if len(old) + added != len(new):  # some of the old units are gone
+        changed.extend(old.keys() - new.keys())
+        if len(changed) > limit:
+            return None
+    return changed
+
+
+class SelectionIndex:
+    """Where each unit's series stand in a query's selection (the series `select_slots`
+    walked, in its order): built once per selection (a walk of it, ~2 ms at 10,000
+    series), kept with the slots while the question's key stands."""
+
+    def __init__(self, selected: Iterable[tuple[int, SeriesLabels]]):
+        import numpy as np  # as duckdb_columns: not at import
+
+        self.pairs = list(selected)
+        self.by_unit: dict[tuple[str, str | None], list[int]] = {}
+        for at, (_, labels) in enumerate(self.pairs):
+            self.by_unit.setdefault((labels.gpu_uuid, labels.mig_uuid), []).append(at)
+        ids = np.fromiter((sid for sid, _ in self.pairs), dtype=np.int64,
+                          count=len(self.pairs))
+        # A series id's place in the selection (-1: not selected).
+        self.position = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64)
+        self.position[ids] = np.arange(len(ids))
+
+
+def updated_slots(last: Slots, index: SelectionIndex, units: Sequence,
+                  group_by: Sequence[str], bindings: Bindings,
+                  owner_filters: Mapping[str, set[str]]) -> Slots:
+    """`select_slots(index.pairs, group_by, bindings, owner_filters)`, given the slots
+    `last` it gave for bindings that differ from `bindings` only for `units`."""
+    import numpy as np
+
+    changed = sorted({at for unit in units for at in index.by_unit.get(unit, ())})
+    if not changed:
+        return last
+    fresh = select_slots([index.pairs[at] for at in changed], group_by, bindings,
+                         owner_filters)
+    old = last.columns()
+    # Each old slot's series' place in the selection: non-decreasing along the slots.
+    old_at = index.position[old["sid"][1]]
+    new_at = index.position[np.asarray(fresh.ids, dtype=np.int64)]
+    # Group numbers: the last ones for keys seen before, the next free ones for new keys.
+    all_keys = list(last.keys)
+    numbers = []
+    for key in fresh.keys:  # in fresh's group order
+        number = last.keys.get(key)
+        if number is None:
+            number = len(all_keys)
+            all_keys.append(key)
+        numbers.append(number)
+    fresh_groups = np.asarray(numbers, dtype=np.int64)[
+        np.asarray(fresh.groups, dtype=np.int64)] if fresh.ids else np.zeros(0, np.int64)
+    columns = {"sid": (old["sid"][1], fresh.ids), "grp": (old["grp"][1], fresh_groups),
+               "from_ms": (old["from_ms"][1], fresh.froms),
+               "to_ms": (old["to_ms"][1], fresh.tos)}
+    # The old slots of the changed series go; the fresh ones go where those series stand.
+    dropped = np.isin(old_at, changed)
+    kept = np.flatnonzero(~dropped)
+    # Merged by place in the selection (no place holds both old and fresh slots: a
+    # changed series keeps none of its old ones); stable, so a series' fresh slots keep
+    # the order of its bindings.
+    order = np.argsort(np.concatenate([old_at[kept], new_at]), kind="stable")
+    merged = {name: np.concatenate([np.asarray(before)[kept],
+                                    np.asarray(after, dtype=np.asarray(before).dtype)])[order]
+              for name, (before, after) in columns.items()}
+    return _numbered(merged, all_keys)
+
+
+def _numbered(columns: dict, all_keys: list) -> Slots:
+    """Slots of the merged columns, their groups numbered by first appearance (as
+    `select_slots` numbers them; a group no slot holds any more is dropped)."""
+    import numpy as np
+
+    grp = columns["grp"]
+    present, first = np.unique(grp, return_index=True)
+    order = present[np.argsort(first)]  # old numbers, in order of first appearance
+    if not np.array_equal(order, np.arange(len(all_keys))):
+        renumber = np.full(len(all_keys), -1, dtype=np.int64)
+        renumber[order] = np.arange(len(order))
+        grp = renumber[grp]
+    return Slots.of_columns({all_keys[g]: n for n, g in enumerate(order.tolist())},
+                            columns["sid"], grp, columns["from_ms"], columns["to_ms"])
