@@ -71,6 +71,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--minutes", type=int, default=15)
     parser.add_argument("--asks", type=int, default=5)
+    parser.add_argument("--answers", type=Path,
+                        help="write each minute's first answer here (JSON lines), to "
+                             "compare two versions' answers with `cmp`")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-moving-", dir=args.data_dir.parent) as tmp:
         root = Path(tmp)
@@ -94,11 +97,16 @@ def run(args, root: Path) -> None:
     params = {"metric": "gpu.sm_active", "by": "project", "since": "24h", "step": "24h"}
     firsts, rest = [], []
     with TestClient(create_app(gf, background_loops=False)) as client:
+        answers = args.answers.open("w") if args.answers else None
+
         def ask() -> tuple[float, float]:
             t, c = time.perf_counter(), time.process_time()
             response = client.get("/api/v1/telemetry/query", params=params, headers=headers)
             assert response.status_code == 200, response.text
-            return (time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000
+            ms = (time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000
+            if answers is not None and not then_asked:
+                answers.write(response.text + "\n")
+            return ms
 
         print("minute  rollup CPU  first call wall / CPU  then CPU p50")
         for minute in range(args.minutes):
@@ -112,13 +120,17 @@ def run(args, root: Path) -> None:
             c = time.process_time()
             telemetry.rollup(now - GRACE)
             rollup_ms = (time.process_time() - c) * 1000
+            then_asked = False
             first_wall, first_cpu = ask()
+            then_asked = True
             then = [ask()[1] for _ in range(args.asks)]
             print(f"{now:%H:%M}  {rollup_ms:8.1f} ms  {first_wall:8.1f} / {first_cpu:6.1f} ms"
                   f"  {statistics.median(then):8.1f} ms")
             if minute:
                 firsts.append(first_cpu)
                 rest.extend(then)
+    if answers is not None:
+        answers.close()
     if firsts:
         print(f"minutes 2-{args.minutes}: first call CPU mean {statistics.fmean(firsts):.1f} ms"
               f" (p50 {statistics.median(firsts):.1f}, max {max(firsts):.1f}); other calls "

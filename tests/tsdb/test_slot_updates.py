@@ -12,7 +12,7 @@ import pytest
 from gpufleet.tsdb.duckdb_query import select_slots
 from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
 from gpufleet.tsdb.protocol import Binding, SeriesLabels
-from gpufleet.tsdb.slot_updates import SelectionIndex, changed_units, updated_slots
+from gpufleet.tsdb.slot_updates import SelectionPlaces, changed_units, updated_slots
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 METRIC = "gpu.sm_active"
@@ -78,6 +78,14 @@ def _changed(rng: random.Random, bindings: dict, units: list) -> dict:
     return new
 
 
+def _series_of(pairs, units) -> list:
+    """The units' series, in an order of their own (as the store's GPU index gives them),
+    and one series that is not in the selection."""
+    wanted = set(units)
+    found = [(sid, s) for sid, s in reversed(pairs) if (s.gpu_uuid, s.mig_uuid) in wanted]
+    return [*found, (99_999, SeriesLabels(METRIC, "GPU-elsewhere"))]
+
+
 def _same(got, want) -> None:
     assert got.keys == want.keys and list(got.keys) == list(want.keys)
     for name in ("slot", "sid", "grp", "from_ms", "to_ms"):
@@ -94,7 +102,7 @@ def test_updated_slots_equal_a_fresh_walk(group_by, owner_filters) -> None:
     units = _units(pairs)
     bindings = {u: (_binding(rng),) for u in units if rng.random() < 0.7}
     slots = select_slots(pairs, group_by, bindings, owner_filters)
-    index = SelectionIndex(pairs)
+    places = SelectionPlaces(pairs)
     updates = 0
     for _ in range(60):
         new = _changed(rng, bindings, units)
@@ -104,7 +112,8 @@ def test_updated_slots_equal_a_fresh_walk(group_by, owner_filters) -> None:
         else:
             assert set(changed) == {u for u in set(bindings) | set(new)
                                     if bindings.get(u) != new.get(u)}
-            slots = updated_slots(slots, index, changed, group_by, new, owner_filters)
+            slots = updated_slots(slots, places, _series_of(pairs, changed), group_by, new,
+                                  owner_filters)
             updates += 1
         _same(slots, select_slots(pairs, group_by, new, owner_filters))
         bindings = new
@@ -119,8 +128,8 @@ def test_a_group_appearing_first_renumbers_the_groups() -> None:
     slots = select_slots(pairs, ("project",), bindings, {})
     first = (pairs[0][1].gpu_uuid, pairs[0][1].mig_uuid)
     new = {**bindings, first: (Binding(T0, None, "b", "p9"),)}
-    got = updated_slots(slots, SelectionIndex(pairs), changed_units(bindings, new),
-                        ("project",), new, {})
+    got = updated_slots(slots, SelectionPlaces(pairs),
+                        _series_of(pairs, changed_units(bindings, new)), ("project",), new, {})
     _same(got, select_slots(pairs, ("project",), new, {}))
     assert list(got.keys) == [("p9",), ("p1",)]
 
@@ -148,10 +157,19 @@ def _store_with_series(units: int) -> tuple[DuckDBTelemetryStore, list]:
     return store, pairs
 
 
-def test_store_answers_as_a_fresh_selection_while_bindings_change() -> None:
+def test_store_answers_as_a_fresh_selection_while_bindings_change(monkeypatch) -> None:
     """Through the store: a question asked again with a few units' bindings changed, and
     with its filters or grouping changed in between, answers as a store that walked the
     series anew (its last slots forgotten before each question)."""
+    from gpufleet.tsdb import duckdb_store
+
+    updates = []
+
+    def counted(*args, **kwargs):
+        updates.append(1)
+        return updated_slots(*args, **kwargs)
+
+    monkeypatch.setattr(duckdb_store, "updated_slots", counted)
     rng = random.Random(11)
     store, pairs = _store_with_series(120)
     units = _units(pairs)
@@ -175,4 +193,5 @@ def test_store_answers_as_a_fresh_selection_while_bindings_change() -> None:
             store._last_slots = kept
     finally:
         store.close()
+    assert len(updates) >= 15  # the update path answered, not only the walk
 

@@ -86,7 +86,7 @@ from gpufleet.tsdb.recent_keys import RecentKeys
 from gpufleet.tsdb.rollups import TierSources, fold
 from gpufleet.tsdb.schema import DDL, ROLLUP_COLUMNS, decode_labels, encode_labels
 from gpufleet.tsdb.series_ids import SeriesIds
-from gpufleet.tsdb.slot_updates import SelectionIndex, changed_units, updated_slots
+from gpufleet.tsdb.slot_updates import SelectionPlaces, changed_units, updated_slots
 from gpufleet.tsdb.whole_hour_folds import NOT_KEPT, WholeHourFolds
 from gpufleet.tsdb.whole_hour_folds import TABLE as FOLDS_TABLE
 
@@ -138,7 +138,7 @@ class DuckDBTelemetryStore:
         # Bumped whenever the dictionary learns or relabels a series (under its lock): the
         # last range query's slots are reused only while it stands (`_slots_of`).
         self._dictionary_version = 0
-        # (key, bindings, Slots, SelectionIndex or None: built at the first update)
+        # (key, bindings, Slots, the selection's places or None: made at the first update)
         self._last_slots: tuple | None = None
         self._series_ids = SeriesIds()
         self._fresh: dict[str, int] = {}  # ids handed out to the batch being built
@@ -404,7 +404,7 @@ class DuckDBTelemetryStore:
         last = self._last_slots
         if last is not None and last[0] == key and last[1] is bindings:
             return last[2]
-        index, units = None, None
+        places, units = None, None
         if last is not None and last[0] == key and bindings is not None \
                 and last[1] is not None:
             units = changed_units(last[1], bindings)
@@ -412,14 +412,25 @@ class DuckDBTelemetryStore:
             slots = select_slots(self._selection(metric, unit_filters), group_by, bindings,
                                  owner_filters)
         elif not units:  # equal bindings in a new object
-            slots, index = last[2], last[3]
+            slots, places = last[2], last[3]
         else:  # the same question, some units' bindings changed (slot_updates.py)
-            index = last[3] or SelectionIndex(self._selection(metric, unit_filters))
-            slots = updated_slots(last[2], index, units, group_by, bindings, owner_filters)
+            places = last[3]
+            if places is None:
+                places = SelectionPlaces(self._selection(metric, unit_filters))
+            slots = updated_slots(last[2], places, self._series_of_units(metric, units),
+                                  group_by, bindings, owner_filters)
         with self._dictionary_lock:
             if self._dictionary_version == version:  # else a series came meanwhile
-                self._last_slots = (key, bindings, slots, index)
+                self._last_slots = (key, bindings, slots, places)
         return slots
+
+    def _series_of_units(self, metric: str,
+                         units: Iterable[tuple[str, str | None]]) -> list[tuple[int, SeriesLabels]]:
+        """The series of `metric` on the units (GPU, MIG instance), through the GPU index."""
+        with self._dictionary_lock:
+            return [(sid, s) for gpu, mig in units
+                    for sid, s in self._by_gpu.get(gpu, {}).items()
+                    if s.metric == metric and s.mig_uuid == mig]
 
     def latest(self, filters: Filters | None = None, *, metric: str | None = None,
                since: datetime | None = None,

@@ -51,41 +51,55 @@ def changed_units(old: Bindings, new: Bindings) -> list | None:
     return changed
 
 
-class SelectionIndex:
-    """Where each unit's series stand in a query's selection (the series `select_slots`
-    walked, in its order): built once per selection (a walk of it, ~2 ms at 10,000
-    series), kept with the slots while the question's key stands."""
+class SelectionPlaces:
+    """Each series id's place in a query's selection (the series `select_slots` walked, in
+    its order): sorted ids beside their places, built once per selection (a walk of it,
+    ~1 ms at 10,000 series) and kept with the slots while the question's key stands.
+    Nothing per series is kept as a Python object (10,000 tuples kept alive across
+    questions set off full garbage collections), and ids are not indexed densely: they
+    are allocated in blocks per metric across the whole INTEGER range (series_ids.py)."""
 
     def __init__(self, selected: Iterable[tuple[int, SeriesLabels]]):
         import numpy as np  # as duckdb_columns: not at import
 
-        self.pairs = list(selected)
-        self.by_unit: dict[tuple[str, str | None], list[int]] = {}
-        for at, (_, labels) in enumerate(self.pairs):
-            self.by_unit.setdefault((labels.gpu_uuid, labels.mig_uuid), []).append(at)
-        ids = np.fromiter((sid for sid, _ in self.pairs), dtype=np.int64,
-                          count=len(self.pairs))
-        # A series id's place in the selection (-1: not selected).
-        self.position = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64)
-        self.position[ids] = np.arange(len(ids))
+        ids = np.fromiter((sid for sid, _ in selected), dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        self._ids = ids[order]
+        self._places = order
+
+    def of(self, sids):
+        """The places of the ids (array), -1 for an id not in the selection."""
+        import numpy as np
+
+        sids = np.asarray(sids, dtype=np.int64)
+        if not len(self._ids):
+            return np.full(len(sids), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._ids, sids), len(self._ids) - 1)
+        return np.where(self._ids[at] == sids, self._places[at], -1)
 
 
-def updated_slots(last: Slots, index: SelectionIndex, units: Sequence,
+def updated_slots(last: Slots, places: SelectionPlaces, series: Iterable[tuple[int, SeriesLabels]],
                   group_by: Sequence[str], bindings: Bindings,
                   owner_filters: Mapping[str, set[str]]) -> Slots:
-    """`select_slots(index.pairs, group_by, bindings, owner_filters)`, given the slots
-    `last` it gave for bindings that differ from `bindings` only for `units`."""
+    """`select_slots` of the selection for `bindings`, given the slots `last` it gave for
+    bindings that differ only for the units of `series` (the series of those units, any
+    order; those not in the selection, per `places`, are left out)."""
     import numpy as np
 
-    changed = sorted({at for unit in units for at in index.by_unit.get(unit, ())})
-    if not changed:
+    series = list(series)
+    at = places.of([sid for sid, _ in series]).tolist()
+    chosen = sorted((place, sid, labels) for place, (sid, labels) in zip(at, series,
+                                                                         strict=True)
+                    if place >= 0)
+    if not chosen:
         return last
-    fresh = select_slots([index.pairs[at] for at in changed], group_by, bindings,
+    changed = [at for at, _, _ in chosen]
+    fresh = select_slots([(sid, labels) for _, sid, labels in chosen], group_by, bindings,
                          owner_filters)
     old = last.columns()
     # Each old slot's series' place in the selection: non-decreasing along the slots.
-    old_at = index.position[old["sid"][1]]
-    new_at = index.position[np.asarray(fresh.ids, dtype=np.int64)]
+    old_at = places.of(old["sid"][1])
+    new_at = places.of(fresh.ids)
     # Group numbers: the last ones for keys seen before, the next free ones for new keys.
     all_keys = list(last.keys)
     numbers = []
