@@ -11,7 +11,7 @@ import pytest
 
 from gpufleet.tsdb.duckdb_query import select_slots
 from gpufleet.tsdb.duckdb_store import DuckDBTelemetryStore
-from gpufleet.tsdb.protocol import Binding, SeriesLabels
+from gpufleet.tsdb.protocol import Binding, SeriesLabels, Tier
 from gpufleet.tsdb.slot_updates import SelectionPlaces, changed_units, updated_slots
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -140,6 +140,13 @@ def test_changed_units_gives_up_on_a_large_change() -> None:
     units = _units(pairs)
     old = {u: (_binding(rng),) for u in units}
     assert changed_units(old, dict(old)) == []
+    # Equal bindings in new objects (the binding table was read again): none changed.
+    copied = {u: tuple(Binding(b.start, b.end, b.allocation, b.project) for b in held)
+              for u, held in old.items()}
+    assert changed_units(old, copied) == []
+    one = units[4]
+    copied[one] = (*copied[one], _binding(rng))
+    assert changed_units(old, copied) == [one]
     assert changed_units(old, {u: (_binding(rng),) for u in units}) is None
     assert changed_units(old, {}) is None
 
@@ -191,6 +198,13 @@ def test_store_answers_as_a_fresh_selection_while_bindings_change(monkeypatch) -
             store._last_slots = None
             assert got == ask()
             store._last_slots = kept
+            # No kept folds, pieces or sums: the minute tier's rows, read by the
+            # general statement (equal to the last bits of floating-point sums).
+            minutes = ask(q={**question, "tier": Tier.MINUTE})
+            assert [(r.labels, [t for t, _ in r.points]) for r in got] == \
+                [(r.labels, [t for t, _ in r.points]) for r in minutes]
+            assert [v for r in got for _, v in r.points] == \
+                pytest.approx([v for r in minutes for _, v in r.points], rel=1e-9)
     finally:
         store.close()
     assert len(updates) >= 15  # the update path answered, not only the walk

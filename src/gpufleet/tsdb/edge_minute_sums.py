@@ -243,12 +243,13 @@ class EdgeMinuteSums:
                 chosen = np.flatnonzero(~same)
                 columns = {name: (kind, np.asarray(values)[chosen])
                            for name, (kind, values) in columns.items()}
-            with registered(cur, columns) as view:
-                got = cur.execute(f"""WITH sel AS (SELECT * FROM {view})
-                    SELECT series_id AS slot, v_mean * n AS w, n
-                    FROM ({kept_rows(first, end)})""").fetchnumpy()
-            weighted[got["slot"]] = got["w"]
-            n[got["slot"]] = got["n"]
+            if len(columns["sid"][1]):  # else only slots gone: the rest were read
+                with registered(cur, columns) as view:
+                    got = cur.execute(f"""WITH sel AS (SELECT * FROM {view})
+                        SELECT series_id AS slot, v_mean * n AS w, n
+                        FROM ({kept_rows(first, end)})""").fetchnumpy()
+                weighted[got["slot"]] = got["w"]
+                n[got["slot"]] = got["n"]
             found = (key, slots, weighted, n)
         else:
             self._kept.remove(found)

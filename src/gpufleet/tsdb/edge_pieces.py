@@ -93,6 +93,10 @@ class EdgePieces:
                 hours, key, _ = self._plan(known, columns, lo_ms, hi_ms, in_one_step)
                 if key is None or same_fill_key(key, self._filled, 2):
                     return hours
+                if not any_added(columns, key, self._filled):
+                    # Slots only gone (a binding left the window): the rest are kept.
+                    self._filled = key
+                    return hours
             con = self._new_cursor()
             try:
                 self._create(con)
@@ -104,7 +108,9 @@ class EdgePieces:
                     return hours
                 oldest = key[0]
                 if not same_fill_key(key, self._filled, 2):
-                    con.execute(f"DELETE FROM {CACHE}.piece WHERE lo_ms < {oldest}")
+                    if self._filled is None or self._filled[0] != oldest:
+                        # (else the last fill deleted the same; pieces are added after)
+                        con.execute(f"DELETE FROM {CACHE}.piece WHERE lo_ms < {oldest}")
                     # Over the same hours, the slots the last fill kept everything for
                     # still have it: only the slots not among them are looked for.
                     self._fold_missing(con, spans, slots_added(columns, key, self._filled),
@@ -187,6 +193,11 @@ def slots_added(columns: dict, key: tuple, last: tuple | None) -> dict:
 
     added = np.flatnonzero(kept_among(key[-3:], last[-3:]) < 0)
     return {name: (kind, np.asarray(values)[added]) for name, (kind, values) in columns.items()}
+
+
+def any_added(columns: dict, key: tuple, last: tuple | None) -> bool:
+    """Whether `slots_added` is not empty."""
+    return len(slots_added(columns, key, last)["sid"][1]) > 0
 
 
 def kept_among(new: tuple, old: tuple):

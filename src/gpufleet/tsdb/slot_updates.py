@@ -33,17 +33,15 @@ def changed_units(old: Bindings, new: Bindings) -> list | None:
     """The units whose bindings differ between `old` and `new` (added, gone or changed),
     or None when more than a tenth of the units did."""
     limit = max(int(_MAX_CHANGED_FRACTION * max(len(old), len(new))), 1)
-    changed = []
-    added = 0
     get = old.get
-    for unit, held in new.items():
-        before = get(unit)
-        # Tuples compare item by item, the same binding objects by identity first.
-        if before is not held and before != held:
-            changed.append(unit)
-            added += before is None
-            if len(changed) > limit:
-                return None
+    # The same binding tuples (a unit held once: the slot's own) are passed over by
+    # identity in one comprehension; a unit held more than once gets a new tuple per
+    # question, compared item by item (the same binding objects: by identity first).
+    differ = [unit for unit, held in new.items() if get(unit) is not held]
+    changed = [unit for unit in differ if get(unit) != new[unit]]
+    if len(changed) > limit:
+        return None
+    added = sum(1 for unit in changed if unit not in old)
     if len(old) + added != len(new):  # some of the old units are gone
         changed.extend(old.keys() - new.keys())
         if len(changed) > limit:

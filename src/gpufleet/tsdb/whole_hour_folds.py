@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable
 
 from gpufleet.tsdb.duckdb_columns import registered
-from gpufleet.tsdb.edge_pieces import CACHE, same_fill_key, slots_added
+from gpufleet.tsdb.edge_pieces import CACHE, any_added, same_fill_key, slots_added
 from gpufleet.tsdb.mixed_tiers import MixedTiers
 from gpufleet.tsdb.protocol import HOUR_MS
 from gpufleet.tsdb.rollups import fold
@@ -93,6 +93,10 @@ class WholeHourFolds:
                         columns["to_ms"][1])
                 if first < end and same_fill_key(last, self._filled, 3):
                     return known
+                if first < end and not any_added(columns, last, self._filled):
+                    # Slots only gone (a binding left the window): the rest are kept.
+                    self._filled = last
+                    return known
             con = self._new_cursor()
             try:
                 self._create(con)
@@ -109,7 +113,9 @@ class WholeHourFolds:
                 if self._filled is None or not same_fill_key(key, self._filled, 3):
                     # Folds of an earlier extent go (a query that filled before the
                     # rollups moved on sees that extent, or none of these deletes).
-                    con.execute(f"DELETE FROM {TABLE} WHERE done_ms <> {hour_done}")
+                    if self._filled is None or self._filled[0] != hour_done:
+                        # (else the last fill deleted the same; rows are added after)
+                        con.execute(f"DELETE FROM {TABLE} WHERE done_ms <> {hour_done}")
                     # Over the same whole hours, the slots the last fill kept
                     # everything for still have it: only the others are looked for.
                     with registered(con, slots_added(columns, key, self._filled)) as view:
