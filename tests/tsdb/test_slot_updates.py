@@ -209,3 +209,37 @@ def test_store_answers_as_a_fresh_selection_while_bindings_change(monkeypatch) -
         store.close()
     assert len(updates) >= 15  # the update path answered, not only the walk
 
+
+
+def test_edge_sums_leave_out_the_unbound_series_their_id_range_holds() -> None:
+    """Half the units never bound: their series lie among the bound ones' ids, which the
+    edge sums read as one range (edge_minute_sums.series_sql), so their rows must be
+    dropped — the answer is the minute tier's."""
+    store, pairs = _store_with_series(80)
+    units = _units(pairs)
+    bindings = {u: (Binding(T0 + timedelta(minutes=7 * k), None, "a", f"p{k % 3}"),)
+                for k, u in enumerate(units) if k % 2 == 0}
+    start, end = T0 + timedelta(minutes=23), T0 + timedelta(hours=24, minutes=23)
+    try:
+        def ask(**kw):
+            return store.query_range(METRIC, start, end, timedelta(hours=24),
+                                     bindings=bindings, group_by=("project",), **kw)
+
+        got, minutes = ask(), ask(tier=Tier.MINUTE)
+        assert [r.labels for r in got] == [r.labels for r in minutes]
+        assert [v for r in got for _, v in r.points] == \
+            pytest.approx([v for r in minutes for _, v in r.points], rel=1e-9)
+    finally:
+        store.close()
+
+
+def test_rows_of_other_series_in_the_range_are_dropped() -> None:
+    from gpufleet.tsdb.edge_minute_sums import _of_series, series_sql
+
+    sids = np.array([10, 11, 13, 14], dtype=np.int32)
+    assert series_sql(sids, "v") == "series_id BETWEEN 10 AND 14"
+    assert series_sql(np.array([10, 99], dtype=np.int32), "v") == \
+        "series_id IN (SELECT sid FROM v)"
+    got = _of_series(sids, {"series_id": np.array([14, 12, 10, 15, 9], dtype=np.int32),
+                            "w": np.array([1.0, 2.0, 3.0, 4.0, 5.0])})
+    assert got["series_id"].tolist() == [14, 10] and got["w"].tolist() == [1.0, 3.0]

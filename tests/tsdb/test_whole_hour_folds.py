@@ -300,10 +300,10 @@ def test_late_samples_in_the_grace_reach_the_kept_raw_minutes(tmp_path, monkeypa
     reads: list[tuple[int, int]] = []
     real = edge_minute_sums._raw_minutes
 
-    def counted(cur, view, lo_ms, hi_ms):
+    def counted(cur, *series, lo_ms, hi_ms):
         reads.append(((lo_ms - to_ms(T0 + 3 * HOUR)) // MINUTE_MS,
                       (hi_ms - to_ms(T0 + 3 * HOUR)) // MINUTE_MS))
-        return real(cur, view, lo_ms, hi_ms)
+        return real(cur, *series, lo_ms, hi_ms)
     monkeypatch.setattr(edge_minute_sums, "_raw_minutes", counted)
     question = (store, "gpu.sm_active", None, None, window, bindings)
 

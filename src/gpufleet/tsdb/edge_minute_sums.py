@@ -101,19 +101,47 @@ class MinutePrefix:
                 self.counts[rows, stop] - self.counts[rows, start])
 
 
-def _minute_rows(cur, sids_view: str, lo_ms: int, hi_ms: int) -> dict:
-    return cur.execute(f"""SELECT series_id, bucket_ms, v_mean * n AS w, n FROM rollup_1m
+def series_sql(sids, sids_view: str) -> str:
+    """SQL: a filter passing the rows of the series `sids` (sorted; registered as
+    `sids_view`) — and, where they fill most of their id range, those of the other series
+    in it, which `_of_series` drops. A metric's series ids are handed out in blocks
+    (series_ids.py), so a fleet's bound GPUs' series fill most of theirs; a range lets the
+    scan skip by the column's min/max instead of probing a hash of 10,000 ids (~3 ms CPU a
+    statement, measured on the bench's store)."""
+    if len(sids) and int(sids[-1]) - int(sids[0]) + 1 <= 2 * len(sids):
+        return f"series_id BETWEEN {int(sids[0])} AND {int(sids[-1])}"
+    return f"series_id IN (SELECT sid FROM {sids_view})"
+
+
+def _of_series(sids, got: dict) -> dict:
+    """The rows of `got` whose series is among `sids` (sorted)."""
+    import numpy as np
+
+    series_id = got["series_id"]
+    if not len(sids):
+        return {name: values[:0] for name, values in got.items()}
+    at = np.minimum(np.searchsorted(sids, series_id), len(sids) - 1)
+    keep = sids[at] == series_id
+    if keep.all():
+        return got
+    return {name: values[keep] for name, values in got.items()}
+
+
+def _minute_rows(cur, sids, sids_view: str, lo_ms: int, hi_ms: int) -> dict:
+    return _of_series(sids, cur.execute(f"""
+        SELECT series_id, bucket_ms, v_mean * n AS w, n FROM rollup_1m
         WHERE bucket_ms >= {lo_ms} AND bucket_ms < {hi_ms}
-          AND series_id IN (SELECT sid FROM {sids_view})""").fetchnumpy()
+          AND {series_sql(sids, sids_view)}""").fetchnumpy())
 
 
-def _raw_minutes(cur, sids_view: str, lo_ms: int, hi_ms: int) -> dict:
+def _raw_minutes(cur, sids, sids_view: str, lo_ms: int, hi_ms: int) -> dict:
     """The raw samples in [lo, hi) as the general statement folds them into minutes."""
-    return cur.execute(f"""SELECT series_id, ts_ms // {MINUTE_MS} * {MINUTE_MS} AS bucket_ms,
+    return _of_series(sids, cur.execute(f"""
+        SELECT series_id, ts_ms // {MINUTE_MS} * {MINUTE_MS} AS bucket_ms,
                sum(value) AS w, count(*) AS n FROM samples
         WHERE ts_ms >= {lo_ms} AND ts_ms < {hi_ms}
-          AND series_id IN (SELECT sid FROM {sids_view})
-        GROUP BY ALL""").fetchnumpy()
+          AND {series_sql(sids, sids_view)}
+        GROUP BY ALL""").fetchnumpy())
 
 
 class _SeriesHours:
@@ -267,7 +295,7 @@ def _prefixes(cur, kept: _SeriesHours, sids_view: str, lo: int, hi: int,
         prefix = kept.prefix(hour)
         upto = min(60, (minute_done_ms - hour) // MINUTE_MS)
         if prefix.filled < upto:
-            got = _minute_rows(cur, sids_view, hour + prefix.filled * MINUTE_MS,
+            got = _minute_rows(cur, kept.sids, sids_view, hour + prefix.filled * MINUTE_MS,
                                hour + upto * MINUTE_MS)
             prefix.add(upto, got["series_id"], got["bucket_ms"], got["w"], got["n"])
         yield prefix, upto
@@ -300,7 +328,8 @@ def _raw_prefix(cur, kept: _SeriesHours, sids_view: str, tail: int, hi: int,
         prefix.add_blocks(np.stack([r[1] for r in ready], axis=1),
                           np.stack([r[2] for r in ready], axis=1))
     if prefix.filled < minutes:
-        got = _raw_minutes(cur, sids_view, tail + prefix.filled * MINUTE_MS, hi)
+        got = _raw_minutes(cur, kept.sids, sids_view, lo_ms=tail + prefix.filled * MINUTE_MS,
+                           hi_ms=hi)
         first = prefix.filled
         weighted, n = prefix.add(minutes, got["series_id"], got["bucket_ms"], got["w"],
                                  got["n"])
