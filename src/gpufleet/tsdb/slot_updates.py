@@ -3,20 +3,21 @@
 the window since the last minute, not for every series again.
 
 `select_slots` walks every selected series (10,000 at 10,000 GPUs) into its slots (7,251):
-~16-24 ms CPU, paid whenever the caller's `Bindings` object is a new one — on a moving
-window about a third of the minutes, each time a binding starts or ends or an ended one
-leaves the window. Yet a series' slots depend only on its own unit's bindings (and on the
-group keys, the owner filters and the selection, which are the same while the question
-is). So the units whose bindings differ between the last question's mapping and this one
-are found (`changed_units`: one dict look-up a unit, the same binding objects compared by
-identity first), their series' slots are made anew by `select_slots` itself, and spliced
-into the last slots where those series stand in the selection's order. The groups are then
-numbered again by first appearance, as `select_slots` numbers them, so the result is the
-very `Slots` the full walk would give: same slots in the same order, same group numbers.
+~11-24 ms CPU (load-dependent), paid whenever the caller's `Bindings` object is a new one —
+on a moving window about a third of the minutes, each time a binding starts or ends or an
+ended one leaves the window. Yet a series' slots depend only on its own unit's bindings
+(and on the group keys, the owner filters and the selection, which are the same while the
+question is). So the units whose bindings differ between the last question's mapping and
+this one are found (`changed_units`: one dict look-up a unit, the same binding tuples
+passed over by identity, others compared by value), their series' slots are made anew by
+`select_slots` itself, and spliced into the last slots where those series stand in the
+selection's order. The groups are then numbered again by first appearance, as
+`select_slots` numbers them, so the result is the very `Slots` the full walk would give:
+same slots in the same order, same group numbers.
 
 Anything else that changed — metric, filters, grouping, the series dictionary — gives a new
 key and the full walk (duckdb_store.py `_slots_of`); so does a change touching more than a
-tenth of the units (a reloaded or different binding set: the splice would cost as much).
+tenth of the units (a different binding set: the splice would cost as much as the walk).
 """
 
 from __future__ import annotations
