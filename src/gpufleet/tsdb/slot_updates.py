@@ -9,7 +9,7 @@ ended one leaves the window. Yet a series' slots depend only on its own unit's b
 (and on the group keys, the owner filters and the selection, which are the same while the
 question is). So the units whose bindings differ between the last question's mapping and
 this one are found (`changed_units`: one dict look-up a unit, the same binding tuples
-passed over by identity, others compared by value), their series' slots are made anew by
+passed over by identity, the few others compared by value), their series' slots are made anew by
 `select_slots` itself, and spliced into the last slots where those series stand in the
 selection's order. The groups are then numbered again by first appearance, as
 `select_slots` numbers them, so the result is the very `Slots` the full walk would give:
@@ -17,7 +17,11 @@ same slots in the same order, same group numbers.
 
 Anything else that changed — metric, filters, grouping, the series dictionary — gives a new
 key and the full walk (duckdb_store.py `_slots_of`); so does a change touching more than a
-tenth of the units (a different binding set: the splice would cost as much as the walk).
+tenth of the units (a different binding set: the splice would cost as much as the walk), and
+so do bindings mostly in new objects — the slot cache read the binding table again, as it
+does when a binding starts or ends in the state store: compared by value they cost more
+than the walk. The moving window's own changes (bindings entering or leaving it) keep
+the cache's objects.
 """
 
 from __future__ import annotations
@@ -32,13 +36,18 @@ _MAX_CHANGED_FRACTION = 0.1
 
 def changed_units(old: Bindings, new: Bindings) -> list | None:
     """The units whose bindings differ between `old` and `new` (added, gone or changed),
-    or None when more than a tenth of the units did."""
+    or None when more than a tenth of the units did, or when most of `new`'s binding
+    tuples are not `old`'s objects."""
     limit = max(int(_MAX_CHANGED_FRACTION * max(len(old), len(new))), 1)
     get = old.get
     # The same binding tuples (a unit held once: the slot's own) are passed over by
     # identity in one comprehension; a unit held more than once gets a new tuple per
     # question, compared item by item (the same binding objects: by identity first).
     differ = [unit for unit, held in new.items() if get(unit) is not held]
+    if len(differ) > max(len(new) // 2, limit):
+        # Most tuples are new objects (the binding table was read again): comparing them
+        # by value costs more than the walk (10.5 ms against 9.2 at 7,500 units).
+        return None
     changed = [unit for unit in differ if get(unit) != new[unit]]
     if len(changed) > limit:
         return None
