@@ -444,6 +444,7 @@ def test_expected_waste_counts_only_shared_kinds_the_node_host_still_takes():
     assert waste.node(pictures, 64000, None, True) - fgd.node(pictures, 64000, None, True) \
         == pytest.approx(9 / 19 * (stop * 330 + (1 - stop) * 30))
 
+
 def test_fraction_host_stranding_in_task_slots_counts_what_the_cpu_cannot_serve():
     # A fresh 8-GPU node with 96 cores takes 9 470-milli tasks of 10 cores, though its
     # GPUs hold 16: one task per fitting GPU sees nothing stranded, task slots see the 7
