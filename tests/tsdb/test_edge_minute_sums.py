@@ -44,21 +44,32 @@ def test_an_older_snapshot_reads_no_minutes_a_newer_one_kept(tmp_path, monkeypat
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(edge_minute_sums.EdgeMinuteSums, "answer", held_back)
-    got: dict = {}
-    query_a = threading.Thread(target=lambda: got.update(a=answer(*question)))
-    query_a.start()
-    assert waiting.wait(60)
-    store.rollup(T0 + 3 * HOUR + timedelta(minutes=25))
-    query_b = answer(*question)
-    go.set()
-    query_a.join(60)
+    query_a, query_b = _a_held_while_b_asks(
+        question, waiting, go, rolled_up_to=T0 + 3 * HOUR + timedelta(minutes=25))
     assert len(calls) == 2  # both answered from the kept sums
     hour = store._edge_sums._sets[0].hours[to_ms(T0 + 3 * HOUR)]
     assert hour.filled == 25  # B extended them past A's snapshot
     # The same rows, tiered differently: every answer is the first one.
     assert_same(query_b, before)
-    assert_same(got["a"], before)
+    assert_same(query_a, before)
     store.close()
+
+
+def _a_held_while_b_asks(question, waiting: threading.Event, go: threading.Event,
+                         rolled_up_to) -> tuple[dict, dict]:
+    """Query A asked in a thread until it signals `waiting` (held by the caller's patch
+    until `go`); meanwhile the store is rolled up to `rolled_up_to` and query B asked.
+    Returns (A's answer, B's answer)."""
+    store = question[0]
+    got: dict = {}
+    query_a = threading.Thread(target=lambda: got.update(a=answer(*question)))
+    query_a.start()
+    assert waiting.wait(60)
+    store.rollup(rolled_up_to)
+    query_b = answer(*question)
+    go.set()
+    query_a.join(60)
+    return got["a"], query_b
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
@@ -113,16 +124,10 @@ def test_a_query_reads_the_folds_its_snapshot_filled(tmp_path, monkeypatch, kept
         return got
 
     monkeypatch.setattr(DuckDBTelemetryStore, "_state", staticmethod(state))
-    got: dict = {}
-    query_a = threading.Thread(target=lambda: got.update(a=answer(*question)))
-    query_a.start()
-    assert waiting.wait(60)
-    store.rollup(T0 + 4 * HOUR + timedelta(seconds=40))
-    query_b = answer(*question)
-    go.set()
-    query_a.join(60)
+    query_a, query_b = _a_held_while_b_asks(
+        question, waiting, go, rolled_up_to=T0 + 4 * HOUR + timedelta(seconds=40))
     assert_same(answer(*question, tier=Tier.MINUTE), query_b)
-    assert_same(got["a"], query_b)  # the same rows, rolled up differently
+    assert_same(query_a, query_b)  # the same rows, rolled up differently
     store.close()
 
 
