@@ -24,13 +24,10 @@ def test_an_older_snapshot_reads_no_minutes_a_newer_one_kept(tmp_path, monkeypat
     meanwhile the minutes to 3:25 are rolled up and query B extends the open hour's sums
     to 3:25. A must still read the minutes 3:21-3:25 once: from the raw samples its
     snapshot holds, not also from B's extended sums (counted twice, A's mean moved)."""
-    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
-    store.write(random_history(random.Random(12)))
-    store.rollup(T0 + 3 * HOUR + timedelta(minutes=21))
-    bindings = {(gpu, None): [Binding(T0 - HOUR, None, f"a-{gpu}", "p1")] for gpu in GPUS}
-    window = (timedelta(minutes=25, seconds=31), 3 * HOUR + timedelta(minutes=25),
-              24 * HOUR)
-    question = (store, "gpu.sm_active", None, None, window, bindings)
+    question = _one_project_question(tmp_path, rolled_up_to=T0 + 3 * HOUR
+                                     + timedelta(minutes=21),
+                                     ends_after=3 * HOUR + timedelta(minutes=25))
+    store = question[0]
     before = answer(*question)  # the sums of hour 3 kept to 3:21
     real = edge_minute_sums.EdgeMinuteSums.answer
     waiting, go = threading.Event(), threading.Event()
@@ -53,6 +50,18 @@ def test_an_older_snapshot_reads_no_minutes_a_newer_one_kept(tmp_path, monkeypat
     assert_same(query_b, before)
     assert_same(query_a, before)
     store.close()
+
+
+def _one_project_question(tmp_path, rolled_up_to, ends_after: timedelta) -> tuple:
+    """A store of the random history rolled up to `rolled_up_to`, and the question: the
+    mean of every GPU, all bound to one project, from T0 + 25:31 to T0 + `ends_after` in
+    one 24 h step."""
+    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
+    store.write(random_history(random.Random(12)))
+    store.rollup(rolled_up_to)
+    bindings = {(gpu, None): [Binding(T0 - HOUR, None, f"a-{gpu}", "p1")] for gpu in GPUS}
+    window = (timedelta(minutes=25, seconds=31), ends_after, 24 * HOUR)
+    return (store, "gpu.sm_active", None, None, window, bindings)
 
 
 def _a_held_while_b_asks(question, waiting: threading.Event, go: threading.Event,
@@ -101,13 +110,10 @@ def test_a_query_reads_the_folds_its_snapshot_filled(tmp_path, monkeypatch, kept
     it reads the folds, and must read its own: the in-memory cache's transaction begins
     at its first use (after B's delete), unless the read touches it first. Else A's slots
     have no whole hours and its mean moves (49.295 -> 49.142), whichever path answers."""
-    store = DuckDBTelemetryStore(tmp_path / "t.duckdb", threads=1)
-    store.write(random_history(random.Random(12)))
-    store.rollup(T0 + 3 * HOUR + timedelta(minutes=59))
-    bindings = {(gpu, None): [Binding(T0 - HOUR, None, f"a-{gpu}", "p1")] for gpu in GPUS}
-    window = (timedelta(minutes=25, seconds=31), 4 * HOUR + timedelta(seconds=30),
-              24 * HOUR)
-    question = (store, "gpu.sm_active", None, None, window, bindings)
+    question = _one_project_question(tmp_path, rolled_up_to=T0 + 3 * HOUR
+                                     + timedelta(minutes=59),
+                                     ends_after=4 * HOUR + timedelta(seconds=30))
+    store = question[0]
     if not kept_sums:
         monkeypatch.setattr(edge_minute_sums.EdgeMinuteSums, "answers",
                             staticmethod(lambda *_: False))
