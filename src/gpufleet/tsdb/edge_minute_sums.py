@@ -31,6 +31,7 @@ from gpufleet.tsdb.duckdb_columns import INT32, registered
 from gpufleet.tsdb.edge_pieces import kept_among
 from gpufleet.tsdb.protocol import HOUR_MS, MINUTE_MS
 from gpufleet.tsdb.raw_writes import RawWrites
+from gpufleet.tsdb.sorted_ids import places_in_sorted
 from gpufleet.tsdb.whole_hour_folds import kept_rows, whole_hours
 
 _ACROSS = (AcrossSeries.MEAN, AcrossSeries.SUM, AcrossSeries.COUNT)
@@ -115,13 +116,8 @@ def series_sql(sids, sids_view: str) -> str:
 
 def _of_series(sids, got: dict) -> dict:
     """The rows of `got` whose series is among `sids` (sorted)."""
-    import numpy as np
 
-    series_id = got["series_id"]
-    if not len(sids):
-        return {name: values[:0] for name, values in got.items()}
-    at = np.minimum(np.searchsorted(sids, series_id), len(sids) - 1)
-    keep = sids[at] == series_id
+    _, keep = places_in_sorted(sids, got["series_id"])
     if keep.all():
         return got
     return {name: values[keep] for name, values in got.items()}
@@ -241,8 +237,7 @@ class EdgeMinuteSums:
             found = _SeriesHours(metric, np.unique(sid))
         elif found.holds is not sid:  # else the last question's slots (~1 ms saved)
             sids = np.unique(sid)
-            at = np.minimum(np.searchsorted(found.sids, sids), len(found.sids) - 1)
-            if not np.array_equal(found.sids[at], sids):
+            if not places_in_sorted(found.sids, sids)[1].all():
                 found = _SeriesHours(metric, np.union1d(found.sids, sids))
         self._sets = [*[k for k in self._sets if k.metric != metric], found][-_KEPT_SETS:]
         found.holds = sid

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from gpufleet.tsdb.sorted_ids import places_in_sorted
+
 Unit = tuple[str, str | None]  # (gpu_uuid, mig_uuid)
 
 
@@ -53,8 +55,7 @@ class KeptLatest:
         """Samples just stored (any metrics', in any order)."""
         if not len(ids) or not len(self._series):
             return
-        at = np.searchsorted(self._series, ids)
-        mine = self._series[np.minimum(at, len(self._series) - 1)] == ids
+        _, mine = places_in_sorted(self._series, ids)
         mine &= times_ms >= self.horizon_ms
         if not mine.any():
             return

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from gpufleet.tsdb.duckdb_query import Slots, select_slots
 from gpufleet.tsdb.protocol import Bindings, SeriesLabels
+from gpufleet.tsdb.sorted_ids import places_in_sorted
 
 _MAX_CHANGED_FRACTION = 0.1
 
@@ -82,8 +83,8 @@ class SelectionPlaces:
         sids = np.asarray(sids, dtype=np.int64)
         if not len(self._ids):
             return np.full(len(sids), -1, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self._ids, sids), len(self._ids) - 1)
-        return np.where(self._ids[at] == sids, self._places[at], -1)
+        at, found = places_in_sorted(self._ids, sids)
+        return np.where(found, self._places[at], -1)
 
 
 def updated_slots(last: Slots, places: SelectionPlaces, series: Iterable[tuple[int, SeriesLabels]],
