@@ -99,12 +99,12 @@ def run(args, root: Path) -> None:
     with TestClient(create_app(gf, background_loops=False)) as client:
         answers = args.answers.open("w") if args.answers else None
 
-        def ask() -> tuple[float, float]:
+        def ask(record: bool = False) -> tuple[float, float]:
             t, c = time.perf_counter(), time.process_time()
             response = client.get("/api/v1/telemetry/query", params=params, headers=headers)
             assert response.status_code == 200, response.text
             ms = (time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000
-            if answers is not None and not then_asked:
+            if answers is not None and record:
                 answers.write(response.text + "\n")
             return ms
 
@@ -120,9 +120,7 @@ def run(args, root: Path) -> None:
             c = time.process_time()
             telemetry.rollup(now - GRACE)
             rollup_ms = (time.process_time() - c) * 1000
-            then_asked = False
-            first_wall, first_cpu = ask()
-            then_asked = True
+            first_wall, first_cpu = ask(record=True)
             then = [ask()[1] for _ in range(args.asks)]
             print(f"{now:%H:%M}  {rollup_ms:8.1f} ms  {first_wall:8.1f} / {first_cpu:6.1f} ms"
                   f"  {statistics.median(then):8.1f} ms")
